@@ -1,0 +1,150 @@
+// Input validation shared by the CPU and CUDA kernels (and mirrored, message for message, by
+// the fake kernels in torch_lstm_grad/_checks.py).
+//
+// Every failure names the argument first, then the expected and the actual value, and raises
+// the Python exception SPEC §2 asks for: ValueError for shapes and values, TypeError for
+// dtypes. TensorFlow aborts the process or reads out of bounds on several of these inputs
+// (tf_semantics.md §10); here they are all checked before any kernel touches memory.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace torch_lstm_grad {
+
+inline std::string shape_str(at::IntArrayRef sizes) {
+  std::ostringstream out;
+  out << "[";
+  for (size_t k = 0; k < sizes.size(); ++k) out << (k ? ", " : "") << sizes[k];
+  out << "]";
+  return out.str();
+}
+
+inline bool is_supported_float(at::ScalarType t) {
+  return t == at::kHalf || t == at::kBFloat16 || t == at::kFloat || t == at::kDouble;
+}
+
+// x's dtype must be one the block ops take; every other float input must match it and live on
+// x's device.
+inline void check_float_input(const at::Tensor& x, const char* name) {
+  TORCH_CHECK_TYPE(is_supported_float(x.scalar_type()), name,
+                   ": expected dtype float16, bfloat16, float32 or float64, got ",
+                   x.scalar_type());
+}
+
+inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& x) {
+  TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), name, ": expected dtype ",
+                   x.scalar_type(), " (the dtype of x), got ", t.scalar_type());
+  TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(),
+                    " (the device of x), got ", t.device());
+}
+
+// `layout` spells the symbolic shape, e.g. "[B, H]", so the message reads
+// "h_prev: expected shape [B, H] = [2, 3], got [2, 4]".
+inline void check_shape(const at::Tensor& t, const char* name, std::vector<int64_t> expected,
+                        const char* layout) {
+  TORCH_CHECK_VALUE(t.sizes() == at::IntArrayRef(expected), name, ": expected shape ", layout,
+                    " = ", shape_str(expected), ", got ", shape_str(t.sizes()));
+}
+
+// seq_len_max: an integer scalar with 0 <= value <= T (TF 2.21 aborts the process otherwise).
+// Returns the value; reading it syncs when it lives on a GPU, as TF keeps it in host memory.
+inline int64_t check_seq_len_max(const at::Tensor& seq_len_max, int64_t T) {
+  TORCH_CHECK_TYPE(!at::isFloatingType(seq_len_max.scalar_type()) &&
+                       !at::isComplexType(seq_len_max.scalar_type()) &&
+                       seq_len_max.scalar_type() != at::kBool,
+                   "seq_len_max: expected an integer dtype (TF uses int64), got ",
+                   seq_len_max.scalar_type());
+  TORCH_CHECK_VALUE(seq_len_max.dim() == 0, "seq_len_max: expected a scalar (0-d) tensor, got shape ",
+                    shape_str(seq_len_max.sizes()));
+  const int64_t value = seq_len_max.item<int64_t>();
+  TORCH_CHECK_VALUE(0 <= value && value <= T, "seq_len_max: expected a value in [0, T] = [0, ", T,
+                    "], got ", value);
+  return value;
+}
+
+struct LSTMSizes {
+  int64_t T;  // time steps (1 for the single-step cell ops)
+  int64_t B;  // batch
+  int64_t I;  // input features
+  int64_t H;  // cell units
+};
+
+// The LSTM inputs shared by every LSTM op: x is [T, B, I] (`time_major`) or [B, I] (cell ops).
+// H is taken from cs_prev, as TF does. The peephole vectors are only looked at when they are used.
+inline LSTMSizes check_lstm_inputs(const at::Tensor& x, const at::Tensor& cs_prev,
+                                   const at::Tensor& h_prev, const at::Tensor& w,
+                                   const at::Tensor& wci, const at::Tensor& wcf,
+                                   const at::Tensor& wco, const at::Tensor& b, bool use_peephole,
+                                   bool time_major) {
+  check_float_input(x, "x");
+  const int64_t rank = time_major ? 3 : 2;
+  TORCH_CHECK_VALUE(x.dim() == rank, "x: expected a ", rank, "-D tensor ",
+                    time_major ? "[T, B, I]" : "[B, I]", ", got shape ", shape_str(x.sizes()));
+  LSTMSizes s{time_major ? x.size(0) : 1, x.size(rank - 2), x.size(rank - 1), 0};
+  check_like(cs_prev, "cs_prev", x);
+  TORCH_CHECK_VALUE(cs_prev.dim() == 2 && cs_prev.size(0) == s.B && cs_prev.size(1) > 0,
+                    "cs_prev: expected shape [B, H] with B = ", s.B,
+                    " (from x) and H >= 1, got ", shape_str(cs_prev.sizes()));
+  s.H = cs_prev.size(1);
+  check_like(h_prev, "h_prev", x);
+  check_shape(h_prev, "h_prev", {s.B, s.H}, "[B, H]");
+  check_like(w, "w", x);
+  check_shape(w, "w", {s.I + s.H, 4 * s.H}, "[I + H, 4 * H]");
+  check_like(b, "b", x);
+  check_shape(b, "b", {4 * s.H}, "[4 * H]");
+  if (use_peephole) {
+    for (auto [t, name] : {std::pair{&wci, "wci"}, {&wcf, "wcf"}, {&wco, "wco"}}) {
+      check_like(*t, name, x);
+      check_shape(*t, name, {s.H}, "[H] (use_peephole=True)");
+    }
+  }
+  return s;
+}
+
+// Saved activations and incoming gradients of the Grad ops: each exactly [T, B, H] (or [B, H]).
+inline void check_lstm_activations(std::initializer_list<std::pair<const at::Tensor*, const char*>> ts,
+                                   const at::Tensor& x, const LSTMSizes& s, bool time_major) {
+  for (auto [t, name] : ts) {
+    check_like(*t, name, x);
+    if (time_major) {
+      check_shape(*t, name, {s.T, s.B, s.H}, "[T, B, H]");
+    } else {
+      check_shape(*t, name, {s.B, s.H}, "[B, H]");
+    }
+  }
+}
+
+struct GRUSizes {
+  int64_t B;
+  int64_t I;
+  int64_t H;
+};
+
+inline GRUSizes check_gru_inputs(const at::Tensor& x, const at::Tensor& h_prev,
+                                 const at::Tensor& w_ru, const at::Tensor& w_c,
+                                 const at::Tensor& b_ru, const at::Tensor& b_c) {
+  check_float_input(x, "x");
+  TORCH_CHECK_VALUE(x.dim() == 2, "x: expected a 2-D tensor [B, I], got shape ",
+                    shape_str(x.sizes()));
+  GRUSizes s{x.size(0), x.size(1), 0};
+  check_like(h_prev, "h_prev", x);
+  TORCH_CHECK_VALUE(h_prev.dim() == 2 && h_prev.size(0) == s.B && h_prev.size(1) > 0,
+                    "h_prev: expected shape [B, H] with B = ", s.B,
+                    " (from x) and H >= 1, got ", shape_str(h_prev.sizes()));
+  s.H = h_prev.size(1);
+  check_like(w_ru, "w_ru", x);
+  check_shape(w_ru, "w_ru", {s.I + s.H, 2 * s.H}, "[I + H, 2 * H]");
+  check_like(w_c, "w_c", x);
+  check_shape(w_c, "w_c", {s.I + s.H, s.H}, "[I + H, H]");
+  check_like(b_ru, "b_ru", x);
+  check_shape(b_ru, "b_ru", {2 * s.H}, "[2 * H]");
+  check_like(b_c, "b_c", x);
+  check_shape(b_c, "b_c", {s.H}, "[H]");
+  return s;
+}
+
+}  // namespace torch_lstm_grad

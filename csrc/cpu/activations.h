@@ -1,0 +1,80 @@
+// sigmoid and tanh for the CPU pointwise passes.
+//
+// float: branch-free range reduction plus a polynomial, written so the compiler can vectorise
+// the per-row loops that call them (glibc's scalar expf/tanhf cannot be). Accuracy is within a
+// few ulp of the correctly rounded result, the same budget as TF's Eigen approximations
+// (tf_semantics.md §9.2). tanh goes through expm1 rather than exp so small arguments keep their
+// relative accuracy. double (gradcheck) uses libm: accuracy over speed.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace torch_lstm_grad::cpu {
+
+namespace detail {
+
+// 2^n for an integral n in [-126, 127], by building the exponent field directly.
+inline float pow2i(float n) {
+  const int32_t bits = (static_cast<int32_t>(n) + 127) << 23;
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+// x = n·ln2 + r with |r| <= ln2/2 (Cody–Waite split of ln2 keeps r exact to float precision).
+// Adding and subtracting 1.5·2^23 rounds to the nearest integer without a libm call.
+inline void reduce(float x, float& n, float& r) {
+  constexpr float kLog2e = 1.44269504088896341f;
+  constexpr float kRound = 12582912.0f;
+  constexpr float kLn2Hi = 0.693145751953125f;
+  constexpr float kLn2Lo = 1.428606765330187045e-06f;
+  n = (x * kLog2e + kRound) - kRound;
+  r = (x - n * kLn2Hi) - n * kLn2Lo;
+}
+
+// e^r − 1 for |r| <= ln2/2: the Taylor series to r^8/8!, truncation error < 1e-9.
+inline float expm1_small(float r) {
+  float p = 1.0f / 40320.0f;
+  p = p * r + 1.0f / 5040.0f;
+  p = p * r + 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  return p * r;
+}
+
+}  // namespace detail
+
+inline float exp_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  float n, r;
+  detail::reduce(x, n, r);
+  return detail::pow2i(n) * (1.0f + detail::expm1_small(r));
+}
+
+inline float expm1_approx(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  float n, r;
+  detail::reduce(x, n, r);
+  const float s = detail::pow2i(n);
+  return s * detail::expm1_small(r) + (s - 1.0f);
+}
+
+inline float sigmoid(float x) { return 1.0f / (1.0f + exp_approx(-x)); }
+
+inline float tanh(float x) {
+  // tanh|x| = −m / (2 + m) with m = expm1(−2|x|); tanh(9) rounds to 1 in float.
+  const float t = std::min(std::abs(x), 9.0f);
+  const float m = expm1_approx(-2.0f * t);
+  return std::copysign(-m / (2.0f + m), x);
+}
+
+inline double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+inline double tanh(double x) { return std::tanh(x); }
+
+}  // namespace torch_lstm_grad::cpu

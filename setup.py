@@ -1,0 +1,75 @@
+"""Build the torch_lstm_grad._C extension against the torch that is already installed.
+
+CPU-only torch: a CppExtension from csrc/*.cpp and csrc/cpu/*.cpp.
+CUDA torch (torch.version.cuda set and a CUDA toolkit found): a CUDAExtension that adds
+csrc/cuda/* and defines TORCH_LSTM_GRAD_WITH_CUDA. TORCH_LSTM_GRAD_FORCE_CPU=1 forces the
+CPU-only build. DEBUG=1 builds with -O0 -g. Ninja is used when it is installed.
+"""
+
+import glob
+import os
+import sys
+
+import torch
+from setuptools import setup
+from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
+
+ROOT = os.path.dirname(os.path.abspath(__file__))
+
+
+def _sources(*patterns: str) -> list[str]:
+    found: list[str] = []
+    for pattern in patterns:
+        found += sorted(glob.glob(os.path.join("csrc", pattern)))
+    return found
+
+
+def _with_cuda() -> bool:
+    if os.environ.get("TORCH_LSTM_GRAD_FORCE_CPU", "0") == "1":
+        return False
+    # Decided from the torch build and the toolkit, never from torch.cuda.is_available():
+    # a GPU is not needed to compile GPU code.
+    return torch.version.cuda is not None and CUDA_HOME is not None
+
+
+def get_extensions():
+    debug = os.environ.get("DEBUG", "0") == "1"
+    cxx = ["-O0", "-g"] if debug else ["-O3"]
+    # torch 2.13 headers are C++20 (they warn under C++17).
+    cxx += ["-std=c++20", "-fno-math-errno"]
+    sources = _sources("*.cpp", "cpu/*.cpp")
+    with_cuda = _with_cuda()
+    if not with_cuda:
+        return [CppExtension("torch_lstm_grad._C", sources, extra_compile_args={"cxx": cxx})]
+
+    os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # H100/H200; keeps compile time down
+    nvcc = ["-O0", "-g", "-G"] if debug else ["-O3"]
+    nvcc += ["-std=c++20"]
+    return [
+        CUDAExtension(
+            "torch_lstm_grad._C",
+            sources + _sources("cuda/*.cpp", "cuda/*.cu"),
+            define_macros=[("TORCH_LSTM_GRAD_WITH_CUDA", None)],
+            extra_compile_args={"cxx": cxx, "nvcc": nvcc},
+            libraries=["cudnn"],
+        )
+    ]
+
+
+class BuildWithNotice(BuildExtension):
+    """Says which configuration is compiled before the (slow, first-time) compile starts."""
+
+    def run(self):
+        config = "CPU + CUDA/cuDNN" if _with_cuda() else "CPU-only"
+        files = sum(len(e.sources) for e in self.extensions)
+        print(
+            f"torch_lstm_grad: compiling the {config} extension ({files} source files) against "
+            f"torch {torch.__version__}; a first build takes a few minutes on 2 cores, later "
+            "builds only recompile what changed.",
+            file=sys.stderr,
+            flush=True,
+        )
+        super().run()
+
+
+setup(ext_modules=get_extensions(), cmdclass={"build_ext": BuildWithNotice})

@@ -1,0 +1,136 @@
+"""Shape and dtype rules of the ops, for the fake (meta) kernels.
+
+A line-for-line mirror of csrc/checks.h, with the same messages, so a bad input fails the same
+way eagerly (C++) and under torch.compile / FakeTensor tracing (here). tests/test_bad_input.py
+runs every bad case through both and compares the exception type and message. Values that
+only a real tensor has (seq_len_max) are checked by the C++ kernels alone.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+_DTYPE_NAMES = {
+    torch.float16: "Half",
+    torch.bfloat16: "BFloat16",
+    torch.float32: "Float",
+    torch.float64: "Double",
+}
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    # c10 prints ScalarType names; mirror them so both paths give one message.
+    return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
+
+
+def _shape_str(sizes) -> str:
+    return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+def check_float_input(x: torch.Tensor, name: str) -> None:
+    torch._check_type(
+        x.dtype in _FLOATS,
+        lambda: f"{name}: expected dtype float16, bfloat16, float32 or float64, got "
+        f"{_dtype_name(x.dtype)}",
+    )
+
+
+def check_like(t: torch.Tensor, name: str, x: torch.Tensor) -> None:
+    torch._check_type(
+        t.dtype == x.dtype,
+        lambda: f"{name}: expected dtype {_dtype_name(x.dtype)} (the dtype of x), got "
+        f"{_dtype_name(t.dtype)}",
+    )
+    torch._check_value(
+        t.device == x.device,
+        lambda: f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}",
+    )
+
+
+def check_shape(t: torch.Tensor, name: str, expected: list, layout: str) -> None:
+    torch._check_value(
+        list(t.shape) == list(expected),
+        lambda: f"{name}: expected shape {layout} = {_shape_str(expected)}, got "
+        f"{_shape_str(t.shape)}",
+    )
+
+
+def check_seq_len_max(seq_len_max: torch.Tensor) -> None:
+    torch._check_type(
+        not (seq_len_max.is_floating_point() or seq_len_max.is_complex())
+        and seq_len_max.dtype != torch.bool,
+        lambda: "seq_len_max: expected an integer dtype (TF uses int64), got "
+        f"{_dtype_name(seq_len_max.dtype)}",
+    )
+    torch._check_value(
+        seq_len_max.dim() == 0,
+        lambda: "seq_len_max: expected a scalar (0-d) tensor, got shape "
+        f"{_shape_str(seq_len_max.shape)}",
+    )
+
+
+def check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, time_major):
+    """Returns (T, B, I, H); T is 1 for the single-step cell ops."""
+    check_float_input(x, "x")
+    rank = 3 if time_major else 2
+    torch._check_value(
+        x.dim() == rank,
+        lambda: f"x: expected a {rank}-D tensor {'[T, B, I]' if time_major else '[B, I]'}, "
+        f"got shape {_shape_str(x.shape)}",
+    )
+    T = x.shape[0] if time_major else 1
+    B, I = x.shape[rank - 2], x.shape[rank - 1]
+    check_like(cs_prev, "cs_prev", x)
+    torch._check_value(
+        cs_prev.dim() == 2 and cs_prev.shape[0] == B and cs_prev.shape[1] > 0,
+        lambda: f"cs_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(cs_prev.shape)}",
+    )
+    H = cs_prev.shape[1]
+    check_like(h_prev, "h_prev", x)
+    check_shape(h_prev, "h_prev", [B, H], "[B, H]")
+    check_like(w, "w", x)
+    check_shape(w, "w", [I + H, 4 * H], "[I + H, 4 * H]")
+    check_like(b, "b", x)
+    check_shape(b, "b", [4 * H], "[4 * H]")
+    if use_peephole:
+        for t, name in ((wci, "wci"), (wcf, "wcf"), (wco, "wco")):
+            check_like(t, name, x)
+            check_shape(t, name, [H], "[H] (use_peephole=True)")
+    return T, B, I, H
+
+
+def check_lstm_activations(named, x, sizes, time_major) -> None:
+    T, B, _, H = sizes
+    for t, name in named:
+        check_like(t, name, x)
+        if time_major:
+            check_shape(t, name, [T, B, H], "[T, B, H]")
+        else:
+            check_shape(t, name, [B, H], "[B, H]")
+
+
+def check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c):
+    """Returns (B, I, H)."""
+    check_float_input(x, "x")
+    torch._check_value(
+        x.dim() == 2, lambda: f"x: expected a 2-D tensor [B, I], got shape {_shape_str(x.shape)}"
+    )
+    B, I = x.shape
+    check_like(h_prev, "h_prev", x)
+    torch._check_value(
+        h_prev.dim() == 2 and h_prev.shape[0] == B and h_prev.shape[1] > 0,
+        lambda: f"h_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(h_prev.shape)}",
+    )
+    H = h_prev.shape[1]
+    for t, name, expected, layout in (
+        (w_ru, "w_ru", [I + H, 2 * H], "[I + H, 2 * H]"),
+        (w_c, "w_c", [I + H, H], "[I + H, H]"),
+        (b_ru, "b_ru", [2 * H], "[2 * H]"),
+        (b_c, "b_c", [H], "[H]"),
+    ):
+        check_like(t, name, x)
+        check_shape(t, name, expected, layout)
+    return B, I, H

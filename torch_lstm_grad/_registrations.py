@@ -1,0 +1,110 @@
+"""Import-time registrations, and nothing else: fake kernels and autograd for every op.
+
+Fake kernels give torch.compile / FakeTensor the output metadata without running a kernel;
+they apply the same shape rules as the C++ kernels (`_checks.py` mirrors `csrc/checks.h`) and
+return exactly what the C++ kernels return (contiguous tensors of x's dtype and device).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from . import _checks as C
+from .autograd import DIFFERENTIABLE_OPS
+
+_LIB = "torch_lstm_grad::"
+_LSTM_ACT_NAMES = ("i", "cs", "f", "o", "ci", "co")
+
+
+def _empties(like: torch.Tensor, shape, n: int):
+    return tuple(like.new_empty(shape) for _ in range(n))
+
+
+def _lstm_fwd_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole):
+    T, B, _, H = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, True)
+    C.check_seq_len_max(seq_len_max)
+    return _empties(x, (T, B, H), 7)
+
+
+@torch.library.register_fake(_LIB + "block_lstm")
+def _block_lstm_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                     forget_bias, cell_clip, use_peephole):  # fmt: skip
+    return _lstm_fwd_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole)
+
+
+@torch.library.register_fake(_LIB + "block_lstm_v2")
+def _block_lstm_v2_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                        cell_clip, use_peephole):  # fmt: skip
+    return _lstm_fwd_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole)
+
+
+@torch.library.register_fake(_LIB + "lstm_block_cell")
+def _lstm_block_cell_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                          forget_bias, cell_clip, use_peephole):  # fmt: skip
+    _, B, _, H = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, False)
+    return _empties(x, (B, H), 7)
+
+
+def _block_lstm_grad_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                          i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole):  # fmt: skip
+    sizes = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, True)
+    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES))
+    named += [(h, "h"), (cs_grad, "cs_grad"), (h_grad, "h_grad")]
+    C.check_lstm_activations(named, x, sizes, True)
+    C.check_seq_len_max(seq_len_max)
+    return tuple(t.new_empty(t.shape) for t in (x, cs_prev, h_prev, w, wci, wcf, wco, b))
+
+
+torch.library.register_fake(_LIB + "block_lstm_grad", _block_lstm_grad_fake)
+torch.library.register_fake(_LIB + "block_lstm_grad_v2", _block_lstm_grad_fake)
+
+
+@torch.library.register_fake(_LIB + "lstm_block_cell_grad")
+def _lstm_block_cell_grad_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                               i, cs, f, o, ci, co, cs_grad, h_grad, use_peephole):  # fmt: skip
+    sizes = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, False)
+    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES))
+    named += [(cs_grad, "cs_grad"), (h_grad, "h_grad")]
+    C.check_lstm_activations(named, x, sizes, False)
+    _, B, _, H = sizes
+    return (x.new_empty((B, H)), x.new_empty((B, 4 * H)),
+            wci.new_empty(wci.shape), wcf.new_empty(wcf.shape), wco.new_empty(wco.shape))  # fmt: skip
+
+
+@torch.library.register_fake(_LIB + "gru_block_cell")
+def _gru_block_cell_fake(x, h_prev, w_ru, w_c, b_ru, b_c):
+    B, _, H = C.check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c)
+    return _empties(x, (B, H), 4)
+
+
+@torch.library.register_fake(_LIB + "gru_block_cell_grad")
+def _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h):
+    B, _, H = C.check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c)
+    for t, name in ((r, "r"), (u, "u"), (c, "c"), (d_h, "d_h")):
+        C.check_like(t, name, x)
+        C.check_shape(t, name, [B, H], "[B, H]")
+    return x.new_empty(x.shape), x.new_empty((B, H)), x.new_empty((B, H)), x.new_empty((B, 2 * H))
+
+
+# The forward ops differentiate through their Function's formula (written once, in autograd.py).
+for _name, _fn in DIFFERENTIABLE_OPS.items():
+    torch.library.register_autograd(_name, _fn.backward, setup_context=_fn.setup_context)
+
+
+def _no_double_backward(forward_name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"torch_lstm_grad: the gradient of {forward_name}'s gradient (double backward) is not "
+            "implemented; TensorFlow has no second-order gradient for it either."
+        )
+
+    return backward
+
+
+for _grad_op, _fwd in (
+    ("block_lstm_grad", "BlockLSTM"),
+    ("block_lstm_grad_v2", "BlockLSTMV2"),
+    ("lstm_block_cell_grad", "LSTMBlockCell"),
+    ("gru_block_cell_grad", "GRUBlockCell"),
+):
+    torch.library.register_autograd(_LIB + _grad_op, _no_double_backward(_fwd))

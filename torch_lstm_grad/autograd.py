@@ -1,0 +1,169 @@
+"""Autograd for the forward ops: the backward of each is TF's matching Grad op.
+
+Each gradient formula is written once, as the `setup_context`/`backward` pair of a public
+`torch.autograd.Function`; `_registrations.py` registers the same pair on the op with
+`torch.library.register_autograd`, so `torch.ops.torch_lstm_grad.*` (and the raw ops over them)
+are differentiable too, also under torch.compile.
+
+Decisions (SPEC §2): the gate outputs `i, f, o, ci, co` (and GRU's `r, u, c`) are marked
+non-differentiable, so putting them in a loss is an explicit error instead of TF's silent zero;
+BlockLSTMV2 differentiates through BlockLSTMGradV2 (TF registers the V1 kernel: wrong).
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = [
+    "BlockLSTMFunction",
+    "BlockLSTMV2Function",
+    "GRUBlockCellFunction",
+    "LSTMBlockCellFunction",
+]
+
+_ops = torch.ops.torch_lstm_grad
+
+
+def _grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    # Grads are not materialised (set_materialize_grads(False)): a None means "no gradient".
+    return torch.zeros_like(like) if grad is None else grad
+
+
+def _save_lstm(ctx, saved, output, use_peephole: bool) -> None:
+    i, cs, f, o, ci, co, h = output
+    ctx.mark_non_differentiable(i, f, o, ci, co)
+    ctx.set_materialize_grads(False)
+    ctx.save_for_backward(*saved, i, cs, f, o, ci, co, h)
+    ctx.use_peephole = use_peephole
+
+
+def _block_backward(grad_op, ctx, grads):
+    """Backward of BlockLSTM(V2): the whole Grad op output is the gradient of the inputs."""
+    _gi, cs_grad, _gf, _go, _gci, _gco, h_grad = grads
+    (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h) = (
+        ctx.saved_tensors
+    )
+    return grad_op(
+        seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
+        _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), ctx.use_peephole,
+    )  # fmt: skip
+
+
+class BlockLSTMFunction(torch.autograd.Function):
+    """`BlockLSTM` (ICFO) whose backward is `BlockLSTMGrad`.
+
+    apply(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias, cell_clip,
+    use_peephole) -> (i, cs, f, o, ci, co, h), each [T, B, H]. Only cs and h are differentiable.
+    """
+
+    @staticmethod
+    def forward(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                forget_bias=1.0, cell_clip=3.0, use_peephole=False):  # fmt: skip
+        return _ops.block_lstm.default(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                                       forget_bias, cell_clip, use_peephole)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, _fb, _clip, use_peephole = inputs
+        _save_lstm(ctx, (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b), output,
+                   use_peephole)  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *_block_backward(_ops.block_lstm_grad.default, ctx, grads), None, None, None)
+
+
+class BlockLSTMV2Function(torch.autograd.Function):
+    """`BlockLSTMV2` (IFCO, no forget_bias) whose backward is `BlockLSTMGradV2`.
+
+    apply(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip, use_peephole).
+    """
+
+    @staticmethod
+    def forward(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                cell_clip=0.0, use_peephole=False):  # fmt: skip
+        return _ops.block_lstm_v2.default(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                                          cell_clip, use_peephole)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, _clip, use_peephole = inputs
+        _save_lstm(ctx, (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b), output,
+                   use_peephole)  # fmt: skip
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, *_block_backward(_ops.block_lstm_grad_v2.default, ctx, grads), None, None)
+
+
+class LSTMBlockCellFunction(torch.autograd.Function):
+    """`LSTMBlockCell` (one step, ICFO) whose backward is `LSTMBlockCellGrad` plus the matrix
+    products of TF1's Python gradient: xh_grad = dicfo·wᵀ, w_grad = [x, h_prev]ᵀ·dicfo,
+    b_grad = Σ_b dicfo.
+
+    apply(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias, cell_clip, use_peephole).
+    """
+
+    @staticmethod
+    def forward(x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                forget_bias=1.0, cell_clip=3.0, use_peephole=False):  # fmt: skip
+        return _ops.lstm_block_cell.default(x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                                            forget_bias, cell_clip, use_peephole)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, cs_prev, h_prev, w, wci, wcf, wco, b, _fb, _clip, use_peephole = inputs
+        _save_lstm(ctx, (x, cs_prev, h_prev, w, wci, wcf, wco, b), output, use_peephole)
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _gi, cs_grad, _gf, _go, _gci, _gco, h_grad = grads
+        x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h = ctx.saved_tensors
+        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _ops.lstm_block_cell_grad.default(
+            x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+            _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), ctx.use_peephole,
+        )  # fmt: skip
+        xh_grad = dicfo @ w.t()
+        x_grad, h_prev_grad = xh_grad.split([x.shape[1], h_prev.shape[1]], dim=1)
+        w_grad = torch.cat([x, h_prev], dim=1).t() @ dicfo
+        return (x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad,
+                dicfo.sum(0), None, None, None)  # fmt: skip
+
+
+class GRUBlockCellFunction(torch.autograd.Function):
+    """`GRUBlockCell` whose backward is `GRUBlockCellGrad` plus TF1's weight products:
+    d_w_ru = [x, h_prev]ᵀ·d_r_bar_u_bar, d_w_c = [x, r⊙h_prev]ᵀ·d_c_bar, biases summed over B.
+
+    apply(x, h_prev, w_ru, w_c, b_ru, b_c) -> (r, u, c, h); only h is differentiable.
+    """
+
+    @staticmethod
+    def forward(x, h_prev, w_ru, w_c, b_ru, b_c):
+        return _ops.gru_block_cell.default(x, h_prev, w_ru, w_c, b_ru, b_c)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, h_prev, w_ru, w_c, b_ru, b_c = inputs
+        r, u, c, _h = output
+        ctx.mark_non_differentiable(r, u, c)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c)
+
+    @staticmethod
+    def backward(ctx, _gr, _gu, _gc, d_h):
+        x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c = ctx.saved_tensors
+        d_x, d_h_prev, d_c_bar, d_ru = _ops.gru_block_cell_grad.default(
+            x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, _grad_or_zeros(d_h, h_prev)
+        )
+        d_w_ru = torch.cat([x, h_prev], dim=1).t() @ d_ru
+        d_w_c = torch.cat([x, r * h_prev], dim=1).t() @ d_c_bar
+        return d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0), d_c_bar.sum(0)
+
+
+# op name -> the Function whose setup_context/backward is that op's registered autograd.
+DIFFERENTIABLE_OPS = {
+    "torch_lstm_grad::block_lstm": BlockLSTMFunction,
+    "torch_lstm_grad::block_lstm_v2": BlockLSTMV2Function,
+    "torch_lstm_grad::lstm_block_cell": LSTMBlockCellFunction,
+    "torch_lstm_grad::gru_block_cell": GRUBlockCellFunction,
+}

@@ -1,0 +1,250 @@
+"""Pure-PyTorch reference ("oracle") for TensorFlow's fused RNN raw ops.
+
+Readable and slow: it loops over time in Python and is differentiable with torch autograd. It
+computes in whatever dtype it is given (the tests use float64). It imports nothing but torch, so it
+can be loaded by file path without the compiled extension. Semantics: ``tf_semantics.md`` §1-§5.
+
+* LSTM gate layout of ``w [I+H, 4H]`` / ``b [4H]``: ``gate_order="icfo"`` (BlockLSTM V1,
+  LSTMBlockCell: column blocks i, ci, f, o) or ``"ifco"`` (BlockLSTMV2 / Keras: i, f, ci, o).
+* ``cell_clip`` applies only when > 0, before ``co`` and the output peephole; it is straight-through
+  for autograd, because TF's gradient kernels ignore the clip.
+* ``block_lstm`` returns zeros in all seven outputs for ``t >= seq_len_max`` (TF zeroes only
+  ``cs``/``h`` and leaves ``i, f, o, ci, co`` uninitialised there: a deliberate, documented
+  difference).
+* GRU is TF's reset-before GRUBlockCell: ``c = tanh([x, r*h_prev] . w_c + b_c)``,
+  ``h = u*(h_prev - c) + c``.
+"""
+
+import torch
+
+# Position of each gate's column block in w / b for each supported layout.
+_GATE_ORDERS = {"icfo": ("i", "c", "f", "o"), "ifco": ("i", "f", "c", "o")}
+
+
+def _gate_names(gate_order):
+    try:
+        return _GATE_ORDERS[gate_order]
+    except KeyError:
+        raise ValueError(
+            f"gate_order must be one of {sorted(_GATE_ORDERS)}, got {gate_order!r}"
+        ) from None
+
+
+def _clip_straight_through(cs, cell_clip):
+    """min(max(cs, -clip), clip) in value, identity for autograd (TF's grads ignore the clip)."""
+    if cell_clip <= 0:
+        return cs
+    return cs.detach().clamp(-cell_clip, cell_clip) + (cs - cs.detach())
+
+
+def preactivation(x, h_prev, w, b):
+    """G = [x, h_prev] . w + b, shape [B, 4H] in the op's column layout."""
+    return torch.cat([x, h_prev], dim=1) @ w + b
+
+
+def gates_from_preactivation(
+    G, cs_prev, wci, wcf, wco, forget_bias=1.0, cell_clip=3.0, use_peephole=False, gate_order="icfo"
+):
+    """The element-wise part of one LSTM step, from the pre-activation gates G [B, 4H].
+
+    Returns ``(i, cs, f, o, ci, co, h)``, each [B, H]. ``wci``/``wcf`` peep at ``cs_prev``, ``wco``
+    at the new, clipped ``cs``; they are not read at all when ``use_peephole`` is False.
+    """
+    g = dict(zip(_gate_names(gate_order), G.chunk(4, dim=1), strict=True))
+    g_i, g_f, g_o = g["i"], g["f"] + forget_bias, g["o"]
+    if use_peephole:
+        g_i = g_i + cs_prev * wci
+        g_f = g_f + cs_prev * wcf
+    i = torch.sigmoid(g_i)
+    ci = torch.tanh(g["c"])
+    f = torch.sigmoid(g_f)
+    cs = _clip_straight_through(i * ci + f * cs_prev, cell_clip)
+    co = torch.tanh(cs)
+    o = torch.sigmoid(g_o + cs * wco if use_peephole else g_o)
+    h = o * co
+    return i, cs, f, o, ci, co, h
+
+
+def lstm_block_cell(
+    x,
+    cs_prev,
+    h_prev,
+    w,
+    wci,
+    wcf,
+    wco,
+    b,
+    forget_bias=1.0,
+    cell_clip=3.0,
+    use_peephole=False,
+    gate_order="icfo",
+):
+    """One LSTMBlockCell step.
+
+    Shapes: x [B, I], cs_prev/h_prev [B, H], w [I+H, 4H], wci/wcf/wco [H], b [4H].
+    Returns ``(i, cs, f, o, ci, co, h)``, each [B, H]. The defaults are the raw op's
+    (forget_bias=1, cell_clip=3).
+    """
+    return gates_from_preactivation(
+        preactivation(x, h_prev, w, b),
+        cs_prev,
+        wci,
+        wcf,
+        wco,
+        forget_bias,
+        cell_clip,
+        use_peephole,
+        gate_order,
+    )
+
+
+def block_lstm(
+    seq_len_max,
+    x,
+    cs_prev,
+    h_prev,
+    w,
+    wci,
+    wcf,
+    wco,
+    b,
+    forget_bias=1.0,
+    cell_clip=3.0,
+    use_peephole=False,
+    gate_order="icfo",
+):
+    """BlockLSTM (gate_order="icfo") or BlockLSTMV2 (gate_order="ifco", forget_bias=0, cell_clip=0).
+
+    Shapes: x [T, B, I] time-major, cs_prev/h_prev [B, H], w [I+H, 4H], wci/wcf/wco [H], b [4H];
+    seq_len_max is an int in [0, T]. Returns ``(i, cs, f, o, ci, co, h)``, each [T, B, H]; steps
+    ``t < seq_len_max`` run :func:`lstm_block_cell`, and all seven outputs are zero for
+    ``t >= seq_len_max``.
+    """
+    T = x.shape[0]
+    seq_len_max = int(seq_len_max)
+    if not 0 <= seq_len_max <= T:
+        raise ValueError(f"seq_len_max must be between 0 and T={T}, got {seq_len_max}")
+    zero = torch.zeros_like(cs_prev)
+    steps, cs, h = [], cs_prev, h_prev
+    for t in range(T):
+        if t < seq_len_max:
+            out = lstm_block_cell(
+                x[t], cs, h, w, wci, wcf, wco, b, forget_bias, cell_clip, use_peephole, gate_order
+            )
+            cs, h = out[1], out[6]
+        else:
+            out = (zero,) * 7
+        steps.append(out)
+    return tuple(torch.stack(seq) for seq in zip(*steps, strict=True))
+
+
+def _vjp(outputs, output_grads, inputs):
+    """Gradients of sum(output * output_grad) w.r.t. inputs; zeros where an input is unused."""
+    pairs = [(o, g) for o, g in zip(outputs, output_grads, strict=True) if o.requires_grad]
+    grads = [None] * len(inputs)
+    if pairs:
+        grads = torch.autograd.grad(
+            [o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True
+        )
+    return tuple(
+        torch.zeros_like(v) if g is None else g for v, g in zip(inputs, grads, strict=True)
+    )
+
+
+def _leaves(*tensors):
+    return [t.detach().requires_grad_() for t in tensors]
+
+
+def block_lstm_grad(
+    seq_len_max,
+    x,
+    cs_prev,
+    h_prev,
+    w,
+    wci,
+    wcf,
+    wco,
+    b,
+    cs_grad,
+    h_grad,
+    forget_bias=1.0,
+    cell_clip=3.0,
+    use_peephole=False,
+    gate_order="icfo",
+):
+    """BlockLSTMGrad / BlockLSTMGradV2 by autograd through :func:`block_lstm` (recomputed).
+
+    cs_grad/h_grad [T, B, H] are the upstream gradients of the ``cs`` and ``h`` outputs (those at
+    ``t >= seq_len_max`` have no effect). Returns ``(x_grad, cs_prev_grad, h_prev_grad, w_grad,
+    wci_grad, wcf_grad, wco_grad, b_grad)`` with the shapes of the inputs; the peephole grads are
+    zero without peepholes.
+    """
+    inputs = _leaves(x, cs_prev, h_prev, w, wci, wcf, wco, b)
+    with torch.enable_grad():
+        out = block_lstm(seq_len_max, *inputs, forget_bias, cell_clip, use_peephole, gate_order)
+        return _vjp((out[1], out[6]), (cs_grad, h_grad), inputs)
+
+
+def lstm_block_cell_grad(
+    x,
+    cs_prev,
+    h_prev,
+    w,
+    wci,
+    wcf,
+    wco,
+    b,
+    cs_grad,
+    h_grad,
+    forget_bias,
+    cell_clip,
+    use_peephole,
+    gate_order="icfo",
+):
+    """LSTMBlockCellGrad: ``(cs_prev_grad [B,H], dicfo [B,4H], wci_grad, wcf_grad, wco_grad)``.
+
+    ``dicfo`` is the gradient w.r.t. the pre-activation gates G = [x, h_prev] . w + b, in the op's
+    column layout (``gate_order``). cs_grad/h_grad [B, H] are the upstream gradients of the ``cs``
+    and ``h`` outputs.
+    """
+    G, cs_prev, wci, wcf, wco = _leaves(preactivation(x, h_prev, w, b), cs_prev, wci, wcf, wco)
+    with torch.enable_grad():
+        out = gates_from_preactivation(
+            G, cs_prev, wci, wcf, wco, forget_bias, cell_clip, use_peephole, gate_order
+        )
+        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _vjp(
+            (out[1], out[6]), (cs_grad, h_grad), (cs_prev, G, wci, wcf, wco)
+        )
+    return cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad
+
+
+def _gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c):
+    """(r, u, c, h, ru_bar, c_bar); the last two are the pre-activations of sigmoid and tanh."""
+    ru_bar = torch.cat([x, h_prev], dim=1) @ w_ru + b_ru
+    r, u = torch.sigmoid(ru_bar).chunk(2, dim=1)
+    c_bar = torch.cat([x, r * h_prev], dim=1) @ w_c + b_c
+    c = torch.tanh(c_bar)
+    h = u * (h_prev - c) + c
+    return r, u, c, h, ru_bar, c_bar
+
+
+def gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c):
+    """GRUBlockCell (reset-before GRU).
+
+    Shapes: x [B, I], h_prev [B, H], w_ru [I+H, 2H] (column blocks r, u), w_c [I+H, H],
+    b_ru [2H], b_c [H].
+    Returns ``(r, u, c, h)``, each [B, H].
+    """
+    return _gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c)[:4]
+
+
+def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, d_h):
+    """GRUBlockCellGrad: ``(d_x [B,I], d_h_prev [B,H], d_c_bar [B,H], d_r_bar_u_bar [B,2H])``.
+
+    d_h [B, H] is the upstream gradient of ``h``. d_c_bar / d_r_bar_u_bar are the gradients w.r.t.
+    the arguments of tanh / sigmoid (total derivatives: d_r_bar_u_bar includes the path through c).
+    """
+    x, h_prev = _leaves(x, h_prev)
+    with torch.enable_grad():
+        _, _, _, h, ru_bar, c_bar = _gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c)
+        return _vjp((h,), (d_h,), (x, h_prev, c_bar, ru_bar))
