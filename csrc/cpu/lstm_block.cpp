@@ -72,12 +72,30 @@ struct FwdStep {
   CellAttrs attrs;
 
   void rows(int64_t b0, int64_t b1) const {
+    // Branch-free inner loops (one instantiation per peephole/clip setting) vectorise.
+    const bool clip = attrs.cell_clip > 0;
+    if (attrs.use_peephole) {
+      clip ? rows_impl<true, true>(b0, b1) : rows_impl<true, false>(b0, b1);
+    } else {
+      clip ? rows_impl<false, true>(b0, b1) : rows_impl<false, false>(b0, b1);
+    }
+  }
+
+  template <bool kPeep, bool kClip>
+  TLG_CPU_MULTIVERSION void rows_impl(int64_t b0, int64_t b1) const {
     const acc_t fb = static_cast<acc_t>(attrs.forget_bias);
     const acc_t clip = static_cast<acc_t>(attrs.cell_clip);
-    const bool peep = attrs.use_peephole;
     const GateLayout L = attrs.layout;
+    const acc_t* __restrict bi = bias + L.i * H;
+    const acc_t* __restrict bc = bias + L.c * H;
+    const acc_t* __restrict bf = bias + L.f * H;
+    const acc_t* __restrict bo = bias + L.o * H;
     for (int64_t b = b0; b < b1; ++b) {
       const acc_t* __restrict g = gates + b * 4 * H;
+      const acc_t* __restrict gi_p = g + L.i * H;
+      const acc_t* __restrict gc_p = g + L.c * H;
+      const acc_t* __restrict gf_p = g + L.f * H;
+      const acc_t* __restrict go_p = g + L.o * H;
       const scalar_t* __restrict csp = cs_prev + b * H;
       scalar_t* __restrict i_o = out[0] + b * H;
       scalar_t* __restrict cs_o = out[1] + b * H;
@@ -88,11 +106,11 @@ struct FwdStep {
       scalar_t* __restrict h_o = out[6] + b * H;
       for (int64_t j = 0; j < H; ++j) {
         const acc_t c_prev = static_cast<acc_t>(csp[j]);
-        acc_t gi = g[L.i * H + j] + bias[L.i * H + j];
-        const acc_t gc = g[L.c * H + j] + bias[L.c * H + j];
-        acc_t gf = (g[L.f * H + j] + bias[L.f * H + j]) + fb;
-        acc_t go = g[L.o * H + j] + bias[L.o * H + j];
-        if (peep) {
+        acc_t gi = gi_p[j] + bi[j];
+        const acc_t gc = gc_p[j] + bc[j];
+        acc_t gf = (gf_p[j] + bf[j]) + fb;
+        acc_t go = go_p[j] + bo[j];
+        if constexpr (kPeep) {
           gi += c_prev * wci[j];
           gf += c_prev * wcf[j];
         }
@@ -100,9 +118,9 @@ struct FwdStep {
         const acc_t ci = cpu::tanh(gc);
         const acc_t f = cpu::sigmoid(gf);
         acc_t cs = i * ci + f * c_prev;
-        if (clip > 0) cs = std::min(std::max(cs, -clip), clip);
+        if constexpr (kClip) cs = std::min(std::max(cs, -clip), clip);
         const acc_t co = cpu::tanh(cs);
-        if (peep) go += cs * wco[j];
+        if constexpr (kPeep) go += cs * wco[j];
         const acc_t o = cpu::sigmoid(go);
         i_o[j] = static_cast<scalar_t>(i);
         cs_o[j] = static_cast<scalar_t>(cs);
@@ -195,30 +213,45 @@ struct BwdStep {
 
   // TF's operation order (tf_semantics.md §2.2, §4.2). The clip is straight-through.
   void rows(int64_t b0, int64_t b1) const {
-    const bool peep = wci != nullptr;
+    wci != nullptr ? rows_impl<true>(b0, b1) : rows_impl<false>(b0, b1);
+  }
+
+  template <bool kPeep>
+  TLG_CPU_MULTIVERSION void rows_impl(int64_t b0, int64_t b1) const {
     const GateLayout L = layout;
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t r = b * H;
-      acc_t* __restrict dg = dgates + 4 * r;
+      const scalar_t* __restrict i_p = act[0] + r;
+      const scalar_t* __restrict f_p = act[2] + r;
+      const scalar_t* __restrict o_p = act[3] + r;
+      const scalar_t* __restrict ci_p = act[4] + r;
+      const scalar_t* __restrict co_p = act[5] + r;
+      const scalar_t* __restrict csp_p = cs_prev + r;
+      const scalar_t* __restrict csg_p = cs_grad + r;
+      const scalar_t* __restrict hg_p = h_grad + r;
+      const acc_t* __restrict dh_p = dh_carry + r;
       acc_t* __restrict dcs_c = dcs_carry + r;
+      acc_t* __restrict dgi = dgates + 4 * r + L.i * H;
+      acc_t* __restrict dgc = dgates + 4 * r + L.c * H;
+      acc_t* __restrict dgf = dgates + 4 * r + L.f * H;
+      acc_t* __restrict dgo = dgates + 4 * r + L.o * H;
       for (int64_t j = 0; j < H; ++j) {
-        const acc_t i = act[0][r + j], f = act[2][r + j], o = act[3][r + j];
-        const acc_t ci = act[4][r + j], co = act[5][r + j];
-        const acc_t c_prev = cs_prev[r + j];
-        const acc_t dh = dh_carry[r + j] + static_cast<acc_t>(h_grad[r + j]);
-        const acc_t dcs_in = dcs_c[j] + static_cast<acc_t>(cs_grad[r + j]);
+        const acc_t i = i_p[j], f = f_p[j], o = o_p[j], ci = ci_p[j], co = co_p[j];
+        const acc_t c_prev = csp_p[j];
+        const acc_t dh = dh_p[j] + static_cast<acc_t>(hg_p[j]);
+        const acc_t dcs_in = dcs_c[j] + static_cast<acc_t>(csg_p[j]);
         const acc_t d_o = o * (1 - o) * dh * co;
         acc_t dcs = (1 - co * co) * dh * o + dcs_in;
-        if (peep) dcs += d_o * wco[j];
+        if constexpr (kPeep) dcs += d_o * wco[j];
         const acc_t d_ci = (1 - ci * ci) * dcs * i;
         const acc_t d_f = f * (1 - f) * dcs * c_prev;
         const acc_t d_i = i * (1 - i) * dcs * ci;
-        dg[L.i * H + j] = d_i;
-        dg[L.c * H + j] = d_ci;
-        dg[L.f * H + j] = d_f;
-        dg[L.o * H + j] = d_o;
+        dgi[j] = d_i;
+        dgc[j] = d_ci;
+        dgf[j] = d_f;
+        dgo[j] = d_o;
         acc_t carry = dcs * f;
-        if (peep) carry = (carry + d_i * wci[j]) + d_f * wcf[j];
+        if constexpr (kPeep) carry = (carry + d_i * wci[j]) + d_f * wcf[j];
         dcs_c[j] = carry;
       }
     }

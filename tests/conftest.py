@@ -1,0 +1,25 @@
+import pytest
+import torch
+
+import torch_lstm_grad
+
+CUDA_OK = torch.cuda.is_available() and torch_lstm_grad.built_with_cuda()
+_CUDA_SKIP = (
+    "no CUDA device visible" if not torch.cuda.is_available() else "extension built without CUDA"
+)
+DEVICES = [
+    "cpu",
+    pytest.param(
+        "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP)]
+    ),
+]
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    torch.manual_seed(0)
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return request.param
