@@ -8,6 +8,8 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include "cudnn_rnn_config.h"
+
 extern "C" {
 // Importing torch_lstm_grad._C loads this .so, which runs the static registrations below.
 // No pybind: the ops are reached through torch.ops.torch_lstm_grad.
@@ -26,6 +28,23 @@ bool built_with_cuda() {
 #else
   return false;
 #endif
+}
+
+std::vector<int64_t> cudnn_rnn_params_layout(c10::string_view rnn_mode,
+                                             c10::string_view input_mode,
+                                             c10::string_view direction, int64_t num_layers,
+                                             int64_t num_units, int64_t input_size,
+                                             int64_t num_proj) {
+  const RNNConfig c =
+      make_rnn_config(std::string(rnn_mode), std::string(input_mode), std::string(direction),
+                      num_layers, num_units, input_size, num_proj, num_units);
+  int64_t total = 0;
+  std::vector<int64_t> out{0};
+  for (const auto& p : params_layout(c, &total)) {
+    out.insert(out.end(), {p.w, p.r, p.proj, p.bw, p.br, p.in});
+  }
+  out[0] = total;
+  return out;
 }
 
 TORCH_LIBRARY(torch_lstm_grad, m) {
@@ -54,6 +73,24 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         ", Tensor h, Tensor cs_grad, Tensor h_grad, bool use_peephole) -> " TLG_BLOCK_GRAD_OUTPUTS);
   m.def("block_lstm_grad_v2(Tensor seq_len_max, " TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
         ", Tensor h, Tensor cs_grad, Tensor h_grad, bool use_peephole) -> " TLG_BLOCK_GRAD_OUTPUTS);
+
+  // CudnnRNN family (V1/V2 are V3 with every length = T and time-major). sequence_lengths
+  // None means every row runs T steps. reserve_space is opaque and device-specific.
+  m.def("cudnn_rnn(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "
+        "Tensor? sequence_lengths, str rnn_mode, str input_mode, str direction, float dropout, "
+        "int seed, int seed2, int num_proj, bool is_training, bool time_major) -> (Tensor output, "
+        "Tensor output_h, Tensor output_c, Tensor reserve_space, Tensor host_reserved)");
+  m.def("cudnn_rnn_backprop(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "
+        "Tensor? sequence_lengths, Tensor output, Tensor output_h, Tensor output_c, "
+        "Tensor output_backprop, Tensor output_h_backprop, Tensor output_c_backprop, "
+        "Tensor reserve_space, Tensor host_reserved, str rnn_mode, str input_mode, str direction, "
+        "float dropout, int seed, int seed2, int num_proj, bool time_major) -> (Tensor "
+        "input_backprop, Tensor input_h_backprop, Tensor input_c_backprop, Tensor params_backprop)");
+  // The params layout, one list of ints, for the Python params ops and fake kernels:
+  // [total, then per pseudo-layer: w, r, proj, bw, br offsets (-1 when absent), in_l].
+  m.def("_cudnn_rnn_params_layout(str rnn_mode, str input_mode, str direction, int num_layers, "
+        "int num_units, int input_size, int num_proj) -> int[]",
+        &cudnn_rnn_params_layout);
 
   // TF's fused GRU (reset applied before the candidate GEMM; not cuDNN's variant).
   m.def("gru_block_cell(Tensor x, Tensor h_prev, Tensor w_ru, Tensor w_c, Tensor b_ru, "

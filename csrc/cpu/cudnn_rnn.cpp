@@ -1,0 +1,543 @@
+// CPU kernels of TF's CudnnRNN family (CudnnRNNV3 / CudnnRNNBackpropV3), with cuDNN's math
+// (tf_semantics.md §6.4–6.8): lstm, gru (linear-before-reset), rnn_tanh, rnn_relu; layers,
+// directions, projection, skip_input, per-row sequence lengths, dropout between layers.
+//
+// Scheduling: batch rows are sorted by length (longest first, stable), so the rows still running
+// at step t are a prefix and each step's recurrent GEMM covers only those rows, as a packed
+// sequence would. The reverse direction runs forward over each row's valid steps reversed
+// (an index_select, the same one undoes it). Finished rows keep their state and emit zeros, so a
+// zero-length row's final state is its initial state and its gradient flows there (SPEC §2).
+//
+// reserve_space (opaque, CPU-specific) holds, per pseudo-layer, the post-activation gates, the
+// cell states, GRU's R_h·h + bR_h or the pre-projection h, and the direction's outputs, plus the
+// dropout masks; all in the compute type (float for half/bf16), reinterpreted as dtype T.
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/OpMathType.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <map>
+#include <mutex>
+
+#include "../cudnn_rnn_config.h"
+#include "activations.h"
+
+namespace torch_lstm_grad {
+namespace {
+
+using Outputs5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Grads4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+int64_t row_grain(int64_t width) { return std::max<int64_t>(1, 2048 / std::max<int64_t>(width, 1)); }
+
+// ---------------------------------------------------------------------------------------------
+// Batch schedule and layouts.
+
+struct Schedule {
+  std::vector<int64_t> active;  // [T]: rows (a prefix in sorted order) with length > t
+  at::Tensor perm;              // [B]: sorted position -> original row
+  at::Tensor inv_perm;          // [B]: original row -> sorted position
+  at::Tensor rev;               // [T*B]: flat (t, b) -> (len_b - 1 - t, b) for t < len_b, else itself
+};
+
+Schedule make_schedule(const std::vector<int64_t>& lengths, int64_t T) {
+  const int64_t B = static_cast<int64_t>(lengths.size());
+  std::vector<int64_t> order(B);
+  for (int64_t b = 0; b < B; ++b) order[b] = b;
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int64_t a, int64_t b) { return lengths[a] > lengths[b]; });
+  Schedule s;
+  s.active.assign(T, 0);
+  std::vector<int64_t> inv(B), rev(T * B);
+  for (int64_t p = 0; p < B; ++p) {
+    const int64_t len = lengths[order[p]];
+    inv[order[p]] = p;
+    for (int64_t t = 0; t < T; ++t) {
+      if (t < len) ++s.active[t];
+      rev[t * B + p] = t < len ? (len - 1 - t) * B + p : t * B + p;
+    }
+  }
+  auto as_tensor = [](const std::vector<int64_t>& v) {
+    return at::tensor(at::ArrayRef<int64_t>(v), at::kLong);
+  };
+  s.perm = as_tensor(order);
+  s.inv_perm = as_tensor(inv);
+  s.rev = as_tensor(rev);
+  return s;
+}
+
+struct LayerWeights {
+  at::Tensor W;   // [G·H, in] (undefined for layer 0 under skip_input)
+  at::Tensor R;   // [G·H, P]
+  at::Tensor Wp;  // [P, H] (undefined without projection)
+  at::Tensor bW;  // [G·H]
+  at::Tensor bR;  // [G·H]
+};
+
+std::vector<LayerWeights> weight_views(const RNNConfig& c, const at::Tensor& params) {
+  int64_t total = 0;
+  std::vector<LayerWeights> out;
+  for (const auto& p : params_layout(c, &total)) {
+    const int64_t GH = c.G * c.H;
+    LayerWeights w;
+    if (p.w >= 0) w.W = params.narrow(0, p.w, GH * p.in).view({GH, p.in});
+    w.R = params.narrow(0, p.r, GH * c.P).view({GH, c.P});
+    if (p.proj >= 0) w.Wp = params.narrow(0, p.proj, c.P * c.H).view({c.P, c.H});
+    w.bW = params.narrow(0, p.bw, GH);
+    w.bR = params.narrow(0, p.br, GH);
+    out.push_back(w);
+  }
+  return out;
+}
+
+// Views of one pseudo-layer's saved activations, all [T, B, ·] in sorted, direction-normalised
+// order; padded positions are zero.
+struct DirState {
+  at::Tensor acts;   // [T, B, G·H] post-activation gates (lstm i,f,g,o; gru r,z,n; rnn h)
+  at::Tensor cells;  // [T, B, H] lstm cell states
+  at::Tensor extra;  // [T, B, H] gru: R_h·h + bR_h; lstm with projection: h before projection
+  at::Tensor hseq;   // [T, B, P] outputs of this direction
+};
+
+struct Reserve {
+  at::Tensor buffer;  // 1-D, compute type
+  std::vector<DirState> dirs;
+  std::vector<at::Tensor> masks;  // per layer: [T, B, D·P] scaled keep-masks (layer 0: undefined)
+};
+
+bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
+
+// Carves the reserve out of `buffer`, or allocates it when `buffer` is undefined.
+Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
+                     const at::TensorOptions& opts) {
+  const int64_t T = c.T, B = c.B;
+  const int64_t per_dir = T * B * (c.G * c.H + (c.lstm() ? c.H : 0) + (has_extra(c) ? c.H : 0) + c.P);
+  const int64_t total = c.L * c.D * per_dir + (with_masks ? (c.L - 1) * T * B * c.D * c.P : 0);
+  if (!buffer.defined()) {
+    buffer = at::empty({total}, opts);
+  } else {
+    TORCH_CHECK_VALUE(buffer.numel() == total, "reserve_space: expected the reserve_space of a "
+                      "CudnnRNNV3 forward run with is_training=True and these attributes and "
+                      "shapes (", total, " elements of its compute type), got ", buffer.numel());
+  }
+  Reserve r{buffer, {}, {}};
+  int64_t off = 0;
+  auto take = [&](int64_t width) {
+    at::Tensor v = buffer.narrow(0, off, T * B * width).view({T, B, width});
+    off += T * B * width;
+    return v;
+  };
+  for (int64_t k = 0; k < c.L * c.D; ++k) {
+    DirState d;
+    d.acts = take(c.G * c.H);
+    if (c.lstm()) d.cells = take(c.H);
+    if (has_extra(c)) d.extra = take(c.H);
+    d.hseq = take(c.P);
+    r.dirs.push_back(d);
+  }
+  r.masks.resize(c.L);
+  if (with_masks) {
+    for (int64_t l = 1; l < c.L; ++l) r.masks[l] = take(c.D * c.P);
+  }
+  return r;
+}
+
+// TF's dropout seed: (seed << 32) | seed2, seed2 widened from int (so a negative seed2
+// sign-extends over the high word). Masks come from torch's CPU generator: a cached generator
+// per seed pair that advances from call to call, as TF's per-kernel cuDNN state does; seed =
+// seed2 = 0 means "unseeded" and draws from torch's default generator.
+at::Generator dropout_generator(int64_t seed, int64_t seed2) {
+  if (seed == 0 && seed2 == 0) return at::detail::getDefaultCPUGenerator();
+  const uint64_t key = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
+  static std::mutex mutex;
+  static std::map<uint64_t, at::Generator> generators;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = generators.find(key);
+  if (it == generators.end()) it = generators.emplace(key, at::detail::createCPUGenerator(key)).first;
+  return it->second;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
+// updated in place to the final state; X is the normalised layer input [T·B, in].
+
+template <typename acc_t>
+void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
+                       const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r) {
+  const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
+  at::Tensor pre = r.acts.view({T * B, GH});
+  if (w.W.defined()) {
+    at::addmm_out(pre, w.bW, X, w.W.t());
+  } else {  // skip_input: identity input matrices
+    pre.view({T * B, G, H}).copy_(X.unsqueeze(1));
+    pre.add_(w.bW);
+  }
+  at::Tensor rec = at::empty({B, GH}, X.options());
+  at::Tensor ht = c.proj() ? at::empty({B, H}, X.options()) : at::Tensor();
+  for (int64_t t = 0; t < T; ++t) {
+    const int64_t n = s.active[t];
+    if (n > 0) {
+      at::Tensor rec_n = rec.narrow(0, 0, n);
+      at::addmm_out(rec_n, w.bR, h.narrow(0, 0, n), w.R.t());
+      acc_t* a = r.acts[t].data_ptr<acc_t>();
+      const acc_t* rc = rec.const_data_ptr<acc_t>();
+      acc_t* hp = h.data_ptr<acc_t>();
+      acc_t* cp = c.lstm() ? cst.data_ptr<acc_t>() : nullptr;
+      acc_t* cells = c.lstm() ? r.cells[t].data_ptr<acc_t>() : nullptr;
+      acc_t* extra = has_extra(c) ? r.extra[t].data_ptr<acc_t>() : nullptr;
+      acc_t* hs = r.hseq[t].data_ptr<acc_t>();
+      at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
+        for (int64_t b = b0; b < b1; ++b) {
+          acc_t* ab = a + b * GH;
+          const acc_t* rb = rc + b * GH;
+          if (c.mode == RNNMode::kLSTM) {
+            // cuDNN gate order i, f, g (cell input), o.
+            acc_t* hout = c.proj() ? extra + b * H : hs + b * P;
+            for (int64_t j = 0; j < H; ++j) {
+              const acc_t i = cpu::sigmoid(ab[j] + rb[j]);
+              const acc_t f = cpu::sigmoid(ab[H + j] + rb[H + j]);
+              const acc_t g = cpu::tanh(ab[2 * H + j] + rb[2 * H + j]);
+              const acc_t o = cpu::sigmoid(ab[3 * H + j] + rb[3 * H + j]);
+              const acc_t cn = f * cp[b * H + j] + i * g;
+              ab[j] = i;
+              ab[H + j] = f;
+              ab[2 * H + j] = g;
+              ab[3 * H + j] = o;
+              cells[b * H + j] = cn;
+              cp[b * H + j] = cn;
+              hout[j] = o * cpu::tanh(cn);
+            }
+            if (!c.proj()) {
+              for (int64_t j = 0; j < H; ++j) hp[b * P + j] = hout[j];
+            }
+          } else if (c.mode == RNNMode::kGRU) {
+            // r, z, n; the reset gate scales R_h·h + bR_h (linear before reset).
+            for (int64_t j = 0; j < H; ++j) {
+              const acc_t rg = cpu::sigmoid(ab[j] + rb[j]);
+              const acc_t z = cpu::sigmoid(ab[H + j] + rb[H + j]);
+              const acc_t nn = cpu::tanh(ab[2 * H + j] + rg * rb[2 * H + j]);
+              const acc_t hn = (1 - z) * nn + z * hp[b * H + j];
+              ab[j] = rg;
+              ab[H + j] = z;
+              ab[2 * H + j] = nn;
+              extra[b * H + j] = rb[2 * H + j];
+              hs[b * H + j] = hn;
+              hp[b * H + j] = hn;
+            }
+          } else {
+            const bool relu = c.mode == RNNMode::kRelu;
+            for (int64_t j = 0; j < H; ++j) {
+              const acc_t z = ab[j] + rb[j];
+              const acc_t v = relu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
+              ab[j] = v;
+              hs[b * H + j] = v;
+              hp[b * H + j] = v;
+            }
+          }
+        }
+      });
+      if (c.proj()) {
+        at::Tensor hs_n = r.hseq[t].narrow(0, 0, n);
+        at::mm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t());
+        h.narrow(0, 0, n).copy_(hs_n);
+      }
+    }
+    // Finished rows: no gates, zero outputs (cuDNN's paddingFill = 0).
+    for (const at::Tensor* v : {&r.acts, &r.cells, &r.extra, &r.hseq}) {
+      if (v->defined()) (*v)[t].narrow(0, n, B - n).zero_();
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// One direction of one layer, backward. dY [T, B, P]: gradient reaching this direction's outputs;
+// dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Writes the
+// layer-input gradient dX [T·B, in] and this pseudo-layer's regions of dparams.
+
+template <typename acc_t>
+void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
+                        const LayerWeights& w, const at::Tensor& h0, const at::Tensor& c0,
+                        const DirState& r, const at::Tensor& dY, at::Tensor& dh, at::Tensor& dc,
+                        at::Tensor& dX, LayerWeights& g) {
+  const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
+  if (T == 0) return;  // nothing ran: dX is empty, the parameter grads stay zero
+  const auto opts = X.options();
+  at::Tensor d_pre = at::zeros({T, B, GH}, opts);
+  at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::zeros({T, B, GH}, opts) : d_pre;
+  at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
+  at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
+  for (int64_t t = T - 1; t >= 0; --t) {
+    const int64_t n = s.active[t];
+    if (n == 0) continue;
+    dh.narrow(0, 0, n).add_(dY[t].narrow(0, 0, n));
+    if (c.proj()) {
+      dhs[t].narrow(0, 0, n).copy_(dh.narrow(0, 0, n));
+      at::Tensor dht_n = dht.narrow(0, 0, n);
+      at::mm_out(dht_n, dh.narrow(0, 0, n), w.Wp);
+    }
+    const acc_t* a = r.acts[t].const_data_ptr<acc_t>();
+    const acc_t* cells = c.lstm() ? r.cells[t].const_data_ptr<acc_t>() : nullptr;
+    const acc_t* c_before = !c.lstm() ? nullptr
+                            : t == 0  ? c0.const_data_ptr<acc_t>()
+                                      : r.cells[t - 1].const_data_ptr<acc_t>();
+    const acc_t* h_before = c.mode != RNNMode::kGRU ? nullptr
+                            : t == 0                ? h0.const_data_ptr<acc_t>()
+                                                    : r.hseq[t - 1].const_data_ptr<acc_t>();
+    const acc_t* extra = c.mode == RNNMode::kGRU ? r.extra[t].const_data_ptr<acc_t>() : nullptr;
+    const acc_t* dsrc = c.proj() ? dht.const_data_ptr<acc_t>() : dh.const_data_ptr<acc_t>();
+    acc_t* dhp = dh.data_ptr<acc_t>();
+    acc_t* dcp = c.lstm() ? dc.data_ptr<acc_t>() : nullptr;
+    acc_t* dp = d_pre[t].data_ptr<acc_t>();
+    acc_t* dr = d_rec[t].data_ptr<acc_t>();
+    at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const acc_t* ab = a + b * GH;
+        acc_t* dpb = dp + b * GH;
+        if (c.mode == RNNMode::kLSTM) {
+          for (int64_t j = 0; j < H; ++j) {
+            const acc_t i = ab[j], f = ab[H + j], gg = ab[2 * H + j], o = ab[3 * H + j];
+            const acc_t co = cpu::tanh(cells[b * H + j]);
+            const acc_t dho = dsrc[b * H + j];
+            const acc_t dcc = dcp[b * H + j] + dho * o * (1 - co * co);
+            dpb[j] = dcc * gg * i * (1 - i);
+            dpb[H + j] = dcc * c_before[b * H + j] * f * (1 - f);
+            dpb[2 * H + j] = dcc * i * (1 - gg * gg);
+            dpb[3 * H + j] = dho * co * o * (1 - o);
+            dcp[b * H + j] = dcc * f;
+          }
+        } else if (c.mode == RNNMode::kGRU) {
+          acc_t* drb = dr + b * GH;
+          for (int64_t j = 0; j < H; ++j) {
+            const acc_t rg = ab[j], z = ab[H + j], nn = ab[2 * H + j];
+            const acc_t dhv = dhp[b * H + j];
+            const acc_t da_n = dhv * (1 - z) * (1 - nn * nn);
+            const acc_t dpr = da_n * extra[b * H + j] * rg * (1 - rg);
+            const acc_t dpz = dhv * (h_before[b * H + j] - nn) * z * (1 - z);
+            dpb[j] = dpr;
+            dpb[H + j] = dpz;
+            dpb[2 * H + j] = da_n;
+            drb[j] = dpr;
+            drb[H + j] = dpz;
+            drb[2 * H + j] = da_n * rg;
+            dhp[b * H + j] = dhv * z;  // the direct path; the GEMM below adds R's
+          }
+        } else {
+          const bool relu = c.mode == RNNMode::kRelu;
+          for (int64_t j = 0; j < H; ++j) {
+            const acc_t v = ab[j], dhv = dhp[b * H + j];
+            dpb[j] = relu ? (v > 0 ? dhv : acc_t(0)) : dhv * (1 - v * v);
+          }
+        }
+      }
+    });
+    at::Tensor dh_n = dh.narrow(0, 0, n);
+    if (c.mode == RNNMode::kGRU) {
+      dh_n.addmm_(d_rec[t].narrow(0, 0, n), w.R);
+    } else {
+      at::mm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R);
+    }
+  }
+  const at::Tensor dp2 = d_pre.view({T * B, GH});
+  const at::Tensor dr2 = d_rec.view({T * B, GH});
+  if (w.W.defined()) {
+    at::mm_out(dX, dp2, w.W);
+    at::mm_out(g.W, dp2.t(), X);
+  } else {
+    at::sum_out(dX, dp2.view({T * B, G, H}), 1);
+  }
+  at::sum_out(g.bW, dp2, 0);
+  const at::Tensor h_before_all =
+      at::cat({h0.unsqueeze(0), r.hseq.narrow(0, 0, T - 1)}).view({T * B, P});
+  at::mm_out(g.R, dr2.t(), h_before_all);
+  at::sum_out(g.bR, dr2, 0);
+  if (c.proj()) at::mm_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Layouts at the op boundary: sorted, time-major, compute type inside.
+
+// [T, B, F] (or [B, T, F]) -> sorted time-major [T, B, F] in the compute type.
+at::Tensor to_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedule& s,
+                           at::ScalarType acc) {
+  const at::Tensor tm = c.time_major ? x : x.transpose(0, 1);
+  return tm.to(acc).index_select(1, s.perm).contiguous();
+}
+
+at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedule& s,
+                             at::ScalarType dtype) {
+  const at::Tensor y = x.index_select(1, s.inv_perm);
+  return (c.time_major ? y : y.transpose(0, 1)).to(dtype).contiguous();
+}
+
+// States: [L·D, B, n] time-major; batch-major TF reinterprets [B, L·D, n] memory as
+// [L·D, B, n] without a transpose (tf_semantics.md §6.3), and so do we.
+at::Tensor to_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
+                             at::ScalarType acc) {
+  const at::Tensor tm = c.time_major ? h : h.contiguous().view({c.L * c.D, c.B, h.size(2)});
+  return tm.to(acc).index_select(1, s.perm).contiguous();
+}
+
+at::Tensor from_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
+                               at::ScalarType dtype) {
+  const at::Tensor y = h.index_select(1, s.inv_perm).to(dtype).contiguous();
+  return c.time_major ? y : y.view({c.B, c.L * c.D, h.size(2)});
+}
+
+// Layer l's output [T·B, D·P]: both directions, in original time order.
+at::Tensor layer_output(const RNNConfig& c, const Schedule& s, const Reserve& r, int64_t l) {
+  std::vector<at::Tensor> parts;
+  for (int64_t d = 0; d < c.D; ++d) {
+    const at::Tensor hs = r.dirs[l * c.D + d].hseq.view({c.T * c.B, c.P});
+    parts.push_back(d == 0 ? hs : hs.index_select(0, s.rev));
+  }
+  return at::cat(parts, 1);
+}
+
+// The input of layer l >= 1: layer l-1's output, dropped out (between layers only).
+at::Tensor layer_input(const RNNConfig& c, const Schedule& s, const Reserve& r, int64_t l) {
+  at::Tensor x = layer_output(c, s, r, l - 1);
+  if (r.masks[l].defined()) x.mul_(r.masks[l].view({c.T * c.B, c.D * c.P}));
+  return x;
+}
+
+template <typename acc_t>
+Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
+                     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+                     const at::Tensor& params, double dropout, int64_t seed, int64_t seed2,
+                     bool is_training) {
+  const auto dtype = input.scalar_type();
+  const auto acc = c10::CppTypeToScalarType<acc_t>::value;
+  const Schedule s = make_schedule(lengths, c.T);
+  const auto weights = weight_views(c, params.to(acc));
+  const bool with_masks = is_training && dropout > 0 && c.L > 1;
+  Reserve r = make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc));
+  at::Tensor h_all = to_internal_state(input_h, c, s, acc);
+  at::Tensor c_all = c.lstm() ? to_internal_state(input_c, c, s, acc) : at::Tensor();
+  at::Tensor x = to_internal_seq(input, c, s, acc).view({c.T * c.B, c.I});
+  for (int64_t l = 0; l < c.L; ++l) {
+    if (l > 0) {
+      if (with_masks) {
+        at::Tensor m = r.masks[l];
+        m.bernoulli_(1 - dropout, dropout_generator(seed, seed2)).div_(1 - dropout);
+      }
+      x = layer_input(c, s, r, l);
+    }
+    for (int64_t d = 0; d < c.D; ++d) {
+      const int64_t k = l * c.D + d;
+      const at::Tensor xd = d == 0 ? x : x.index_select(0, s.rev);
+      at::Tensor h = h_all[k], cst = c.lstm() ? c_all[k] : at::Tensor();
+      forward_direction<acc_t>(c, s, xd, weights[k], h, cst, r.dirs[k]);
+    }
+  }
+  at::Tensor out = layer_output(c, s, r, c.L - 1).view({c.T, c.B, c.D * c.P});
+  at::Tensor reserve = is_training ? r.buffer.view(dtype) : at::zeros({}, input.options());
+  return {from_internal_seq(out, c, s, dtype), from_internal_state(h_all, c, s, dtype),
+          c.lstm() ? from_internal_state(c_all, c, s, dtype) : at::zeros({}, input.options()),
+          reserve, at::zeros({}, input.options().dtype(at::kChar))};
+}
+
+template <typename acc_t>
+Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
+                    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+                    const at::Tensor& params, const at::Tensor& output_backprop,
+                    const at::Tensor& output_h_backprop, const at::Tensor& output_c_backprop,
+                    const at::Tensor& reserve_space, double dropout) {
+  const auto dtype = input.scalar_type();
+  const auto acc = c10::CppTypeToScalarType<acc_t>::value;
+  TORCH_CHECK_VALUE(reserve_space.dim() == 1 && reserve_space.is_contiguous() &&
+                        (reserve_space.numel() * reserve_space.element_size()) % sizeof(acc_t) == 0,
+                    "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
+                    "is_training=True, got shape ", shape_str(reserve_space.sizes()));
+  const Schedule s = make_schedule(lengths, c.T);
+  const at::Tensor params_acc = params.to(acc);
+  const auto weights = weight_views(c, params_acc);
+  at::Tensor dparams = at::zeros_like(params_acc);
+  auto grads = weight_views(c, dparams);
+  const bool with_masks = dropout > 0 && c.L > 1;
+  const Reserve r = make_reserve(c, with_masks, reserve_space.view(acc), params_acc.options());
+  const at::Tensor h_all = to_internal_state(input_h, c, s, acc);
+  const at::Tensor c_all = c.lstm() ? to_internal_state(input_c, c, s, acc) : at::Tensor();
+  at::Tensor dh_all = to_internal_state(output_h_backprop, c, s, acc);
+  at::Tensor dc_all = c.lstm() ? to_internal_state(output_c_backprop, c, s, acc) : at::Tensor();
+  at::Tensor d_out = to_internal_seq(output_backprop, c, s, acc).view({c.T * c.B, c.D * c.P});
+  const at::Tensor x0 = to_internal_seq(input, c, s, acc).view({c.T * c.B, c.I});
+  for (int64_t l = c.L - 1; l >= 0; --l) {
+    const at::Tensor x = l == 0 ? x0 : layer_input(c, s, r, l);
+    const int64_t in = c.layer_input(l);
+    at::Tensor dx = at::zeros({c.T * c.B, in}, x.options());
+    for (int64_t d = 0; d < c.D; ++d) {
+      const int64_t k = l * c.D + d;
+      const bool rev = d == 1;
+      const at::Tensor xd = rev ? x.index_select(0, s.rev) : x;
+      at::Tensor dy = d_out.narrow(1, d * c.P, c.P);
+      dy = (rev ? dy.index_select(0, s.rev) : dy.contiguous()).view({c.T, c.B, c.P});
+      at::Tensor dh = dh_all[k], dc = c.lstm() ? dc_all[k] : at::Tensor();
+      at::Tensor dxd = at::empty({c.T * c.B, in}, x.options());
+      backward_direction<acc_t>(c, s, xd, weights[k], h_all[k], c.lstm() ? c_all[k] : at::Tensor(),
+                                r.dirs[k], dy, dh, dc, dxd, grads[k]);
+      dx.add_(rev ? dxd.index_select(0, s.rev) : dxd);
+    }
+    if (l > 0 && r.masks[l].defined()) dx.mul_(r.masks[l].view({c.T * c.B, c.D * c.P}));
+    d_out = dx;
+  }
+  return {from_internal_seq(d_out.view({c.T, c.B, c.I}), c, s, dtype),
+          from_internal_state(dh_all, c, s, dtype),
+          c.lstm() ? from_internal_state(dc_all, c, s, dtype) : at::zeros({}, input.options()),
+          dparams.to(dtype)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op entry points.
+
+Outputs5 cudnn_rnn_cpu(const at::Tensor& input, const at::Tensor& input_h,
+                       const at::Tensor& input_c, const at::Tensor& params,
+                       const std::optional<at::Tensor>& sequence_lengths,
+                       c10::string_view rnn_mode, c10::string_view input_mode,
+                       c10::string_view direction, double dropout, int64_t seed, int64_t seed2,
+                       int64_t num_proj, bool is_training, bool time_major) {
+  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
+                                             std::string(input_mode), std::string(direction),
+                                             num_proj, time_major);
+  check_dropout(dropout);
+  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
+                                         "cudnn_rnn_cpu", [&] {
+    return rnn_forward<at::opmath_type<scalar_t>>(c, lengths, input, input_h, input_c, params,
+                                                  dropout, seed, seed2, is_training);
+  });
+}
+
+Grads4 cudnn_rnn_backprop_cpu(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
+    const at::Tensor& output_backprop, const at::Tensor& output_h_backprop,
+    const at::Tensor& output_c_backprop, const at::Tensor& reserve_space,
+    const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
+    bool time_major) {
+  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
+                                             std::string(input_mode), std::string(direction),
+                                             num_proj, time_major);
+  check_dropout(dropout);
+  check_cudnn_rnn_outputs(c, input, input_h, input_c, output, output_h, output_c, output_backprop,
+                          output_h_backprop, output_c_backprop);
+  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  (void)seed, (void)seed2, (void)host_reserved;  // the masks are in reserve_space
+  return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
+                                         "cudnn_rnn_backprop_cpu", [&] {
+    return rnn_backward<at::opmath_type<scalar_t>>(c, lengths, input, input_h, input_c, params,
+                                                   output_backprop, output_h_backprop,
+                                                   output_c_backprop, reserve_space, dropout);
+  });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_lstm_grad, CPU, m) {
+  m.impl("cudnn_rnn", &cudnn_rnn_cpu);
+  m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cpu);
+}
+
+}  // namespace torch_lstm_grad

@@ -1,0 +1,242 @@
+// The CudnnRNN family's model description, validation and params layout, shared by the CPU
+// kernels and the CUDA (cuDNN) ones. Mirrored for the fake kernels in torch_lstm_grad/_cudnn.py.
+//
+// TF derives the model from the tensors (tf_semantics.md §6.3): num_layers from input_h, the
+// unit count from input_h.shape[2] (the projection size when num_proj > 0), the cell size from
+// input_c (LSTM). TF checks neither params' length nor sequence_lengths' count or values; here
+// every one of them is checked before any memory is read.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <vector>
+
+#include "checks.h"
+
+namespace torch_lstm_grad {
+
+enum class RNNMode { kRelu, kTanh, kLSTM, kGRU };
+
+struct RNNConfig {
+  RNNMode mode;
+  int64_t G;  // gates: 4 lstm, 3 gru, 1 rnn_*
+  bool skip_input;
+  int64_t D;  // directions
+  int64_t L;  // layers
+  int64_t T, B, I;
+  int64_t H;  // cell units (input_c.shape[2] for LSTM, else input_h.shape[2])
+  int64_t P;  // recurrent/output units: num_proj when projecting, else H
+  bool time_major;
+
+  bool lstm() const { return mode == RNNMode::kLSTM; }
+  bool proj() const { return P != H; }
+  int64_t layer_input(int64_t l) const { return l == 0 ? I : D * P; }
+};
+
+inline RNNMode parse_rnn_mode(const std::string& s) {
+  if (s == "lstm") return RNNMode::kLSTM;
+  if (s == "gru") return RNNMode::kGRU;
+  if (s == "rnn_tanh") return RNNMode::kTanh;
+  if (s == "rnn_relu") return RNNMode::kRelu;
+  TORCH_CHECK_VALUE(false, "rnn_mode: expected one of 'lstm', 'gru', 'rnn_tanh', 'rnn_relu', got '",
+                    s, "'");
+}
+
+inline int64_t parse_direction(const std::string& s) {
+  TORCH_CHECK_VALUE(s == "unidirectional" || s == "bidirectional",
+                    "direction: expected 'unidirectional' or 'bidirectional', got '", s, "'");
+  return s == "bidirectional" ? 2 : 1;
+}
+
+// skip_input feeds x itself to every gate of layer 0, so x must have the gate width H;
+// auto_select picks it when input_size equals TF's num_units (input_h.shape[2]).
+inline bool parse_input_mode(const std::string& s, int64_t input_size, int64_t num_units,
+                             int64_t cell_units) {
+  TORCH_CHECK_VALUE(s == "linear_input" || s == "skip_input" || s == "auto_select",
+                    "input_mode: expected 'linear_input', 'skip_input' or 'auto_select', got '", s,
+                    "'");
+  const bool skip = s == "skip_input" || (s == "auto_select" && input_size == num_units);
+  TORCH_CHECK_VALUE(!skip || input_size == cell_units, "input_mode: '", s,
+                    "' uses x itself as layer 0's gate input, which needs input_size == num_units"
+                    " = ", cell_units, ", got input_size = ", input_size);
+  return skip;
+}
+
+// The model attributes alone (what CudnnRNNParamsSize and the canonical ops see). auto_select
+// compares input_size with `auto_select_units`: TF uses input_h.shape[2] (the projection size
+// when projecting) in the forward/backward ops and the num_units argument in the params ops.
+inline RNNConfig make_rnn_config(const std::string& rnn_mode, const std::string& input_mode,
+                                 const std::string& direction, int64_t num_layers,
+                                 int64_t num_units, int64_t input_size, int64_t num_proj,
+                                 int64_t auto_select_units) {
+  RNNConfig c{};
+  c.mode = parse_rnn_mode(rnn_mode);
+  c.G = c.mode == RNNMode::kLSTM ? 4 : c.mode == RNNMode::kGRU ? 3 : 1;
+  c.D = parse_direction(direction);
+  TORCH_CHECK_VALUE(num_proj >= 0, "num_proj: expected a value >= 0, got ", num_proj);
+  TORCH_CHECK_VALUE(num_proj == 0 || c.lstm(), "num_proj: projection is only defined for "
+                    "rnn_mode='lstm', got num_proj = ", num_proj, " with rnn_mode='", rnn_mode, "'");
+  TORCH_CHECK_VALUE(num_layers >= 1, "num_layers: expected a value >= 1, got ", num_layers);
+  TORCH_CHECK_VALUE(num_units >= 1, "num_units: expected a value >= 1, got ", num_units);
+  TORCH_CHECK_VALUE(input_size >= 0, "input_size: expected a value >= 0, got ", input_size);
+  TORCH_CHECK_VALUE(num_proj == 0 || num_proj <= num_units, "num_proj: expected a value <= "
+                    "num_units = ", num_units, ", got ", num_proj);
+  c.L = num_layers;
+  c.I = input_size;
+  c.H = num_units;
+  c.P = num_proj > 0 ? num_proj : num_units;
+  c.skip_input = parse_input_mode(input_mode, input_size, auto_select_units, c.H);
+  return c;
+}
+
+// Where each canonical tensor of one pseudo-layer (k = layer·D + direction) lives in `params`.
+// Layout: per pseudo-layer, the input matrices W_0..W_{G-1} [H, in_l] (absent for layer 0
+// under skip_input), the recurrent matrices R_0..R_{G-1} [H, P], the projection W_proj [P, H]
+// (num_proj > 0), then the biases bW_0..bW_{G-1}, bR_0..bR_{G-1} [H]. Each group of G is
+// contiguous, so W_all = [G·H, in_l] and R_all = [G·H, P] are plain views.
+struct PseudoLayerParams {
+  int64_t w, r, proj, bw, br;  // element offsets; w/proj are -1 when absent
+  int64_t in;                  // in_l
+};
+
+inline std::vector<PseudoLayerParams> params_layout(const RNNConfig& c, int64_t* total) {
+  std::vector<PseudoLayerParams> out;
+  int64_t off = 0;
+  for (int64_t l = 0; l < c.L; ++l) {
+    for (int64_t d = 0; d < c.D; ++d) {
+      PseudoLayerParams p{};
+      p.in = c.layer_input(l);
+      const bool has_w = !(c.skip_input && l == 0);
+      p.w = has_w ? off : -1;
+      off += has_w ? c.G * c.H * p.in : 0;
+      p.r = off;
+      off += c.G * c.H * c.P;
+      p.proj = c.proj() ? off : -1;
+      off += c.proj() ? c.P * c.H : 0;
+      p.bw = off;
+      off += c.G * c.H;
+      p.br = off;
+      off += c.G * c.H;
+      out.push_back(p);
+    }
+  }
+  *total = off;
+  return out;
+}
+
+inline int64_t params_size(const RNNConfig& c) {
+  int64_t total = 0;
+  params_layout(c, &total);
+  return total;
+}
+
+// The forward/backward ops' tensors. Fills T, B, I, L, H, P from them and checks every shape.
+inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tensor& input_h,
+                                        const at::Tensor& input_c, const at::Tensor& params,
+                                        const std::string& rnn_mode,
+                                        const std::string& input_mode,
+                                        const std::string& direction, int64_t num_proj,
+                                        bool time_major) {
+  check_float_input(input, "input");
+  const char* seq_layout = time_major ? "[T, B, input_size]" : "[B, T, input_size]";
+  TORCH_CHECK_VALUE(input.dim() == 3, "input: expected a 3-D tensor ", seq_layout,
+                    ", got shape ", shape_str(input.sizes()));
+  const int64_t T = input.size(time_major ? 0 : 1), B = input.size(time_major ? 1 : 0);
+  const int64_t I = input.size(2);
+  const RNNMode mode = parse_rnn_mode(rnn_mode);
+  const int64_t D = parse_direction(direction);
+  check_like(input_h, "input_h", input);
+  TORCH_CHECK_VALUE(input_h.dim() == 3 && input_h.size(2) >= 1, "input_h: expected a 3-D tensor ",
+                    time_major ? "[num_layers * D, B, num_units]" : "[B, num_layers * D, num_units]",
+                    ", got shape ", shape_str(input_h.sizes()));
+  const int64_t L = input_h.size(time_major ? 0 : 1) / D;
+  const int64_t n = input_h.size(2);
+  TORCH_CHECK_VALUE(L >= 1, "input_h: expected at least ", D, " state slots (num_layers * D with "
+                    "D = ", D, "), got shape ", shape_str(input_h.sizes()));
+  const std::vector<int64_t> h_shape =
+      time_major ? std::vector<int64_t>{L * D, B, n} : std::vector<int64_t>{B, L * D, n};
+  check_shape(input_h, "input_h", h_shape,
+              time_major ? "[num_layers * D, B, num_units]" : "[B, num_layers * D, num_units]");
+  int64_t H = n;
+  if (mode == RNNMode::kLSTM) {
+    check_like(input_c, "input_c", input);
+    TORCH_CHECK_VALUE(input_c.dim() == 3, "input_c: expected a 3-D tensor shaped like input_h, got "
+                      "shape ", shape_str(input_c.sizes()));
+    H = input_c.size(2);
+    if (num_proj > 0) {
+      TORCH_CHECK_VALUE(n == num_proj, "input_h: with num_proj = ", num_proj,
+                        " the state size (dim 2) must equal num_proj, got shape ",
+                        shape_str(input_h.sizes()));
+    }
+    std::vector<int64_t> c_shape = h_shape;
+    c_shape[2] = num_proj > 0 ? H : n;
+    check_shape(input_c, "input_c", c_shape,
+                num_proj > 0 ? "input_h's shape with dim 2 = cell units"
+                             : "input_h's shape (no projection)");
+  }
+  RNNConfig c = make_rnn_config(rnn_mode, input_mode, direction, L, H, I, num_proj, n);
+  c.T = T;
+  c.B = B;
+  c.time_major = time_major;
+  check_like(params, "params", input);
+  const int64_t expected = params_size(c);
+  TORCH_CHECK_VALUE(params.dim() == 1 && params.numel() == expected,
+                    "params: expected a 1-D tensor of CudnnRNNParamsSize = ", expected,
+                    " elements for this model, got shape ", shape_str(params.sizes()));
+  return c;
+}
+
+inline void check_dropout(double dropout) {
+  TORCH_CHECK_VALUE(dropout >= 0 && dropout < 1, "dropout: expected a probability in [0, 1), got ",
+                    dropout);
+}
+
+// The Backprop op's copies of the forward outputs and their gradients (tf_semantics.md §6.10).
+inline void check_cudnn_rnn_outputs(const RNNConfig& c, const at::Tensor& input,
+                                    const at::Tensor& input_h, const at::Tensor& input_c,
+                                    const at::Tensor& output, const at::Tensor& output_h,
+                                    const at::Tensor& output_c, const at::Tensor& output_backprop,
+                                    const at::Tensor& output_h_backprop,
+                                    const at::Tensor& output_c_backprop) {
+  const std::vector<int64_t> out_shape = c.time_major ? std::vector<int64_t>{c.T, c.B, c.D * c.P}
+                                                      : std::vector<int64_t>{c.B, c.T, c.D * c.P};
+  const char* out_layout = c.time_major ? "[T, B, D * num_units]" : "[B, T, D * num_units]";
+  for (auto [t, name] : {std::pair{&output, "output"}, {&output_backprop, "output_backprop"}}) {
+    check_like(*t, name, input);
+    check_shape(*t, name, out_shape, out_layout);
+  }
+  for (auto [t, name] : {std::pair{&output_h, "output_h"}, {&output_h_backprop, "output_h_backprop"}}) {
+    check_like(*t, name, input);
+    check_shape(*t, name, input_h.sizes().vec(), "input_h's shape");
+  }
+  if (c.lstm()) {
+    for (auto [t, name] :
+         {std::pair{&output_c, "output_c"}, {&output_c_backprop, "output_c_backprop"}}) {
+      check_like(*t, name, input);
+      check_shape(*t, name, input_c.sizes().vec(), "input_c's shape");
+    }
+  }
+}
+
+// sequence_lengths: B integers in [0, T]; undefined means every row runs T steps (V1/V2).
+inline std::vector<int64_t> check_sequence_lengths(const std::optional<at::Tensor>& lengths,
+                                                   const RNNConfig& c) {
+  if (!lengths.has_value()) return std::vector<int64_t>(c.B, c.T);
+  const at::Tensor& s = *lengths;
+  TORCH_CHECK_TYPE(!at::isFloatingType(s.scalar_type()) && !at::isComplexType(s.scalar_type()) &&
+                       s.scalar_type() != at::kBool,
+                   "sequence_lengths: expected an integer dtype (TF uses int32), got ",
+                   s.scalar_type());
+  check_shape(s, "sequence_lengths", {c.B}, "[B]");
+  const at::Tensor host = s.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* p = host.const_data_ptr<int64_t>();
+  std::vector<int64_t> out(p, p + c.B);
+  for (int64_t b = 0; b < c.B; ++b) {
+    TORCH_CHECK_VALUE(0 <= out[b] && out[b] <= c.T, "sequence_lengths: expected values in [0, T] = "
+                      "[0, ", c.T, "], got ", out[b], " at index ", b);
+  }
+  return out;
+}
+
+}  // namespace torch_lstm_grad
