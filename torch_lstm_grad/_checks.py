@@ -11,16 +11,24 @@ from __future__ import annotations
 import torch
 
 _FLOATS = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
+# c10's ScalarType names, as the C++ messages print them.
 _DTYPE_NAMES = {
     torch.float16: "Half",
     torch.bfloat16: "BFloat16",
     torch.float32: "Float",
     torch.float64: "Double",
+    torch.uint8: "Byte",
+    torch.int8: "Char",
+    torch.int16: "Short",
+    torch.int32: "Int",
+    torch.int64: "Long",
+    torch.bool: "Bool",
+    torch.complex64: "ComplexFloat",
+    torch.complex128: "ComplexDouble",
 }
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
-    # c10 prints ScalarType names; mirror them so both paths give one message.
     return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 

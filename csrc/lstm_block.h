@@ -1,0 +1,473 @@
+// TF's fused LSTM ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2)), device-neutral:
+// the cell math, written once for the CPU and CUDA kernels, and the host-side drivers, which
+// use ATen for every GEMM and reduction and call a Backend for the one fused pointwise pass
+// per step (csrc/cpu/lstm_block.cpp: vectorised loops; csrc/cuda/lstm_block.cu: kernels).
+//
+// Forward, per SPEC §4: one GEMM for the input projection of every step, then per step one
+// small recurrent GEMM (accumulated in place onto that step's projection) and one pointwise
+// pass. Backward: one pointwise pass plus one [B,4H]x[4H,H] GEMM per step in reverse time; dx,
+// dW, db and the peephole grads are whole-sequence GEMMs and reductions after the loop (so no
+// atomics anywhere). Nothing is allocated inside the time loops.
+//
+// float16/bfloat16 are stored as such but computed in float32 (at::opmath_type): GEMMs run on
+// float copies of the weights, the carried h/cs are the rounded stored values, as in TF.
+// The single-step cell ops are the sequence ops with T = 1.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/OpMathType.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <array>
+
+#include "checks.h"
+
+#if defined(__CUDACC__)
+#define TLG_HD __host__ __device__ __forceinline__
+#else
+#define TLG_HD inline __attribute__((always_inline))
+#endif
+
+namespace torch_lstm_grad {
+namespace lstm_block {
+
+// Column-block index (in units of H) of each gate in w, b and the gate gradients.
+struct GateLayout {
+  int64_t i, c, f, o;
+};
+constexpr GateLayout kICFO{0, 1, 2, 3};  // BlockLSTM, LSTMBlockCell (TF's docstring is wrong)
+constexpr GateLayout kIFCO{0, 2, 1, 3};  // BlockLSTMV2 (Keras order)
+
+struct CellAttrs {
+  double forget_bias;
+  double cell_clip;  // applied when > 0
+  bool use_peephole;
+  GateLayout layout;
+};
+
+using Outputs7 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                            at::Tensor, at::Tensor>;
+using Grads8 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                          at::Tensor, at::Tensor, at::Tensor>;
+
+// ---------------------------------------------------------------------------------------------
+// The cell, one element, in TF's operation order (tf_semantics.md §1.2, §2.2, §9.1). `Act`
+// supplies sigmoid and tanh for the device. Inputs to the forward already include the bias.
+
+template <typename acc_t>
+struct CellForward {
+  acc_t i, cs, f, o, ci, co, h;
+};
+
+template <class Act, bool kPeep, bool kClip, typename acc_t>
+TLG_HD CellForward<acc_t> lstm_cell_forward(acc_t gi, acc_t gc, acc_t gf, acc_t go, acc_t c_prev,
+                                            acc_t wci, acc_t wcf, acc_t wco, acc_t forget_bias,
+                                            acc_t clip) {
+  gf = gf + forget_bias;  // forget_bias after the matrix bias, the peephole after that
+  if constexpr (kPeep) {
+    gi += c_prev * wci;
+    gf += c_prev * wcf;
+  }
+  CellForward<acc_t> r;
+  r.i = Act::sigmoid(gi);
+  r.ci = Act::tanh(gc);
+  r.f = Act::sigmoid(gf);
+  r.cs = r.i * r.ci + r.f * c_prev;
+  if constexpr (kClip) r.cs = r.cs < -clip ? -clip : (r.cs > clip ? clip : r.cs);
+  r.co = Act::tanh(r.cs);  // the clipped state feeds co and the output peephole
+  if constexpr (kPeep) go += r.cs * wco;
+  r.o = Act::sigmoid(go);
+  r.h = r.o * r.co;
+  return r;
+}
+
+template <typename acc_t>
+struct CellBackward {
+  acc_t di, dci, df, d_o;  // pre-activation gate gradients
+  acc_t dcs_prev;          // gradient reaching the previous cell state
+};
+
+// dh, dcs_in: the gradients reaching this step's h and cs (carry + incoming). The clip is
+// straight-through: TF's grad ops never mask where the forward clipped.
+template <bool kPeep, typename acc_t>
+TLG_HD CellBackward<acc_t> lstm_cell_backward(acc_t i, acc_t f, acc_t o, acc_t ci, acc_t co,
+                                              acc_t c_prev, acc_t dh, acc_t dcs_in, acc_t wci,
+                                              acc_t wcf, acc_t wco) {
+  CellBackward<acc_t> r;
+  r.d_o = o * (1 - o) * dh * co;
+  acc_t dcs = (1 - co * co) * dh * o + dcs_in;
+  if constexpr (kPeep) dcs += r.d_o * wco;
+  r.dci = (1 - ci * ci) * dcs * i;
+  r.df = f * (1 - f) * dcs * c_prev;
+  r.di = i * (1 - i) * dcs * ci;
+  r.dcs_prev = dcs * f;
+  if constexpr (kPeep) r.dcs_prev = (r.dcs_prev + r.di * wci) + r.df * wcf;
+  return r;
+}
+
+// ---------------------------------------------------------------------------------------------
+// One step's pointwise pass: what a Backend's forward_step/backward_step receive (B rows).
+
+template <typename scalar_t>
+struct FwdStep {
+  using acc_t = at::opmath_type<scalar_t>;
+  int64_t H;
+  const acc_t* gates;       // [B, 4H]: x·Wx + h·Wh of this step, bias not yet added
+  const acc_t* bias;        // [4H]
+  const acc_t* wci;         // [H] or null without peepholes
+  const acc_t* wcf;
+  const acc_t* wco;
+  const scalar_t* cs_prev;  // [B, H]
+  scalar_t* out[7];         // i, cs, f, o, ci, co, h: [B, H] slices of this step
+  acc_t* h_acc;             // [B, H] float copy of h for the next GEMM (half/bf16 only)
+  CellAttrs attrs;
+};
+
+template <typename scalar_t>
+struct BwdStep {
+  using acc_t = at::opmath_type<scalar_t>;
+  int64_t H;
+  const scalar_t* act[6];   // i, cs, f, o, ci, co of this step: [B, H] (cs unused here)
+  const scalar_t* cs_prev;  // [B, H]: the state this step started from
+  const scalar_t* cs_grad;  // [B, H]
+  const scalar_t* h_grad;   // [B, H]
+  const acc_t* wci;         // [H] or null
+  const acc_t* wcf;
+  const acc_t* wco;
+  const acc_t* dh_carry;    // [B, H]: gradient reaching h from the later steps
+  acc_t* dcs_carry;         // [B, H]: in: from the later steps; out: for the earlier step
+  acc_t* dgates;            // [B, 4H]: pre-activation gate gradients, in the op's layout
+  GateLayout layout;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Host-side drivers (any device: ATen does the GEMMs on the tensors' device).
+
+inline at::ScalarType acc_type(at::ScalarType t) { return at::toOpMathType(t); }
+
+// Zeros of t's shape, always contiguous: outputs must have the fake kernels' metadata.
+inline at::Tensor zeros_of(const at::Tensor& t) { return at::zeros(t.sizes(), t.options()); }
+
+template <typename T>
+const T* ptr_or_null(const at::Tensor& t) {
+  return t.defined() ? t.const_data_ptr<T>() : nullptr;
+}
+
+// Runs the first L steps of x [T, B, I]; outputs are [T, B, H], all seven zero for t >= L.
+template <class Backend, typename scalar_t>
+Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
+                      const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
+                      const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+                      const CellAttrs& attrs) {
+  using acc_t = at::opmath_type<scalar_t>;
+  constexpr bool kSameType = std::is_same_v<scalar_t, acc_t>;
+  const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = cs_prev.size(1);
+  const auto acc = acc_type(x.scalar_type());
+
+  std::array<at::Tensor, 7> out;
+  for (auto& t : out) {
+    t = at::empty({T, B, H}, x.options());
+    t.narrow(0, L, T - L).zero_();
+  }
+  if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+
+  const at::Tensor w_acc = w.to(acc);
+  const at::Tensor wh = w_acc.narrow(0, I, H);
+  const at::Tensor bias = b.to(acc).contiguous();
+  at::Tensor wci_a, wcf_a, wco_a;
+  if (attrs.use_peephole) {
+    wci_a = wci.to(acc).contiguous();
+    wcf_a = wcf.to(acc).contiguous();
+    wco_a = wco.to(acc).contiguous();
+  }
+  // The input projection of all L steps in one GEMM; each step then adds h·Wh in place.
+  at::Tensor gates = at::empty({L, B, 4 * H}, x.options().dtype(acc));
+  at::Tensor gates_2d = gates.view({L * B, 4 * H});
+  at::mm_out(gates_2d, x.narrow(0, 0, L).reshape({L * B, I}).to(acc), w_acc.narrow(0, 0, I));
+  const at::Tensor cs0 = cs_prev.contiguous();
+  const at::Tensor h0 = h_prev.to(acc);
+  at::Tensor h_acc = kSameType ? at::Tensor() : at::empty({B, H}, gates.options());
+
+  for (int64_t t = 0; t < L; ++t) {
+    at::Tensor g = gates[t];
+    g.addmm_(t == 0 ? h0 : (kSameType ? out[6][t - 1] : h_acc), wh);
+    FwdStep<scalar_t> step{H,
+                           g.const_data_ptr<acc_t>(),
+                           bias.const_data_ptr<acc_t>(),
+                           ptr_or_null<acc_t>(wci_a),
+                           ptr_or_null<acc_t>(wcf_a),
+                           ptr_or_null<acc_t>(wco_a),
+                           t == 0 ? cs0.const_data_ptr<scalar_t>()
+                                  : out[1][t - 1].const_data_ptr<scalar_t>(),
+                           {},
+                           kSameType ? nullptr : h_acc.data_ptr<acc_t>(),
+                           attrs};
+    for (int k = 0; k < 7; ++k) step.out[k] = out[k][t].data_ptr<scalar_t>();
+    Backend::forward_step(step, B);
+  }
+  return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+}
+
+struct BackwardState {
+  at::Tensor dgates;     // [L, B, 4H] acc
+  at::Tensor dcs_carry;  // [B, H] acc: cs_prev_grad after the loop
+  at::Tensor dh_carry;   // [B, H] acc: h_prev_grad after the loop (when wh is given)
+};
+
+// The reverse-time recurrence over the first L steps. `wh` ([H, 4H], acc) feeds dh back through
+// the recurrent weights; the cell-grad op passes an undefined wh (its h_grad is the whole dh).
+template <class Backend, typename scalar_t>
+BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
+                                       const std::array<at::Tensor, 6>& act,
+                                       const at::Tensor& cs_grad, const at::Tensor& h_grad,
+                                       const at::Tensor& wci_a, const at::Tensor& wcf_a,
+                                       const at::Tensor& wco_a, const at::Tensor& wh,
+                                       GateLayout layout) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
+  const auto opts = cs_prev.options().dtype(acc_type(cs_prev.scalar_type()));
+  BackwardState st{at::empty({L, B, 4 * H}, opts), at::zeros({B, H}, opts),
+                   at::zeros({B, H}, opts)};
+  const at::Tensor wh_t = wh.defined() ? wh.t() : at::Tensor();
+  for (int64_t t = L - 1; t >= 0; --t) {
+    BwdStep<scalar_t> step{H,
+                           {},
+                           t == 0 ? cs_prev.const_data_ptr<scalar_t>()
+                                  : act[1][t - 1].const_data_ptr<scalar_t>(),
+                           cs_grad[t].const_data_ptr<scalar_t>(),
+                           h_grad[t].const_data_ptr<scalar_t>(),
+                           ptr_or_null<acc_t>(wci_a),
+                           ptr_or_null<acc_t>(wcf_a),
+                           ptr_or_null<acc_t>(wco_a),
+                           st.dh_carry.const_data_ptr<acc_t>(),
+                           st.dcs_carry.data_ptr<acc_t>(),
+                           st.dgates[t].data_ptr<acc_t>(),
+                           layout};
+    for (int k = 0; k < 6; ++k) step.act[k] = act[k][t].const_data_ptr<scalar_t>();
+    Backend::backward_step(step, B);
+    if (wh_t.defined()) at::mm_out(st.dh_carry, st.dgates[t], wh_t);
+  }
+  return st;
+}
+
+// Σ over (t, b) of di·cs_prev, df·cs_prev and do·cs, each [H]: whole-sequence reductions
+// rather than per-row accumulation, so no two threads ever write the same element.
+inline std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
+                                         const at::Tensor& cs, int64_t L, GateLayout layout,
+                                         at::ScalarType out_type) {
+  const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
+  const auto acc = dgates.scalar_type();
+  const at::Tensor dg = dgates.view({L * B, 4, H});
+  const at::Tensor cs_now = cs.narrow(0, 0, L).reshape({L * B, H}).to(acc);
+  const at::Tensor cs_before =
+      at::cat({cs_prev.unsqueeze(0), cs.narrow(0, 0, L - 1)}).view({L * B, H}).to(acc);
+  return {(dg.select(1, layout.i) * cs_before).sum(0).to(out_type),
+          (dg.select(1, layout.f) * cs_before).sum(0).to(out_type),
+          (dg.select(1, layout.o) * cs_now).sum(0).to(out_type)};
+}
+
+inline std::array<at::Tensor, 3> peepholes_acc(const at::Tensor& wci, const at::Tensor& wcf,
+                                        const at::Tensor& wco, bool use_peephole,
+                                        at::ScalarType acc) {
+  if (!use_peephole) return {};
+  return {wci.to(acc).contiguous(), wcf.to(acc).contiguous(), wco.to(acc).contiguous()};
+}
+
+template <class Backend, typename scalar_t>
+Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
+                     const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
+                     const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+                     const std::array<at::Tensor, 6>& act, const at::Tensor& h,
+                     const at::Tensor& cs_grad, const at::Tensor& h_grad, bool use_peephole,
+                     GateLayout layout) {
+  const int64_t B = x.size(1), I = x.size(2), H = cs_prev.size(1);
+  const auto dtype = x.scalar_type();
+  const auto acc = acc_type(dtype);
+  at::Tensor x_grad = at::empty(x.sizes(), x.options());
+  x_grad.narrow(0, L, x.size(0) - L).zero_();
+  auto zeros_peep = [&] {
+    return std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
+  };
+  if (L == 0 || B == 0) {
+    auto p = zeros_peep();
+    return {x_grad, zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
+            p[0],   p[1],              p[2],             zeros_of(b)};
+  }
+  const at::Tensor w_acc = w.to(acc);
+  const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
+  BackwardState st = lstm_backward_recurrence<Backend, scalar_t>(
+      L, cs_prev, act, cs_grad, h_grad, peep[0], peep[1], peep[2], w_acc.narrow(0, I, H), layout);
+
+  // dx, dW, db for all steps at once.
+  const at::Tensor dg = st.dgates.view({L * B, 4 * H});
+  if (dtype == acc) {  // write the GEMM straight into x_grad
+    at::Tensor xg = x_grad.narrow(0, 0, L).view({L * B, I});
+    at::mm_out(xg, dg, w_acc.narrow(0, 0, I).t());
+  } else {
+    x_grad.narrow(0, 0, L).view({L * B, I}).copy_(at::mm(dg, w_acc.narrow(0, 0, I).t()));
+  }
+  const at::Tensor x_all = x.narrow(0, 0, L).reshape({L * B, I}).to(acc);
+  const at::Tensor h_before =
+      at::cat({h_prev.unsqueeze(0), h.narrow(0, 0, L - 1)}).view({L * B, H}).to(acc);
+  at::Tensor w_grad = at::empty({I + H, 4 * H}, w_acc.options());
+  at::Tensor wx_grad = w_grad.narrow(0, 0, I), wh_grad = w_grad.narrow(0, I, H);
+  at::mm_out(wx_grad, x_all.t(), dg);
+  at::mm_out(wh_grad, h_before.t(), dg);
+  auto p = use_peephole ? peephole_grads(st.dgates, cs_prev, act[1], L, layout, dtype)
+                        : zeros_peep();
+  return {x_grad,
+          st.dcs_carry.to(dtype),
+          st.dh_carry.to(dtype),
+          w_grad.to(dtype),
+          p[0],
+          p[1],
+          p[2],
+          dg.sum(0).to(dtype)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// Op entry points: validate, guard the device, dispatch on dtype.
+
+template <class Backend>
+struct Ops {
+  static Outputs7 forward_entry(const at::Tensor& seq_len_max, const at::Tensor& x, const at::Tensor& cs_prev,
+                         const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
+                         const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+                         const CellAttrs& attrs) {
+    const LSTMSizes s =
+        check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, attrs.use_peephole, true);
+    const int64_t L = check_seq_len_max(seq_len_max, s.T);
+    const c10::DeviceGuard guard(x.device());
+    return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm",
+                                           [&] {
+                                             return lstm_forward<Backend, scalar_t>(L, x, cs_prev, h_prev, w,
+                                                                           wci, wcf, wco, b, attrs);
+                                           });
+  }
+
+  static Outputs7 block_lstm(const at::Tensor& seq_len_max, const at::Tensor& x,
+                          const at::Tensor& cs_prev, const at::Tensor& h_prev, const at::Tensor& w,
+                          const at::Tensor& wci, const at::Tensor& wcf, const at::Tensor& wco,
+                          const at::Tensor& b, double forget_bias, double cell_clip,
+                          bool use_peephole) {
+    return forward_entry(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                         {forget_bias, cell_clip, use_peephole, kICFO});
+  }
+
+  static Outputs7 block_lstm_v2(const at::Tensor& seq_len_max, const at::Tensor& x,
+                             const at::Tensor& cs_prev, const at::Tensor& h_prev,
+                             const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+                             const at::Tensor& wco, const at::Tensor& b, double cell_clip,
+                             bool use_peephole) {
+    return forward_entry(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                         {0.0, cell_clip, use_peephole, kIFCO});
+  }
+
+  static Outputs7 lstm_block_cell(const at::Tensor& x, const at::Tensor& cs_prev,
+                               const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
+                               const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+                               double forget_bias, double cell_clip, bool use_peephole) {
+    check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, false);
+    const c10::DeviceGuard guard(x.device());
+    const CellAttrs attrs{forget_bias, cell_clip, use_peephole, kICFO};
+    auto out = AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, x.scalar_type(), "lstm_block_cell", [&] {
+          return lstm_forward<Backend, scalar_t>(1, x.unsqueeze(0), cs_prev, h_prev, w, wci, wcf, wco, b,
+                                        attrs);
+        });
+    auto [i, cs, f, o, ci, co, h] = out;
+    return {i[0], cs[0], f[0], o[0], ci[0], co[0], h[0]};
+  }
+
+  static Grads8 grad_entry(const at::Tensor& seq_len_max, const at::Tensor& x, const at::Tensor& cs_prev,
+                    const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
+                    const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+                    const at::Tensor& i, const at::Tensor& cs, const at::Tensor& f,
+                    const at::Tensor& o, const at::Tensor& ci, const at::Tensor& co,
+                    const at::Tensor& h, const at::Tensor& cs_grad, const at::Tensor& h_grad,
+                    bool use_peephole, GateLayout layout) {
+    const LSTMSizes s = check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, true);
+    check_lstm_activations({{&i, "i"}, {&cs, "cs"}, {&f, "f"}, {&o, "o"}, {&ci, "ci"}, {&co, "co"},
+                            {&h, "h"}, {&cs_grad, "cs_grad"}, {&h_grad, "h_grad"}},
+                           x, s, true);
+    const int64_t L = check_seq_len_max(seq_len_max, s.T);
+    const c10::DeviceGuard guard(x.device());
+    const std::array<at::Tensor, 6> act{i.contiguous(),  cs.contiguous(), f.contiguous(),
+                                        o.contiguous(),  ci.contiguous(), co.contiguous()};
+    return AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_grad", [&] {
+          return lstm_backward<Backend, scalar_t>(L, x, cs_prev.contiguous(), h_prev, w, wci, wcf, wco, b,
+                                         act, h, cs_grad.contiguous(), h_grad.contiguous(),
+                                         use_peephole, layout);
+        });
+  }
+
+  static Grads8 block_lstm_grad(const at::Tensor& seq_len_max, const at::Tensor& x,
+                             const at::Tensor& cs_prev, const at::Tensor& h_prev,
+                             const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+                             const at::Tensor& wco, const at::Tensor& b, const at::Tensor& i,
+                             const at::Tensor& cs, const at::Tensor& f, const at::Tensor& o,
+                             const at::Tensor& ci, const at::Tensor& co, const at::Tensor& h,
+                             const at::Tensor& cs_grad, const at::Tensor& h_grad,
+                             bool use_peephole) {
+    return grad_entry(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
+                      cs_grad, h_grad, use_peephole, kICFO);
+  }
+
+  static Grads8 block_lstm_grad_v2(const at::Tensor& seq_len_max, const at::Tensor& x,
+                                const at::Tensor& cs_prev, const at::Tensor& h_prev,
+                                const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+                                const at::Tensor& wco, const at::Tensor& b, const at::Tensor& i,
+                                const at::Tensor& cs, const at::Tensor& f, const at::Tensor& o,
+                                const at::Tensor& ci, const at::Tensor& co, const at::Tensor& h,
+                                const at::Tensor& cs_grad, const at::Tensor& h_grad,
+                                bool use_peephole) {
+    return grad_entry(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
+                      cs_grad, h_grad, use_peephole, kIFCO);
+  }
+
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> lstm_block_cell_grad(
+      const at::Tensor& x, const at::Tensor& cs_prev, const at::Tensor& h_prev, const at::Tensor& w,
+      const at::Tensor& wci, const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
+      const at::Tensor& i, const at::Tensor& cs, const at::Tensor& f, const at::Tensor& o,
+      const at::Tensor& ci, const at::Tensor& co, const at::Tensor& cs_grad,
+      const at::Tensor& h_grad, bool use_peephole) {
+    const LSTMSizes s = check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, false);
+    check_lstm_activations({{&i, "i"}, {&cs, "cs"}, {&f, "f"}, {&o, "o"}, {&ci, "ci"}, {&co, "co"},
+                            {&cs_grad, "cs_grad"}, {&h_grad, "h_grad"}},
+                           x, s, false);
+    const c10::DeviceGuard guard(x.device());
+    const auto dtype = x.scalar_type();
+    const auto acc = acc_type(dtype);
+    const std::array<at::Tensor, 6> act{i.contiguous().unsqueeze(0),  cs.contiguous().unsqueeze(0),
+                                        f.contiguous().unsqueeze(0),  o.contiguous().unsqueeze(0),
+                                        ci.contiguous().unsqueeze(0), co.contiguous().unsqueeze(0)};
+    const at::Tensor csp = cs_prev.contiguous();
+    const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
+    BackwardState st = AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, dtype, "lstm_block_cell_grad", [&] {
+          return lstm_backward_recurrence<Backend, scalar_t>(1, csp, act, cs_grad.contiguous().unsqueeze(0),
+                                                    h_grad.contiguous().unsqueeze(0), peep[0],
+                                                    peep[1], peep[2], at::Tensor(), kICFO);
+        });
+    std::array<at::Tensor, 3> p =
+        use_peephole ? peephole_grads(st.dgates, csp, act[1], 1, kICFO, dtype)
+                     : std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
+    return {st.dcs_carry.to(dtype), st.dgates[0].to(dtype), p[0], p[1], p[2]};
+  }
+};
+
+// Registers the six LSTM ops for one dispatch key with Backend's pointwise passes.
+template <class Backend>
+void register_ops(torch::Library& m) {
+  m.impl("lstm_block_cell", &Ops<Backend>::lstm_block_cell);
+  m.impl("lstm_block_cell_grad", &Ops<Backend>::lstm_block_cell_grad);
+  m.impl("block_lstm", &Ops<Backend>::block_lstm);
+  m.impl("block_lstm_v2", &Ops<Backend>::block_lstm_v2);
+  m.impl("block_lstm_grad", &Ops<Backend>::block_lstm_grad);
+  m.impl("block_lstm_grad_v2", &Ops<Backend>::block_lstm_grad_v2);
+}
+
+}  // namespace lstm_block
+}  // namespace torch_lstm_grad

@@ -1,0 +1,345 @@
+"""torch.autograd.gradcheck (float64, small sizes) on every differentiable forward op.
+
+Each op is checked through its raw op (`torch_lstm_grad.raw_ops.X`) and through the public
+`torch.autograd.Function` (`X.apply`), w.r.t. every float input, with peepholes on and off,
+`seq_len_max` equal to and below T, and with `requires_grad` on subsets of the inputs. The
+differentiable outputs are `cs` and `h` (GRU: `h`); the gate outputs are non-differentiable
+(SPEC §2). gradcheck keeps its default `check_undefined_grad=True`.
+
+The cell clip is straight-through by design (SPEC §2: TF's gradient kernels ignore it), so the
+gradchecks run with `cell_clip=0`; `test_*_clip_is_straight_through` pin the decision down: with
+the clip active our gradient is the reference's straight-through gradient, not the true one.
+"""
+
+import re
+
+import pytest
+import torch
+from torch.autograd import gradcheck
+
+import torch_lstm_grad
+from torch_lstm_grad import raw_ops, reference
+
+T, B, I, H = 4, 2, 3, 4  # noqa: E741
+F64 = torch.float64
+
+LSTM_NAMES = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+GRU_NAMES = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
+
+# (raw op, Function, takes forget_bias, reference gate order, reference forget_bias)
+BLOCK_OPS = {
+    "BlockLSTM": (raw_ops.BlockLSTM, torch_lstm_grad.BlockLSTMFunction, True, "icfo", 1.0),
+    "BlockLSTMV2": (raw_ops.BlockLSTMV2, torch_lstm_grad.BlockLSTMV2Function, False, "ifco", 0.0),
+}
+
+# Subsets of inputs that require grad (the others are plain constants).
+LSTM_SUBSETS = {
+    "all": LSTM_NAMES,
+    "x_w": ("x", "w"),
+    "state": ("cs_prev", "h_prev"),
+    "peepholes": ("wci", "wcf", "wco"),
+    "b_only": ("b",),
+}
+GRU_SUBSETS = {
+    "all": GRU_NAMES,
+    "x_h_prev": ("x", "h_prev"),
+    "weights": ("w_ru", "w_c"),
+    "biases": ("b_ru", "b_c"),
+}
+
+
+def lstm_inputs(time_major=True, requires=LSTM_NAMES, dtype=F64, scale=1.0):
+    shapes = {
+        "x": (T, B, I) if time_major else (B, I),
+        "cs_prev": (B, H),
+        "h_prev": (B, H),
+        "w": (I + H, 4 * H),
+        "wci": (H,),
+        "wcf": (H,),
+        "wco": (H,),
+        "b": (4 * H,),
+    }
+    out = {}
+    for name, shape in shapes.items():
+        t = torch.randn(shape, dtype=dtype) * (0.5 if name == "w" else scale)
+        out[name] = t.requires_grad_(name in requires)
+    return out
+
+
+def gru_inputs(requires=GRU_NAMES):
+    shapes = {
+        "x": (B, I),
+        "h_prev": (B, H),
+        "w_ru": (I + H, 2 * H),
+        "w_c": (I + H, H),
+        "b_ru": (2 * H,),
+        "b_c": (H,),
+    }
+    return {
+        n: (0.5 * torch.randn(s, dtype=F64)).requires_grad_(n in requires)
+        for n, s in shapes.items()
+    }
+
+
+def block_fn(op_name, path, seq_len_max, use_peephole, cell_clip=0.0, outputs=("cs", "h")):
+    """A function of the 8 LSTM float inputs returning the chosen differentiable outputs."""
+    raw, fn, has_fb, _, _ = BLOCK_OPS[op_name]
+    slm = torch.tensor(seq_len_max)
+    idx = {"cs": 1, "h": 6}
+
+    def f(x, cs_prev, h_prev, w, wci, wcf, wco, b):
+        args = (x, cs_prev, h_prev, w, wci, wcf, wco, b)
+        if path == "raw":
+            kw = {"forget_bias": 1.0} if has_fb else {}
+            out = raw(slm, *args, cell_clip=cell_clip, use_peephole=use_peephole, **kw)
+        else:
+            attrs = (1.0, cell_clip, use_peephole) if has_fb else (cell_clip, use_peephole)
+            out = fn.apply(slm, *args, *attrs)
+        return tuple(out[idx[k]] for k in outputs)
+
+    return f
+
+
+def cell_fn(path, use_peephole, cell_clip=0.0):
+    def f(x, cs_prev, h_prev, w, wci, wcf, wco, b):
+        args = (x, cs_prev, h_prev, w, wci, wcf, wco, b)
+        if path == "raw":
+            out = raw_ops.LSTMBlockCell(*args, forget_bias=1.0, cell_clip=cell_clip,
+                                        use_peephole=use_peephole)  # fmt: skip
+        else:
+            out = torch_lstm_grad.LSTMBlockCellFunction.apply(*args, 1.0, cell_clip, use_peephole)
+        return out[1], out[6]
+
+    return f
+
+
+def gru_fn(path):
+    def f(x, h_prev, w_ru, w_c, b_ru, b_c):
+        if path == "raw":
+            return raw_ops.GRUBlockCell(x, h_prev, w_ru, w_c, b_ru, b_c).h
+        return torch_lstm_grad.GRUBlockCellFunction.apply(x, h_prev, w_ru, w_c, b_ru, b_c)[3]
+
+    return f
+
+
+# ---------------------------------------------------------------------------------------------
+# BlockLSTM / BlockLSTMV2
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("seq_len_max", [T, 2, 0], ids=["L=T", "L<T", "L=0"])
+@pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_gradcheck_all_inputs(op_name, use_peephole, seq_len_max, path):
+    inputs = lstm_inputs()
+    f = block_fn(op_name, path, seq_len_max, use_peephole)
+    assert gradcheck(f, tuple(inputs.values()))
+
+
+@pytest.mark.parametrize("subset", list(LSTM_SUBSETS))
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_gradcheck_subset(op_name, subset):
+    inputs = lstm_inputs(requires=LSTM_SUBSETS[subset])
+    f = block_fn(op_name, "raw", 3, use_peephole=True)
+    assert gradcheck(f, tuple(inputs.values()))
+
+
+@pytest.mark.parametrize("outputs", [("h",), ("cs",)], ids=["h_only", "cs_only"])
+@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_gradcheck_one_output(op_name, path, outputs):
+    """Only one of cs/h reaches the loss: the other's grad arrives as None in backward."""
+    inputs = lstm_inputs()
+    f = block_fn(op_name, path, T, use_peephole=True, outputs=outputs)
+    assert gradcheck(f, tuple(inputs.values()))
+
+
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_gradcheck_unused_empty_peepholes(op_name):
+    """use_peephole=False: the peephole vectors may have any shape (here empty), grads match it."""
+    inputs = lstm_inputs()
+    for n in ("wci", "wcf", "wco"):
+        inputs[n] = torch.empty(0, dtype=F64, requires_grad=True)
+    f = block_fn(op_name, "raw", T, use_peephole=False)
+    assert gradcheck(f, tuple(inputs.values()))
+    cs, h = f(*inputs.values())
+    grads = torch.autograd.grad((cs.sum() + h.sum()), [inputs[n] for n in ("wci", "wcf", "wco")])
+    assert all(g.shape == (0,) for g in grads)
+
+
+# ---------------------------------------------------------------------------------------------
+# LSTMBlockCell
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
+def test_lstm_block_cell_gradcheck_all_inputs(use_peephole, path):
+    inputs = lstm_inputs(time_major=False)
+    assert gradcheck(cell_fn(path, use_peephole), tuple(inputs.values()))
+
+
+@pytest.mark.parametrize("subset", list(LSTM_SUBSETS))
+def test_lstm_block_cell_gradcheck_subset(subset):
+    inputs = lstm_inputs(time_major=False, requires=LSTM_SUBSETS[subset])
+    assert gradcheck(cell_fn("apply", True), tuple(inputs.values()))
+
+
+# ---------------------------------------------------------------------------------------------
+# GRUBlockCell
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+def test_gru_block_cell_gradcheck_all_inputs(path):
+    inputs = gru_inputs()
+    assert gradcheck(gru_fn(path), tuple(inputs.values()))
+
+
+@pytest.mark.parametrize("subset", list(GRU_SUBSETS))
+def test_gru_block_cell_gradcheck_subset(subset):
+    inputs = gru_inputs(requires=GRU_SUBSETS[subset])
+    assert gradcheck(gru_fn("raw"), tuple(inputs.values()))
+
+
+# ---------------------------------------------------------------------------------------------
+# Gate outputs are non-differentiable (SPEC §2: an explicit error rather than TF's silent zero)
+
+
+def test_gate_outputs_are_not_differentiable():
+    lstm = lstm_inputs()
+    out = raw_ops.BlockLSTM(torch.tensor(T), *lstm.values(), cell_clip=0.0, use_peephole=True)
+    assert [t.requires_grad for t in out] == [False, True, False, False, False, False, True]
+    with pytest.raises(RuntimeError, match="does not require grad"):
+        out.i.sum().backward()
+    cell = raw_ops.LSTMBlockCell(*lstm_inputs(time_major=False).values(), use_peephole=True)
+    assert [t.requires_grad for t in cell] == [False, True, False, False, False, False, True]
+    gru = raw_ops.GRUBlockCell(*gru_inputs().values())
+    assert [t.requires_grad for t in gru] == [False, False, False, True]
+
+
+# ---------------------------------------------------------------------------------------------
+# cell_clip: straight-through gradient (the TF decision), checked against the reference
+
+
+def _clipping_inputs(time_major):
+    # Large states and biases so that |cs| exceeds the clip at (almost) every element.
+    return lstm_inputs(time_major=time_major, scale=3.0)
+
+
+def _numerical_jacobian_vjp(f, inputs, grads_out, eps=1e-6):
+    """sum(out * grads_out) differentiated by central differences w.r.t. every input."""
+    result = []
+    with torch.no_grad():
+        for t in inputs:
+            g = torch.zeros_like(t)
+            flat, gflat = t.view(-1), g.view(-1)
+            for j in range(flat.numel()):
+                orig = flat[j].item()
+                flat[j] = orig + eps
+                plus = sum((o * go).sum() for o, go in zip(f(*inputs), grads_out, strict=True))
+                flat[j] = orig - eps
+                minus = sum((o * go).sum() for o, go in zip(f(*inputs), grads_out, strict=True))
+                flat[j] = orig
+                gflat[j] = (plus - minus) / (2 * eps)
+            result.append(g)
+    return result
+
+
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_clip_is_straight_through(op_name):
+    clip = 0.3
+    _, _, _, order, fb = BLOCK_OPS[op_name]
+    inputs = _clipping_inputs(time_major=True)
+    leaves = tuple(inputs.values())
+    f = block_fn(op_name, "raw", T - 1, use_peephole=True, cell_clip=clip)
+    cs, h = f(*leaves)
+    assert (cs[: T - 1].abs() == clip).float().mean() > 0.25, "the clip is not active"
+    cs_grad, h_grad = torch.randn_like(cs), torch.randn_like(h)
+    ours = torch.autograd.grad((cs, h), leaves, (cs_grad, h_grad))
+
+    plain = [t.detach().clone() for t in leaves]
+    expected = reference.block_lstm_grad(
+        T - 1, *plain, cs_grad, h_grad, forget_bias=fb, cell_clip=clip, use_peephole=True,
+        gate_order=order,
+    )  # fmt: skip
+    for name, got, want in zip(LSTM_NAMES, ours, expected, strict=True):
+        torch.testing.assert_close(got, want, msg=lambda m, n=name: f"{n}: {m}")
+
+    # The true derivative of the clipped function differs: the clip is not differentiated.
+    numerical = _numerical_jacobian_vjp(f, plain, (cs_grad, h_grad))
+    differs = [
+        n for n, a, b in zip(LSTM_NAMES, ours, numerical, strict=True)
+        if not torch.allclose(a, b, rtol=1e-3, atol=1e-5)
+    ]  # fmt: skip
+    assert {"x", "cs_prev", "w", "b"} <= set(differs)
+
+
+def test_lstm_block_cell_clip_is_straight_through():
+    clip = 0.3
+    inputs = _clipping_inputs(time_major=False)
+    leaves = tuple(inputs.values())
+    f = cell_fn("raw", use_peephole=True, cell_clip=clip)
+    cs, h = f(*leaves)
+    assert (cs.abs() == clip).float().mean() > 0.25, "the clip is not active"
+    cs_grad, h_grad = torch.randn_like(cs), torch.randn_like(h)
+    ours = torch.autograd.grad((cs, h), leaves, (cs_grad, h_grad))
+
+    # The single step is BlockLSTM with T = 1.
+    plain = [t.detach().clone() for t in leaves]
+    expected = reference.block_lstm_grad(
+        1, plain[0][None], *plain[1:], cs_grad[None], h_grad[None], forget_bias=1.0,
+        cell_clip=clip, use_peephole=True, gate_order="icfo",
+    )  # fmt: skip
+    expected = (expected[0][0], *expected[1:])
+    for name, got, want in zip(LSTM_NAMES, ours, expected, strict=True):
+        torch.testing.assert_close(got, want, msg=lambda m, n=name: f"{n}: {m}")
+
+    numerical = _numerical_jacobian_vjp(f, plain, (cs_grad, h_grad))
+    differs = [
+        n for n, a, b in zip(LSTM_NAMES, ours, numerical, strict=True)
+        if not torch.allclose(a, b, rtol=1e-3, atol=1e-5)
+    ]  # fmt: skip
+    assert {"x", "cs_prev", "w", "b"} <= set(differs)
+
+
+# ---------------------------------------------------------------------------------------------
+# Double backward raises the registered message
+
+
+def _double_backward_msg(forward_name):
+    return re.escape(
+        f"torch_lstm_grad: the gradient of {forward_name}'s gradient (double backward) is not "
+        "implemented"
+    )
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
+def test_block_lstm_double_backward_raises(op_name, path):
+    inputs = lstm_inputs()
+    leaves = tuple(inputs.values())
+    cs, h = block_fn(op_name, path, T, use_peephole=True)(*leaves)
+    grads = torch.autograd.grad((cs.sum() + h.pow(2).sum()), leaves, create_graph=True)
+    assert all(g.requires_grad for g in grads)
+    for k in (0, 3):  # x_grad (from the Grad op) and w_grad
+        with pytest.raises(RuntimeError, match=_double_backward_msg(op_name)):
+            grads[k].sum().backward(retain_graph=True)
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+def test_lstm_block_cell_double_backward_raises(path):
+    leaves = tuple(lstm_inputs(time_major=False).values())
+    cs, h = cell_fn(path, use_peephole=True)(*leaves)
+    grads = torch.autograd.grad((cs.sum() + h.pow(2).sum()), leaves, create_graph=True)
+    for k in (0, 1, 3):  # x_grad (dicfo @ wᵀ), cs_prev_grad (the Grad op), w_grad
+        with pytest.raises(RuntimeError, match=_double_backward_msg("LSTMBlockCell")):
+            grads[k].sum().backward(retain_graph=True)
+
+
+@pytest.mark.parametrize("path", ["raw", "apply"])
+def test_gru_block_cell_double_backward_raises(path):
+    leaves = tuple(gru_inputs().values())
+    h = gru_fn(path)(*leaves)
+    grads = torch.autograd.grad(h.pow(2).sum(), leaves, create_graph=True)
+    for k in (0, 1, 2):  # d_x, d_h_prev, d_w_ru
+        with pytest.raises(RuntimeError, match=_double_backward_msg("GRUBlockCell")):
+            grads[k].sum().backward(retain_graph=True)

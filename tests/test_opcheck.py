@@ -1,0 +1,236 @@
+"""torch.library.opcheck on every block op, and fake/meta metadata against the real kernels.
+
+opcheck runs its default test_utils (test_schema, test_autograd_registration, test_faketensor,
+test_aot_dispatch_dynamic) on a list of samples per op: float32 and float64, peephole on and off,
+seq_len_max below T, requires_grad on some inputs of the forward ops (none on the Grad ops).
+torch.library.opcheck does not import `expecttest` (this file passes without it installed).
+"""
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import torch_lstm_grad  # noqa: F401  (registers the ops)
+
+ops = torch.ops.torch_lstm_grad
+
+OP_NAMES = [
+    "lstm_block_cell",
+    "lstm_block_cell_grad",
+    "block_lstm",
+    "block_lstm_v2",
+    "block_lstm_grad",
+    "block_lstm_grad_v2",
+    "gru_block_cell",
+    "gru_block_cell_grad",
+]
+
+LSTM_NAMES = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
+
+
+def _lstm(dtype, T, B, n_in, H, time_major, requires=(), empty_peepholes=False):
+    shapes = {
+        "x": (T, B, n_in) if time_major else (B, n_in),
+        "cs_prev": (B, H),
+        "h_prev": (B, H),
+        "w": (n_in + H, 4 * H),
+        "wci": (0,) if empty_peepholes else (H,),
+        "wcf": (0,) if empty_peepholes else (H,),
+        "wco": (0,) if empty_peepholes else (H,),
+        "b": (4 * H,),
+    }
+    out = []
+    for name, shape in shapes.items():
+        t = torch.randn(shape, dtype=dtype) * (0.5 if name == "w" else 1.0)
+        out.append(t.requires_grad_(name in requires))
+    return out
+
+
+def _gru(dtype, B, n_in, H, requires=()):
+    shapes = {
+        "x": (B, n_in),
+        "h_prev": (B, H),
+        "w_ru": (n_in + H, 2 * H),
+        "w_c": (n_in + H, H),
+        "b_ru": (2 * H,),
+        "b_c": (H,),
+    }
+    names = list(shapes)
+    return [
+        (0.5 * torch.randn(s, dtype=dtype)).requires_grad_(n in requires)
+        for n, s in zip(names, shapes.values(), strict=True)
+    ]
+
+
+# (dtype, use_peephole, seq_len_max or None for T, requires_grad subset, empty peepholes, sizes)
+CONFIGS = [
+    (torch.float32, False, None, (), False, (3, 2, 3, 4)),
+    (torch.float64, True, None, LSTM_NAMES, False, (4, 2, 3, 4)),
+    (torch.float64, False, 2, ("x", "w", "b"), False, (4, 2, 3, 4)),
+    (torch.float32, True, 1, ("cs_prev", "h_prev", "wci", "wcf", "wco"), False, (3, 3, 2, 5)),
+    (torch.float32, False, 2, LSTM_NAMES, True, (3, 2, 3, 4)),  # unused peepholes of shape [0]
+    (torch.float64, True, 0, ("x", "cs_prev", "w"), False, (3, 2, 3, 4)),  # no step runs
+]
+
+
+def sample_inputs(op_name):
+    """A list of (args, kwargs) for `op_name`; args match the op schema positionally."""
+    samples = []
+    for dtype, peep, slm, requires, empty_peep, (T, B, n_in, H) in CONFIGS:
+        L = torch.tensor(T if slm is None else slm)
+        if op_name in ("block_lstm", "block_lstm_v2"):
+            args = _lstm(dtype, T, B, n_in, H, True, requires, empty_peep)
+            attrs = (1.0, 2.0, peep) if op_name == "block_lstm" else (2.0, peep)
+            samples.append(((L, *args, *attrs), {}))
+        elif op_name in ("block_lstm_grad", "block_lstm_grad_v2"):
+            args = _lstm(dtype, T, B, n_in, H, True, (), empty_peep)
+            if op_name == "block_lstm_grad":
+                act = ops.block_lstm(L, *args, 1.0, 2.0, peep)
+            else:
+                act = ops.block_lstm_v2(L, *args, 2.0, peep)
+            grads = [torch.randn(T, B, H, dtype=dtype) for _ in range(2)]
+            samples.append(((L, *args, *act, *grads, peep), {}))
+        elif op_name == "lstm_block_cell":
+            args = _lstm(dtype, T, B, n_in, H, False, requires, empty_peep)
+            samples.append(((*args, 1.0, 2.0, peep), {}))
+        elif op_name == "lstm_block_cell_grad":
+            args = _lstm(dtype, T, B, n_in, H, False, (), empty_peep)
+            act = ops.lstm_block_cell(*args, 1.0, 2.0, peep)[:6]
+            grads = [torch.randn(B, H, dtype=dtype) for _ in range(2)]
+            samples.append(((*args, *act, *grads, peep), {}))
+    if op_name.startswith("gru"):
+        gru_cfgs = [
+            (torch.float32, 2, 3, 4, ()),
+            (torch.float64, 2, 3, 4, ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")),
+            (torch.float64, 3, 2, 5, ("w_ru", "b_c")),
+        ]
+        for dtype, B, n_in, H, requires in gru_cfgs:
+            if op_name == "gru_block_cell":
+                samples.append((tuple(_gru(dtype, B, n_in, H, requires)), {}))
+            else:
+                args = _gru(dtype, B, n_in, H)
+                r, u, c, _h = ops.gru_block_cell(*args)
+                samples.append(((*args, r, u, c, torch.randn(B, H, dtype=dtype)), {}))
+    for args, _ in samples:
+        if op_name.endswith("_grad") or op_name.endswith("_grad_v2"):
+            assert not any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+    return samples
+
+
+def test_every_block_op_is_covered():
+    """The 8 block-op schemas exist (the CudnnRNN family is tested in its own files)."""
+    registered = {
+        name for name in dir(ops) if not name.startswith("_") and isinstance(
+            getattr(ops, name), torch._ops.OpOverloadPacket)
+    }  # fmt: skip
+    block = {n for n in registered if not n.startswith("cudnn")}
+    assert block == set(OP_NAMES)
+
+
+def _to_device(a, device):
+    if not isinstance(a, torch.Tensor) or device == "cpu":
+        return a
+    return a.detach().to(device).requires_grad_(a.requires_grad)
+
+
+@pytest.mark.parametrize("op_name", OP_NAMES)
+def test_opcheck(op_name, device):
+    op = getattr(ops, op_name).default
+    samples = sample_inputs(op_name)
+    assert len(samples) >= 3
+    for args, kwargs in samples:
+        args = tuple(_to_device(a, device) for a in args)
+        result = torch.library.opcheck(op, args, kwargs)
+        assert set(result.values()) == {"SUCCESS"}, result
+
+
+def test_forward_samples_include_requires_grad():
+    """The forward samples exercise test_autograd_registration / aot backward for real."""
+    for op_name in ("block_lstm", "block_lstm_v2", "lstm_block_cell", "gru_block_cell"):
+        assert any(
+            any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)
+            for args, _ in sample_inputs(op_name)
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Fake / meta metadata equals the real CPU kernels' (shape, dtype, strides)
+
+
+def _metadata_samples(op_name, dtype):
+    """Shapes that stress the metadata: normal, B = 0, T = 0, non-contiguous inputs."""
+    samples = []
+    for T, B, n_in, H, noncontig in [(3, 2, 3, 4, False), (3, 0, 2, 4, False), (0, 2, 3, 5, False),
+                                  (3, 2, 3, 4, True)]:  # fmt: skip
+        if op_name in ("gru_block_cell", "gru_block_cell_grad"):
+            args = _gru(dtype, B, n_in, H)
+            if op_name == "gru_block_cell_grad":
+                r, u, c, _ = ops.gru_block_cell(*args)
+                args = [*args, r, u, c, torch.randn(B, H, dtype=dtype)]
+        elif op_name in ("lstm_block_cell", "lstm_block_cell_grad"):
+            args = _lstm(dtype, T, B, n_in, H, False)
+            if op_name == "lstm_block_cell_grad":
+                act = ops.lstm_block_cell(*args, 1.0, 2.0, True)[:6]
+                args = [*args, *act, torch.randn(B, H, dtype=dtype), torch.randn(B, H, dtype=dtype)]
+                args.append(True)
+            else:
+                args.extend([1.0, 2.0, True])
+        else:
+            L = torch.tensor(max(T - 1, 0))
+            args = [L, *_lstm(dtype, T, B, n_in, H, True)]
+            v1 = op_name in ("block_lstm", "block_lstm_grad")
+            fwd = (1.0, 2.0, True) if v1 else (2.0, True)
+            fwd_op = ops.block_lstm if v1 else ops.block_lstm_v2
+            if op_name.endswith("grad") or op_name.endswith("grad_v2"):
+                act = fwd_op(*args, *fwd)
+                grads = [torch.randn(T, B, H, dtype=dtype) for _ in range(2)]
+                args = [*args, *act, *grads, True]
+            else:
+                args = [*args, *fwd]
+        if noncontig:
+            args = [_noncontiguous(a) if isinstance(a, torch.Tensor) and a.dim() > 0 else a
+                    for a in args]  # fmt: skip
+        samples.append(args)
+    return samples
+
+
+def _noncontiguous(t):
+    """The same values in a non-contiguous layout."""
+    if t.dim() == 1:
+        return torch.stack([t, t], dim=1)[:, 0]
+    return t.transpose(0, 1).contiguous().transpose(0, 1)
+
+
+def _meta(args, convert):
+    return [convert(a) if isinstance(a, torch.Tensor) else a for a in args]
+
+
+def _assert_same_metadata(fake_out, real_out, device):
+    assert len(fake_out) == len(real_out)
+    for k, (f, r) in enumerate(zip(fake_out, real_out, strict=True)):
+        assert f.shape == r.shape, (k, f.shape, r.shape)
+        assert f.dtype == r.dtype, (k, f.dtype, r.dtype)
+        assert f.stride() == r.stride(), (k, f.stride(), r.stride())
+        assert f.device.type == device, (k, f.device)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32, torch.float64])
+@pytest.mark.parametrize("op_name", OP_NAMES)
+def test_fake_tensor_metadata_matches_cpu(op_name, dtype):
+    op = getattr(ops, op_name).default
+    for args in _metadata_samples(op_name, dtype):
+        real = op(*args)
+        mode = FakeTensorMode()
+        fake_args = _meta(args, mode.from_tensor)
+        with mode:
+            fake = op(*fake_args)
+        _assert_same_metadata(fake, real, "cpu")
+
+
+@pytest.mark.parametrize("op_name", OP_NAMES)
+def test_meta_device_metadata_matches_cpu(op_name):
+    op = getattr(ops, op_name).default
+    for args in _metadata_samples(op_name, torch.float32):
+        real = op(*args)
+        meta = op(*_meta(args, lambda t: t.to("meta")))
+        _assert_same_metadata(meta, real, "meta")
