@@ -21,6 +21,7 @@ from . import raw_ops, reference  # noqa: E402
 from .autograd import (  # noqa: E402
     BlockLSTMFunction,
     BlockLSTMV2Function,
+    CudnnRNNFunction,
     GRUBlockCellFunction,
     LSTMBlockCellFunction,
 )
@@ -38,6 +39,7 @@ def built_with_cuda() -> bool:
 __all__ = [
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
+    "CudnnRNNFunction",
     "GRUBlockCellFunction",
     "LSTMBlockCellFunction",
     "built_with_cuda",

@@ -1,8 +1,9 @@
 """Import-time registrations, and nothing else: fake kernels and autograd for every op.
 
 Fake kernels give torch.compile / FakeTensor the output metadata without running a kernel;
-they apply the same shape rules as the C++ kernels (`_checks.py` mirrors `csrc/checks.h`) and
-return exactly what the C++ kernels return (contiguous tensors of x's dtype and device).
+they apply the same shape rules as the C++ kernels (`_checks.py` mirrors `csrc/checks.h`,
+`_cudnn.py` mirrors `csrc/cudnn_rnn_config.h`) and return exactly what the C++ kernels return
+(contiguous tensors of x's dtype and device).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from . import _checks as C
+from . import _cudnn
 from .autograd import DIFFERENTIABLE_OPS
 
 _LIB = "torch_lstm_grad::"
@@ -86,6 +88,12 @@ def _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h):
     return x.new_empty(x.shape), x.new_empty((B, H)), x.new_empty((B, H)), x.new_empty((B, 2 * H))
 
 
+# CudnnRNN: the shape rules mirror csrc/cudnn_rnn_config.h and live in _cudnn.py; the training
+# reserve_space gets an unbacked size (its length is the device kernel's own choice).
+torch.library.register_fake(_LIB + "cudnn_rnn", _cudnn.cudnn_rnn_fake)
+torch.library.register_fake(_LIB + "cudnn_rnn_backprop", _cudnn.cudnn_rnn_backprop_fake)
+
+
 # The forward ops differentiate through their Function's formula (written once, in autograd.py).
 for _name, _fn in DIFFERENTIABLE_OPS.items():
     torch.library.register_autograd(_name, _fn.backward, setup_context=_fn.setup_context)
@@ -106,5 +114,6 @@ for _grad_op, _fwd in (
     ("block_lstm_grad_v2", "BlockLSTMV2"),
     ("lstm_block_cell_grad", "LSTMBlockCell"),
     ("gru_block_cell_grad", "GRUBlockCell"),
+    ("cudnn_rnn_backprop", "CudnnRNN"),
 ):
     torch.library.register_autograd(_LIB + _grad_op, _no_double_backward(_fwd))

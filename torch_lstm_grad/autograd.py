@@ -8,15 +8,20 @@ are differentiable too, also under torch.compile.
 Decisions (SPEC §2): the gate outputs `i, f, o, ci, co` (and GRU's `r, u, c`) are marked
 non-differentiable, so putting them in a loss is an explicit error instead of TF's silent zero;
 BlockLSTMV2 differentiates through BlockLSTMGradV2 (TF registers the V1 kernel: wrong).
+CudnnRNN's reserve_space/host_reserved (and output_c outside LSTM) are non-differentiable.
 """
 
 from __future__ import annotations
+
+import contextlib
+import contextvars
 
 import torch
 
 __all__ = [
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
+    "CudnnRNNFunction",
     "GRUBlockCellFunction",
     "LSTMBlockCellFunction",
 ]
@@ -160,10 +165,78 @@ class GRUBlockCellFunction(torch.autograd.Function):
         return d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0), d_c_bar.sum(0)
 
 
+# The op that TF's "To use <op> in gradients, is_training must be set to True." names: TF's
+# gradient functions (cudnn_rnn_grad.py) each name their own op. The raw ops set it around an
+# inference call (eager only; under torch.compile, and for direct op calls, it stays CudnnRNNV3),
+# and setup_context records it.
+_cudnn_forward_name = contextvars.ContextVar("torch_lstm_grad_cudnn_forward", default="CudnnRNNV3")
+
+
+@contextlib.contextmanager
+def cudnn_forward_name(name: str):
+    token = _cudnn_forward_name.set(name)
+    try:
+        yield
+    finally:
+        _cudnn_forward_name.reset(token)
+
+
+class CudnnRNNFunction(torch.autograd.Function):
+    """`CudnnRNNV3` (CudnnRNN/V2 are it with lengths None, time-major, no projection) whose
+    backward is `CudnnRNNBackpropV3`, as TF's registered gradient.
+
+    apply(input, input_h, input_c, params, sequence_lengths, rnn_mode, input_mode, direction,
+    dropout, seed, seed2, num_proj, is_training, time_major) -> (output, output_h, output_c,
+    reserve_space, host_reserved). Differentiable in input, input_h, params and (lstm) input_c;
+    reserve_space, host_reserved and a non-LSTM output_c (a 0-d dummy) are not. With
+    is_training=False the backward raises TF's ValueError.
+    """
+
+    @staticmethod
+    def forward(input, input_h, input_c, params, sequence_lengths=None, rnn_mode="lstm",
+                input_mode="linear_input", direction="unidirectional", dropout=0.0, seed=0,
+                seed2=0, num_proj=0, is_training=True, time_major=True):  # fmt: skip
+        return _ops.cudnn_rnn.default(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                                      input_mode, direction, dropout, seed, seed2, num_proj,
+                                      is_training, time_major)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (input, input_h, input_c, params, sequence_lengths, rnn_mode, input_mode, direction,
+         dropout, seed, seed2, num_proj, is_training, time_major) = inputs  # fmt: skip
+        out, output_h, output_c, reserve_space, host_reserved = output
+        lstm = rnn_mode == "lstm"
+        ctx.mark_non_differentiable(reserve_space, host_reserved, *(() if lstm else (output_c,)))
+        ctx.set_materialize_grads(False)
+        # cudnn_rnn_backprop's schema does not mutate reserve_space (a kernel whose library
+        # writes into it must work on a copy), so a retain_graph=True backward can run twice.
+        ctx.save_for_backward(input, input_h, input_c, params, sequence_lengths, out, output_h,
+                              output_c, reserve_space, host_reserved)  # fmt: skip
+        ctx.attrs = (rnn_mode, input_mode, direction, dropout, seed, seed2, num_proj, time_major)
+        ctx.lstm = lstm
+        ctx.is_training = is_training
+        ctx.op_name = None if is_training else _cudnn_forward_name.get()
+
+    @staticmethod
+    def backward(ctx, grad_output, grad_output_h, grad_output_c, _grad_reserve, _grad_host):
+        if not ctx.is_training:
+            raise ValueError(f"To use {ctx.op_name} in gradients, is_training must be set to True.")
+        (input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+         reserve_space, host_reserved) = ctx.saved_tensors  # fmt: skip
+        d_input, d_input_h, d_input_c, d_params = _ops.cudnn_rnn_backprop.default(
+            input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+            _grad_or_zeros(grad_output, output), _grad_or_zeros(grad_output_h, output_h),
+            _grad_or_zeros(grad_output_c, output_c), reserve_space, host_reserved, *ctx.attrs,
+        )  # fmt: skip
+        return (d_input, d_input_h, d_input_c if ctx.lstm else None, d_params,
+                *(None,) * 10)  # fmt: skip
+
+
 # op name -> the Function whose setup_context/backward is that op's registered autograd.
 DIFFERENTIABLE_OPS = {
     "torch_lstm_grad::block_lstm": BlockLSTMFunction,
     "torch_lstm_grad::block_lstm_v2": BlockLSTMV2Function,
     "torch_lstm_grad::lstm_block_cell": LSTMBlockCellFunction,
     "torch_lstm_grad::gru_block_cell": GRUBlockCellFunction,
+    "torch_lstm_grad::cudnn_rnn": CudnnRNNFunction,
 }

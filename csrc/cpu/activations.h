@@ -25,6 +25,14 @@
 #define TLG_CPU_MULTIVERSION
 #endif
 
+// The per-row loops read several input rows and write several output rows that never overlap;
+// GCC cannot prove that (too many pointers for its run-time alias checks), so say it.
+#if defined(__GNUC__) && !defined(__clang__)
+#define TLG_NO_ALIAS_LOOP _Pragma("GCC ivdep")
+#else
+#define TLG_NO_ALIAS_LOOP
+#endif
+
 namespace torch_lstm_grad::cpu {
 
 namespace detail {

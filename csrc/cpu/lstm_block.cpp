@@ -41,6 +41,9 @@ TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, i
   const acc_t* __restrict bc = s.bias + L.c * H;
   const acc_t* __restrict bf = s.bias + L.f * H;
   const acc_t* __restrict bo = s.bias + L.o * H;
+  const acc_t* __restrict wci = s.wci;  // hoisted: loads through `s` inside the loop
+  const acc_t* __restrict wcf = s.wcf;  // would keep it from vectorising
+  const acc_t* __restrict wco = s.wco;
   for (int64_t b = b0; b < b1; ++b) {
     const acc_t* __restrict g = s.gates + b * 4 * H;
     const acc_t* __restrict gi = g + L.i * H;
@@ -55,11 +58,12 @@ TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, i
     scalar_t* __restrict ci_o = s.out[4] + b * H;
     scalar_t* __restrict co_o = s.out[5] + b * H;
     scalar_t* __restrict h_o = s.out[6] + b * H;
+    TLG_NO_ALIAS_LOOP
     for (int64_t j = 0; j < H; ++j) {
       const auto r = lstm_block::lstm_cell_forward<CpuAct, kPeep, kClip, acc_t>(
           gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
-          static_cast<acc_t>(csp[j]), kPeep ? s.wci[j] : acc_t(0), kPeep ? s.wcf[j] : acc_t(0),
-          kPeep ? s.wco[j] : acc_t(0), fb, clip);
+          static_cast<acc_t>(csp[j]), kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0),
+          kPeep ? wco[j] : acc_t(0), fb, clip);
       i_o[j] = static_cast<scalar_t>(r.i);
       cs_o[j] = static_cast<scalar_t>(r.cs);
       f_o[j] = static_cast<scalar_t>(r.f);
@@ -79,6 +83,9 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t H = s.H;
   const GateLayout L = s.layout;
+  const acc_t* __restrict wci = s.wci;
+  const acc_t* __restrict wcf = s.wcf;
+  const acc_t* __restrict wco = s.wco;
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t r0 = b * H;
     const scalar_t* __restrict i_p = s.act[0] + r0;
@@ -95,12 +102,13 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
     acc_t* __restrict dgc = s.dgates + 4 * r0 + L.c * H;
     acc_t* __restrict dgf = s.dgates + 4 * r0 + L.f * H;
     acc_t* __restrict dgo = s.dgates + 4 * r0 + L.o * H;
+    TLG_NO_ALIAS_LOOP
     for (int64_t j = 0; j < H; ++j) {
       // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
       const auto r = lstm_block::lstm_cell_backward<kPeep, acc_t>(
           i_p[j], f_p[j], o_p[j], ci_p[j], co_p[j], csp_p[j],
           dh_p[j] + static_cast<acc_t>(hg_p[j]), dcs_c[j] + static_cast<acc_t>(csg_p[j]),
-          kPeep ? s.wci[j] : acc_t(0), kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0));
+          kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0), kPeep ? wco[j] : acc_t(0));
       dgi[j] = r.di;
       dgc[j] = r.dci;
       dgf[j] = r.df;

@@ -1,0 +1,95 @@
+"""The torch-lstm-grad command: `check` with both oracles, a detected miss, `bench`, `convert`."""
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+
+from torch_lstm_grad import _parity, cli, raw_ops
+
+ALL_OPS = tuple(_parity.OPS)
+TF_AVAILABLE = importlib.util.find_spec("tensorflow") is not None
+
+
+def _run_check(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "torch_lstm_grad", "check", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _ops_in_table(stdout, oracle):
+    return {line.split()[0] for line in stdout.splitlines() if f" {oracle} " in line}
+
+
+@pytest.mark.parametrize(
+    "oracle",
+    ["reference", pytest.param("tf", marks=pytest.mark.skipif(not TF_AVAILABLE, reason="no TF"))],
+)
+def test_check_passes_for_every_op(oracle):
+    result = _run_check("--oracle", oracle)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert _ops_in_table(result.stdout, oracle) == set(ALL_OPS)
+    assert "MISS" not in result.stdout
+
+
+def test_check_reports_a_perturbed_output(monkeypatch, capsys):
+    real = raw_ops.GRUBlockCell
+
+    def perturbed(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return out._replace(h=out.h + 1e-3)
+
+    monkeypatch.setattr(raw_ops, "GRUBlockCell", perturbed)
+    code = cli.main(["check", "--oracle", "reference", "--ops", "GRUBlockCell,GRUBlockCellGrad"])
+    lines = capsys.readouterr().out.splitlines()
+    assert code == 1
+    misses = {(line.split()[0], line.split()[4]) for line in lines if line.endswith("MISS")}
+    # float16's tolerance (1e-2) is above the perturbation; float64 and float32 catch it.
+    assert misses == {("GRUBlockCell", "h")}
+    assert sum(line.endswith("MISS") for line in lines) == 2
+
+
+def test_check_reports_an_op_that_raises(monkeypatch, capsys):
+    def broken(*args, **kwargs):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(raw_ops, "LSTMBlockCell", broken)
+    assert cli.main(["check", "--oracle", "reference", "--ops", "LSTMBlockCell"]) == 1
+    assert "raised RuntimeError: boom" in capsys.readouterr().out
+
+
+def test_check_rejects_an_unknown_op(capsys):
+    assert cli.main(["check", "--oracle", "reference", "--ops", "BlockLSTMV3"]) == 2
+    assert "BlockLSTMV3" in capsys.readouterr().err
+
+
+def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli.main(
+        ["bench", "--shape", "2,2,3,4", "--no-tf", "--min-run-time", "0.01", "--json", str(out)]
+    )
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "2,2,3,4" in table and "fwd+bwd" in table
+    data = json.loads(out.read_text())
+    assert {"date", "cpu_model", "torch_version", "torch_threads", "results"} <= set(data)
+    assert [r["pass"] for r in data["results"]] == ["fwd", "fwd+bwd"]
+    assert all(r["ms"]["ours"] > 0 and r["ms"]["nn.LSTM"] > 0 for r in data["results"])
+    assert all(r["ms"]["TF"] is None for r in data["results"])
+
+
+def test_bench_rejects_a_bad_shape(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--shape", "2,2,3", "--no-tf"])
+    assert exc.value.code == 2
+    assert "T,B,I,H" in capsys.readouterr().err
+
+
+def test_convert_is_not_built_yet(capsys):
+    assert cli.main(["convert", "model.ckpt"]) == 2
+    assert "not built yet: see README" in capsys.readouterr().err

@@ -1,0 +1,343 @@
+"""CPU benchmark of BlockLSTM forward and forward+backward: ours vs torch.nn.LSTM vs TensorFlow.
+
+The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py``. Per shape
+(T, B, I, H), float32, time-major:
+
+* ours: ``raw_ops.BlockLSTM`` with peepholes and cell_clip=3, backward by autograd:
+  ``torch.autograd.grad(cs.sum() + h.sum(), (x, cs_prev, h_prev, w, wci, wcf, wco, b))``;
+* ``torch.nn.LSTM`` (one layer, oneDNN on CPU): ``grad(out.sum(), (x, h0, c0, *parameters))``;
+* TF: ``tf.raw_ops.BlockLSTM`` then ``tf.raw_ops.BlockLSTMGrad`` (grads of ones), same attributes.
+
+"fwd" is the training forward (inputs require grad, so autograd records and oneDNN saves its
+workspace), i.e. the forward part of "fwd+bwd". torch is timed with ``torch.utils.benchmark.Timer``
+at torch's default thread count; TF with a timeit-style loop (median of repeats) at its default
+intra-op threads. Thread counts are printed and saved with ``--json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+import torch.utils.benchmark as benchmark
+
+from . import raw_ops
+
+DEFAULT_SHAPES = ((50, 32, 256, 256), (100, 16, 128, 512), (20, 64, 512, 512))
+IMPLS = ("ours", "nn.LSTM", "TF")
+PASSES = ("fwd", "fwd+bwd")
+
+
+def _shape(text: str) -> tuple[int, int, int, int]:
+    try:
+        shape = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 4 or min(shape) < 1:
+        raise argparse.ArgumentTypeError(f"expected T,B,I,H (four positive ints), got {text!r}")
+    return shape
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--shape",
+        type=_shape,
+        action="append",
+        metavar="T,B,I,H",
+        help="a shape to time (repeatable); replaces the default shapes "
+        "unless --default-shapes is given",
+    )
+    parser.add_argument(
+        "--default-shapes",
+        action="store_true",
+        help="time the default shapes as well as each --shape",
+    )
+    parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow")
+    parser.add_argument(
+        "--min-run-time",
+        type=float,
+        default=1.0,
+        metavar="S",
+        help="seconds of timing per measurement (default 1.0)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        metavar="N",
+        help="time every implementation N times, interleaved, and keep the best (default 1)",
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads and TF intra-op threads (default: each library's own default)",
+    )
+    parser.add_argument("--json", metavar="FILE", help="write the results and machine info")
+    parser.add_argument("--plot", metavar="FILE", help="bar chart of fwd+bwd times (matplotlib)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def _inputs(T, B, I, H, seed):  # noqa: E741 (TF's names)
+    g = torch.Generator().manual_seed(seed)
+    s = H**-0.5
+
+    def u(*shape):
+        return ((torch.rand(*shape, generator=g) * 2 - 1) * s).requires_grad_()
+
+    return dict(
+        x=torch.randn(T, B, I, generator=g).requires_grad_(),
+        cs_prev=u(B, H),
+        h_prev=u(B, H),
+        w=u(I + H, 4 * H),
+        wci=u(H),
+        wcf=u(H),
+        wco=u(H),
+        b=u(4 * H),
+    )
+
+
+def _ours(T, inputs):
+    seq_len_max = torch.tensor(T, dtype=torch.int64)
+    leaves = tuple(inputs.values())
+
+    def fwd():
+        return raw_ops.BlockLSTM(seq_len_max, **inputs, cell_clip=3.0, use_peephole=True)
+
+    def fwd_bwd():
+        out = fwd()
+        return torch.autograd.grad(out.cs.sum() + out.h.sum(), leaves)
+
+    return fwd, fwd_bwd
+
+
+def _nn_lstm(inputs, seed):
+    T, B, I = inputs["x"].shape  # noqa: E741
+    H = inputs["cs_prev"].shape[1]
+    torch.manual_seed(seed)
+    lstm = torch.nn.LSTM(I, H)
+    x = inputs["x"].detach().clone().requires_grad_()
+    h0 = inputs["h_prev"].detach()[None].clone().requires_grad_()
+    c0 = inputs["cs_prev"].detach()[None].clone().requires_grad_()
+    leaves = (x, h0, c0, *lstm.parameters())
+
+    def fwd():
+        return lstm(x, (h0, c0))
+
+    def fwd_bwd():
+        out, _ = fwd()
+        return torch.autograd.grad(out.sum(), leaves)
+
+    return fwd, fwd_bwd
+
+
+def _tf_fns(tf, T, inputs):
+    """tf.function(jit_compile=False) around the raw ops, so a call costs one Python dispatch
+    instead of one per op (eager raw ops would add Python overhead ours does not have)."""
+    args = [tf.constant(T, dtype=tf.int64)] + [
+        tf.constant(v.detach().numpy()) for v in inputs.values()
+    ]
+    ones = tf.ones(inputs["x"].shape[:2] + inputs["cs_prev"].shape[1:])
+    names = list(inputs)
+
+    @tf.function(jit_compile=False)
+    def fwd(seq_len_max, *ins):
+        return tf.raw_ops.BlockLSTM(
+            seq_len_max=seq_len_max,
+            **dict(zip(names, ins, strict=True)),
+            cell_clip=3.0,
+            use_peephole=True,
+        )
+
+    @tf.function(jit_compile=False)
+    def fwd_bwd(seq_len_max, *ins):
+        kw = dict(zip(names, ins, strict=True))
+        out = tf.raw_ops.BlockLSTM(seq_len_max=seq_len_max, **kw, cell_clip=3.0, use_peephole=True)
+        grads = dict(cs_grad=ones, h_grad=ones, use_peephole=True)
+        return tf.raw_ops.BlockLSTMGrad(seq_len_max=seq_len_max, **kw, **out._asdict(), **grads)
+
+    return (lambda: fwd(*args)), (lambda: fwd_bwd(*args))
+
+
+def _time_torch(fn, min_run_time: float) -> float:
+    fn()  # warm-up (oneDNN primitive creation, allocator)
+    # Timer defaults to one thread; keep torch's own default instead.
+    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
+    return timer.blocked_autorange(min_run_time=min_run_time).median
+
+
+def _time_tf(fn, min_run_time: float) -> float:
+    """Median seconds per call over repeats of `number` calls (timeit-style)."""
+    fn()  # traces the tf.function
+    start = time.perf_counter()
+    fn()
+    number = max(1, int(0.05 / max(time.perf_counter() - start, 1e-9)))
+    per_call, deadline = [], time.perf_counter() + min_run_time
+    while len(per_call) < 5 or time.perf_counter() < deadline:
+        start = time.perf_counter()
+        for _ in range(number):
+            fn()  # CPU eager execution is synchronous: the outputs exist on return
+        per_call.append((time.perf_counter() - start) / number)
+    return statistics.median(per_call)
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def _fmt_ms(ms):
+    return "-" if ms is None else f"{ms:.3f}"
+
+
+def _fmt_ratio(a, b):
+    return "-" if a is None or b is None else f"{a / b:.2f}x"
+
+
+def _print_table(results, out=None):
+    head = ("shape T,B,I,H", "pass", "ours ms", "nn.LSTM ms", "TF ms", "ours/nn.LSTM", "ours/TF")
+    lines = [head]
+    for r in results:
+        ms = r["ms"]
+        lines.append(
+            (
+                ",".join(map(str, r["shape"])),
+                r["pass"],
+                _fmt_ms(ms["ours"]),
+                _fmt_ms(ms["nn.LSTM"]),
+                _fmt_ms(ms["TF"]),
+                _fmt_ratio(ms["ours"], ms["nn.LSTM"]),
+                _fmt_ratio(ms["ours"], ms["TF"]),
+            )
+        )
+    widths = [max(len(row[c]) for row in lines) for c in range(len(head))]
+    for row in lines:
+        print(
+            "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)), file=out or sys.stdout
+        )
+
+
+def _plot(results, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in results if r["pass"] == "fwd+bwd"]
+    fig, ax = plt.subplots(figsize=(2 + 2 * len(rows), 4))
+    impls = [impl for impl in IMPLS if any(r["ms"][impl] is not None for r in rows)]
+    width = 0.8 / len(impls)
+    for k, impl in enumerate(impls):
+        xs = [j + k * width for j in range(len(rows))]
+        ax.bar(xs, [r["ms"][impl] for r in rows], width, label=impl)
+    ax.set_xticks(
+        [j + width * (len(impls) - 1) / 2 for j in range(len(rows))],
+        ["T={} B={}\nI={} H={}".format(*r["shape"]) for r in rows],
+    )
+    ax.set_ylabel("fwd+bwd ms (CPU, float32)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def _machine_info(tf, min_run_time: float, rounds: int) -> dict:
+    return dict(
+        date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        processor=platform.processor(),
+        cpu_model=_cpu_model(),
+        cpu_count=os.cpu_count(),
+        torch_version=torch.__version__,
+        torch_threads=torch.get_num_threads(),
+        torch_interop_threads=torch.get_num_interop_threads(),
+        mkldnn_enabled=torch.backends.mkldnn.enabled,
+        tf_version=tf.__version__ if tf else None,
+        # 0 means TF's default: one thread per schedulable CPU.
+        tf_intra_op_threads=tf.config.threading.get_intra_op_parallelism_threads() if tf else None,
+        tf_inter_op_threads=tf.config.threading.get_inter_op_parallelism_threads() if tf else None,
+        min_run_time_s=min_run_time,
+        rounds=rounds,
+        load_average_1min=os.getloadavg()[0],
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.plot and importlib.util.find_spec("matplotlib") is None:
+        print("--plot needs matplotlib (pip install matplotlib); nothing was run", file=sys.stderr)
+        return 2
+    shapes = list(args.shape or [])
+    if args.default_shapes or not shapes:
+        shapes = list(DEFAULT_SHAPES) + shapes
+    tf = None
+    if not args.no_tf:
+        from ._parity import import_tf
+
+        try:
+            tf = import_tf()
+        except ImportError:
+            print("TensorFlow is not installed: timing without it (--no-tf)", file=sys.stderr)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+        if tf:  # before TF runs its first op, which fixes its thread pools
+            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    info = _machine_info(tf, args.min_run_time, args.rounds)
+    if info["load_average_1min"] > 0.5 * (info["cpu_count"] or 1):
+        print(
+            f"warning: load average {info['load_average_1min']:.1f} on {info['cpu_count']} "
+            "CPUs: other processes are running and the timings will be noisy",
+            file=sys.stderr,
+        )
+    print(
+        f"threads: torch {info['torch_threads']} (interop {info['torch_interop_threads']}), "
+        f"TF intra-op {info['tf_intra_op_threads']} / inter-op {info['tf_inter_op_threads']} "
+        f"(0 = TF default, one per CPU; {info['cpu_count']} CPUs: {info['cpu_model']})"
+    )
+    impls = IMPLS if tf else IMPLS[:2]
+    total, done, results = args.rounds * len(shapes) * len(impls) * len(PASSES), 0, []
+    for T, B, I, H in shapes:  # noqa: E741
+        inputs = _inputs(T, B, I, H, args.seed)
+        fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
+        if tf:
+            fns["TF"] = _tf_fns(tf, T, inputs)
+        times = {p: dict.fromkeys(IMPLS) for p in PASSES}
+        # Rounds interleave the implementations, so a burst of load from other processes hits
+        # them alike; the best round's median is kept.
+        for _ in range(args.rounds):
+            for impl in impls:
+                for p, fn in zip(PASSES, fns[impl], strict=True):
+                    done += 1
+                    label = f"[{done}/{total}] T={T} B={B} I={I} H={H} {impl} {p}"
+                    print(label + " ...", end="", file=sys.stderr, flush=True)
+                    timer = _time_tf if impl == "TF" else _time_torch
+                    ms = timer(fn, args.min_run_time) * 1e3
+                    times[p][impl] = ms if times[p][impl] is None else min(times[p][impl], ms)
+                    print(f" {ms:.3f} ms", file=sys.stderr, flush=True)
+        results += [{"shape": [T, B, I, H], "pass": p, "ms": times[p]} for p in PASSES]
+    _print_table(results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(info, dtype="float32", device="cpu", results=results), f, indent=2)
+        print(f"wrote {args.json}", file=sys.stderr)
+    if args.plot:
+        _plot(results, args.plot)
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench_block_lstm", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    return run(parser.parse_args(argv))

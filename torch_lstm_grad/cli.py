@@ -1,0 +1,163 @@
+"""The ``torch-lstm-grad`` command (also ``python -m torch_lstm_grad``).
+
+Subcommands:
+
+* ``check``: every raw op on generated inputs against TensorFlow's raw op when TensorFlow is
+  installed, else against the float64 reference; prints a table of max errors per output and exits
+  1 on any miss (cases and tolerances: ``_parity.py``).
+* ``bench``: CPU timings of BlockLSTM fwd and fwd+bwd against ``torch.nn.LSTM`` and TF
+  (``_bench.py``; also ``benchmarks/bench_block_lstm.py``).
+* ``convert``: TF checkpoint / Keras file to a PyTorch file (not built yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+__all__ = ["main"]
+
+_COLUMNS = ("op", "config", "dtype", "oracle", "output", "max abs err", "tolerance", "")
+
+
+def _resolve_oracle(requested: str):
+    """(oracle, None) or (None, error message)."""
+    from . import _parity
+
+    if requested == "reference":
+        return "reference", None
+    try:
+        _parity.import_tf()
+    except ImportError as err:
+        if requested == "tf":
+            return None, f"--oracle tf: TensorFlow cannot be imported ({err})"
+        print(
+            "TensorFlow is not installed: checking against the float64 reference", file=sys.stderr
+        )
+        return "reference", None
+    return "tf", None
+
+
+def _print_rows(rows, out) -> None:
+    table = [_COLUMNS] + [
+        (
+            r.op,
+            r.config,
+            r.dtype,
+            r.oracle,
+            r.output,
+            f"{r.max_abs_err:.2e}",
+            f"{r.tol:.1e}",
+            "ok" if r.ok else "MISS",
+        )
+        for r in rows
+    ]
+    widths = [max(len(row[c]) for row in table) for c in range(len(_COLUMNS))]
+    for row in table:
+        print("  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)).rstrip(), file=out)
+
+
+def _check(args: argparse.Namespace) -> int:
+    import torch
+
+    from . import _parity
+
+    ops = None
+    if args.ops:
+        ops = [op.strip() for op in args.ops.split(",") if op.strip()]
+        unknown = [op for op in ops if op not in _parity.OPS]
+        if unknown:
+            print(
+                f"--ops: unknown op(s) {', '.join(unknown)}; known: {', '.join(_parity.OPS)}",
+                file=sys.stderr,
+            )
+            return 2
+    oracle, error = _resolve_oracle(args.oracle)
+    if error:
+        print(error, file=sys.stderr)
+        return 2
+    rows = _parity.run_checks(oracle, seed=args.seed, ops=ops)
+    _print_rows(rows, sys.stdout)
+    if oracle == "tf":
+        no_half = [
+            op for op in ops or _parity.OPS if torch.float16 not in _parity.OPS[op].tf_dtypes
+        ]
+        print(
+            "not compared (no TF kernel): float64 (use --oracle reference)"
+            + "".join(f", {op} float16" for op in no_half)
+        )
+    misses = sum(not r.ok for r in rows)
+    print(
+        f"{len(rows)} outputs compared against {oracle}: "
+        + (f"{misses} missed the tolerance" if misses else "all ok")
+    )
+    return 1 if misses else 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from . import _bench
+
+    return _bench.run(args)
+
+
+def _convert(args: argparse.Namespace) -> int:
+    print("torch-lstm-grad convert: not built yet: see README", file=sys.stderr)
+    return 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="torch-lstm-grad",
+        description="TensorFlow's fused RNN raw ops for PyTorch: parity checks and benchmarks.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    check = sub.add_parser(
+        "check",
+        help="compare every op with TensorFlow or the reference",
+        description=_check_description(),
+    )
+    check.add_argument(
+        "--oracle",
+        choices=("auto", "tf", "reference"),
+        default="auto",
+        help="tf: TensorFlow's raw ops (float32, float16); reference: the float64 "
+        "pure-torch reference (float64, float32, float16); auto (default): tf when "
+        "TensorFlow can be imported, else reference",
+    )
+    check.add_argument("--seed", type=int, default=0, help="seed of the generated inputs")
+    check.add_argument("--ops", metavar="OP[,OP...]", help="only these ops (default: all)")
+    check.set_defaults(func=_check)
+
+    from . import _bench as bench_module
+
+    bench = sub.add_parser(
+        "bench",
+        help="time BlockLSTM fwd/fwd+bwd vs nn.LSTM and TF",
+        description=bench_module.__doc__.split("\n")[0],
+    )
+    bench_module.add_arguments(bench)
+    bench.set_defaults(func=_bench)
+
+    convert = sub.add_parser("convert", help="TF checkpoint or Keras file to PyTorch (not built)")
+    convert.add_argument("args", nargs=argparse.REMAINDER)
+    convert.set_defaults(func=_convert)
+    return parser
+
+
+def _check_description() -> str:
+    return (
+        "Runs every raw op (LSTMBlockCell, BlockLSTM, BlockLSTMV2, GRUBlockCell and their "
+        "Grad ops) on generated inputs with several configs (peephole, cell_clip, "
+        "seq_len_max < T) and compares each output with the oracle. The tolerance printed is "
+        "the per-dtype bound times max(1, max |oracle output|). Exit code 1 on any miss."
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
