@@ -154,6 +154,19 @@ const T* ptr_or_null(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<T>() : nullptr;
 }
 
+// The per-step product with one weight matrix for the whole loop: c = a·b (+ c). A Backend's
+// recurrent_gemm(b, m) may return something faster for its device (csrc/cpu: MKL-packed b).
+struct AtenRecurrentGemm {
+  at::Tensor b;  // [K, N]
+  void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
+    if (accumulate) {
+      c.addmm_(a, b);
+    } else {
+      at::mm_out(c, a, b);
+    }
+  }
+};
+
 // Runs the first L steps of x [T, B, I]; outputs are [T, B, H], all seven zero for t >= L.
 template <class Backend, typename scalar_t>
 Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
@@ -173,7 +186,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
   const at::Tensor w_acc = w.to(acc);
-  const at::Tensor wh = w_acc.narrow(0, I, H);
+  const auto recurrent = Backend::recurrent_gemm(w_acc.narrow(0, I, H), B);
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -191,7 +204,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
 
   for (int64_t t = 0; t < L; ++t) {
     at::Tensor g = gates[t];
-    g.addmm_(t == 0 ? h0 : (kSameType ? out[6][t - 1] : h_acc), wh);
+    recurrent(g, t == 0 ? h0 : (kSameType ? out[6][t - 1] : h_acc), /*accumulate=*/true);
     FwdStep<scalar_t> step{H,
                            g.const_data_ptr<acc_t>(),
                            bias.const_data_ptr<acc_t>(),
@@ -229,7 +242,8 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   const auto opts = cs_prev.options().dtype(acc_type(cs_prev.scalar_type()));
   BackwardState st{at::empty({L, B, 4 * H}, opts), at::zeros({B, H}, opts),
                    at::zeros({B, H}, opts)};
-  const at::Tensor wh_t = wh.defined() ? wh.t() : at::Tensor();
+  const auto recurrent =
+      Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B);
   for (int64_t t = L - 1; t >= 0; --t) {
     BwdStep<scalar_t> step{H,
                            {},
@@ -246,7 +260,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                            layout};
     for (int k = 0; k < 6; ++k) step.act[k] = act[k][t].const_data_ptr<scalar_t>();
     Backend::backward_step(step, B);
-    if (wh_t.defined()) at::mm_out(st.dh_carry, st.dgates[t], wh_t);
+    if (wh.defined()) recurrent(st.dh_carry, st.dgates[t], /*accumulate=*/false);
   }
   return st;
 }
