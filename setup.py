@@ -14,8 +14,6 @@ import torch
 from setuptools import setup
 from torch.utils.cpp_extension import CUDA_HOME, BuildExtension, CppExtension, CUDAExtension
 
-ROOT = os.path.dirname(os.path.abspath(__file__))
-
 
 def _sources(*patterns: str) -> list[str]:
     found: list[str] = []
@@ -32,6 +30,30 @@ def _with_cuda() -> bool:
     return torch.version.cuda is not None and CUDA_HOME is not None
 
 
+def _cudnn_link() -> tuple[list[str], list[str], list[str]]:
+    """(include_dirs, library_dirs, link args) for cuDNN: CUDNN_HOME/CUDNN_PATH if set, else the
+    nvidia-cudnn wheel a pip-installed CUDA torch depends on (cpp_extension adds neither). The
+    wheel ships only libcudnn.so.<major>, so it is linked by file name."""
+    root = os.environ.get("CUDNN_HOME") or os.environ.get("CUDNN_PATH")
+    if root is None:
+        try:
+            import nvidia.cudnn  # the wheel's namespace package
+
+            root = list(nvidia.cudnn.__path__)[0]
+        except ImportError:
+            return [], [], ["-lcudnn"]
+    lib = os.path.join(root, "lib")
+    if os.path.exists(os.path.join(lib, "libcudnn.so")):
+        return [os.path.join(root, "include")], [lib], ["-lcudnn"]
+    versioned = (
+        sorted(f for f in os.listdir(lib) if f.startswith("libcudnn.so."))
+        if os.path.isdir(lib)
+        else []
+    )
+    name = versioned[0] if versioned else "libcudnn.so"
+    return [os.path.join(root, "include")], [lib], [f"-l:{name}"]
+
+
 def get_extensions():
     debug = os.environ.get("DEBUG", "0") == "1"
     cxx = ["-O0", "-g"] if debug else ["-O3"]
@@ -45,6 +67,7 @@ def get_extensions():
         return [CppExtension("torch_lstm_grad._C", sources, extra_compile_args={"cxx": cxx})]
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # H100/H200; keeps compile time down
+    include_dirs, library_dirs, link_args = _cudnn_link()
     nvcc = ["-O0", "-g", "-G"] if debug else ["-O3"]
     nvcc += ["-std=c++20"]
     return [
@@ -53,7 +76,9 @@ def get_extensions():
             sources + _sources("cuda/*.cpp", "cuda/*.cu"),
             define_macros=[("TORCH_LSTM_GRAD_WITH_CUDA", None)],
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
-            libraries=["cudnn"],
+            include_dirs=include_dirs,
+            library_dirs=library_dirs,
+            extra_link_args=link_args,
         )
     ]
 

@@ -1,0 +1,120 @@
+// CUDA backend of the LSTM block ops (drivers and cell math: csrc/lstm_block.h): the per-step
+// pointwise passes as one elementwise kernel each, on PyTorch's current stream. GEMMs and the
+// whole-sequence reductions (peephole and bias grads: no atomics) are ATen's, i.e. cuBLAS.
+//
+// Unverified: written and compiled without a GPU (see README, "Status").
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
+#include <torch/library.h>
+
+#include "../lstm_block.h"
+
+namespace torch_lstm_grad {
+namespace {
+
+using lstm_block::BwdStep;
+using lstm_block::FwdStep;
+
+// Full-precision libm functions (no fast-math intrinsics): parity with the CPU kernels.
+struct CudaAct {
+  template <typename T>
+  __device__ static T sigmoid(T x) {
+    return T(1) / (T(1) + ::exp(-x));
+  }
+  template <typename T>
+  __device__ static T tanh(T x) {
+    return ::tanh(x);
+  }
+};
+
+template <typename scalar_t, bool kPeep, bool kClip>
+__global__ void forward_kernel(FwdStep<scalar_t> s, int64_t n) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = s.H;
+  const auto L = s.attrs.layout;
+  const acc_t fb = static_cast<acc_t>(s.attrs.forget_bias);
+  const acc_t clip = static_cast<acc_t>(s.attrs.cell_clip);
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = k / H, j = k % H;
+    const acc_t* g = s.gates + b * 4 * H;
+    const auto r = lstm_block::lstm_cell_forward<CudaAct, kPeep, kClip, acc_t>(
+        g[L.i * H + j] + s.bias[L.i * H + j], g[L.c * H + j] + s.bias[L.c * H + j],
+        g[L.f * H + j] + s.bias[L.f * H + j], g[L.o * H + j] + s.bias[L.o * H + j],
+        static_cast<acc_t>(s.cs_prev[k]), kPeep ? s.wci[j] : acc_t(0),
+        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0), fb, clip);
+    s.out[0][k] = static_cast<scalar_t>(r.i);
+    s.out[1][k] = static_cast<scalar_t>(r.cs);
+    s.out[2][k] = static_cast<scalar_t>(r.f);
+    s.out[3][k] = static_cast<scalar_t>(r.o);
+    s.out[4][k] = static_cast<scalar_t>(r.ci);
+    s.out[5][k] = static_cast<scalar_t>(r.co);
+    const scalar_t h = static_cast<scalar_t>(r.h);
+    s.out[6][k] = h;
+    if (s.h_acc != nullptr) s.h_acc[k] = static_cast<acc_t>(h);
+  }
+}
+
+template <typename scalar_t, bool kPeep>
+__global__ void backward_kernel(BwdStep<scalar_t> s, int64_t n) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = s.H;
+  const auto L = s.layout;
+  for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
+       k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t b = k / H, j = k % H;
+    const auto r = lstm_block::lstm_cell_backward<kPeep, acc_t>(
+        s.act[0][k], s.act[2][k], s.act[3][k], s.act[4][k], s.act[5][k], s.cs_prev[k],
+        s.dh_carry[k] + static_cast<acc_t>(s.h_grad[k]),
+        s.dcs_carry[k] + static_cast<acc_t>(s.cs_grad[k]), kPeep ? s.wci[j] : acc_t(0),
+        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0));
+    acc_t* dg = s.dgates + b * 4 * H;
+    dg[L.i * H + j] = r.di;
+    dg[L.c * H + j] = r.dci;
+    dg[L.f * H + j] = r.df;
+    dg[L.o * H + j] = r.d_o;
+    s.dcs_carry[k] = r.dcs_prev;
+  }
+}
+
+constexpr int kThreads = 256;
+
+int blocks_for(int64_t n) {
+  const int64_t max_blocks = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
+  return static_cast<int>(std::max<int64_t>(1, std::min((n + kThreads - 1) / kThreads, max_blocks)));
+}
+
+struct CudaBackend {
+  static lstm_block::AtenRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t) { return {b}; }
+
+  template <typename scalar_t>
+  static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
+    const int64_t n = B * s.H;
+    if (n == 0) return;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    const bool peep = s.attrs.use_peephole, clip = s.attrs.cell_clip > 0;
+    auto kernel = peep ? (clip ? forward_kernel<scalar_t, true, true>
+                               : forward_kernel<scalar_t, true, false>)
+                       : (clip ? forward_kernel<scalar_t, false, true>
+                               : forward_kernel<scalar_t, false, false>);
+    kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  template <typename scalar_t>
+  static void backward_step(const BwdStep<scalar_t>& s, int64_t B) {
+    const int64_t n = B * s.H;
+    if (n == 0) return;
+    const auto stream = at::cuda::getCurrentCUDAStream();
+    auto kernel = s.wci != nullptr ? backward_kernel<scalar_t, true> : backward_kernel<scalar_t, false>;
+    kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
+    C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_lstm_grad, CUDA, m) { lstm_block::register_ops<CudaBackend>(m); }
+
+}  // namespace torch_lstm_grad

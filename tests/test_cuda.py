@@ -1,0 +1,162 @@
+"""GPU kernels against the CPU kernels (which the rest of the suite ties to TF and the float64
+reference). Skipped, with the reason printed, without a GPU or a CUDA build of the extension.
+
+TF32 is off for parity. float64 compares at 1e-10 (same math, different summation order);
+float32 at 2e-5 (cuBLAS/cuDNN GEMM order and libm vs our vectorised activations, as vs TF).
+"""
+
+import pytest
+import torch
+from conftest import _CUDA_SKIP, CUDA_OK
+
+from torch_lstm_grad import raw_ops as R
+
+pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP)]
+
+TOL = {torch.float64: 1e-10, torch.float32: 2e-5}
+
+
+@pytest.fixture(autouse=True)
+def _no_tf32():
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
+def _lstm_args(T=5, B=3, I=4, H=6, dtype=torch.float64):
+    g = lambda *s: torch.randn(*s, dtype=dtype) * 0.5  # noqa: E731
+    return [g(T, B, I), g(B, H), g(B, H), g(I + H, 4 * H), g(H), g(H), g(H), g(4 * H)]
+
+
+def _cudnn_args(mode, L, D, lengths, T=5, I=4, H=6, P=0, dtype=torch.float64):
+    B = len(lengths)
+    n = P or H
+    size = R.CudnnRNNParamsSize(num_layers=L, num_units=H, input_size=I, T=dtype, S=torch.int64,
+                                rnn_mode=mode, direction="bidirectional" if D == 2 else
+                                "unidirectional", num_proj=P)  # fmt: skip
+    g = lambda *s: torch.randn(*s, dtype=dtype) * 0.3  # noqa: E731
+    c = g(L * D, B, H) if mode == "lstm" else torch.zeros((), dtype=dtype)
+    return [
+        g(T, B, I),
+        g(L * D, B, n),
+        c,
+        g(int(size[0])),
+        torch.tensor(lengths, dtype=torch.int32),
+    ]
+
+
+def _to(ts, device):
+    return [t.to(device).requires_grad_(t.is_floating_point() and t.dim() > 0) for t in ts]
+
+
+def _compare(cpu_out, gpu_out, dtype):
+    for a, b in zip(cpu_out, gpu_out, strict=True):
+        torch.testing.assert_close(b.cpu(), a, atol=TOL[dtype], rtol=TOL[dtype])
+
+
+def _grads(outs, ins, n_diff):
+    loss = sum((o.double() * torch.linspace(-1, 1, o.numel(), dtype=torch.float64,
+                device=o.device).view_as(o)).sum() for o in outs[:n_diff])  # fmt: skip
+    return torch.autograd.grad(loss, [t for t in ins if t.requires_grad], allow_unused=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("peep", [False, True])
+@pytest.mark.parametrize("op", ["BlockLSTM", "BlockLSTMV2", "LSTMBlockCell"])
+def test_lstm_block_ops_match_cpu(op, peep, dtype):
+    args = _lstm_args(dtype=dtype)
+    if op == "LSTMBlockCell":
+        args[0] = args[0][0]
+    kw = {"use_peephole": peep, "cell_clip": 0.5}
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(args, device)
+        call = getattr(R, op)
+        out = call(*ins, **kw) if op == "LSTMBlockCell" else call(3, *ins, **kw)
+        results.append((out, _grads((out.cs, out.h), ins, 2)))
+    _compare(results[0][0], results[1][0], dtype)
+    _compare([g for g in results[0][1]], [g for g in results[1][1]], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_gru_block_cell_matches_cpu(dtype):
+    g = lambda *s: torch.randn(*s, dtype=dtype) * 0.5  # noqa: E731
+    B, I, H = 3, 4, 5
+    args = [g(B, I), g(B, H), g(I + H, 2 * H), g(I + H, H), g(2 * H), g(H)]
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(args, device)
+        out = R.GRUBlockCell(*ins)
+        results.append((out, _grads((out.h,), ins, 1)))
+    _compare(results[0][0], results[1][0], dtype)
+    _compare(results[0][1], results[1][1], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize(
+    "mode,L,D,P,lengths,time_major",
+    [
+        ("lstm", 1, 1, 0, [5, 5, 5], True),
+        ("lstm", 2, 2, 0, [5, 0, 3], True),
+        ("lstm", 2, 2, 3, [2, 5, 4], False),
+        ("gru", 2, 2, 0, [5, 3, 0], False),
+        ("rnn_tanh", 2, 1, 0, [1, 5, 2], True),
+        ("rnn_relu", 1, 2, 0, [5, 4, 5], True),
+    ],
+)
+def test_cudnn_rnn_v3_matches_cpu(mode, L, D, P, lengths, time_major, dtype):
+    args = _cudnn_args(mode, L, D, lengths, P=P, dtype=dtype)
+    if not time_major:
+        args[0] = args[0].transpose(0, 1).contiguous()
+        args[1] = args[1].transpose(0, 1).contiguous()
+        if mode == "lstm":
+            args[2] = args[2].transpose(0, 1).contiguous()
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(args, device)
+        out = R.CudnnRNNV3(*ins, rnn_mode=mode, direction="bidirectional" if D == 2 else
+                           "unidirectional", num_proj=P, time_major=time_major)  # fmt: skip
+        n_diff = 3 if mode == "lstm" else 2
+        results.append((out[:n_diff], _grads(out, ins, n_diff)))
+    _compare(results[0][0], results[1][0], dtype)
+    _compare(results[0][1], results[1][1], dtype)
+
+
+@pytest.mark.parametrize("proj", [0, 3])
+@pytest.mark.parametrize("L,bidirectional", [(1, False), (3, False), (2, True)])
+def test_params_layout_is_cudnns(L, bidirectional, proj):
+    """nn.LSTM's flattened cuDNN weights show cuDNN's own layout: ours must be the same."""
+    I, H = 4, 6
+    lstm = torch.nn.LSTM(I, H, L, bidirectional=bidirectional, proj_size=proj).cuda()
+    lstm.flatten_parameters()
+    base = lstm._flat_weights[0].data_ptr()
+    D = 2 if bidirectional else 1
+    canon_w, canon_b = R.CudnnRNNParamsToCanonicalV2(
+        num_layers=L, num_units=H, input_size=I, params=torch.arange(
+            int(R.CudnnRNNParamsSize(num_layers=L, num_units=H, input_size=I, T=torch.float32,
+                                     S=torch.int64, num_proj=proj, direction="bidirectional"
+                                     if bidirectional else "unidirectional")[0]),
+            dtype=torch.float32),
+        num_params_weights=L * D * (8 + (1 if proj else 0)), num_params_biases=L * D * 8,
+        num_proj=proj, direction="bidirectional" if bidirectional else "unidirectional",
+    )  # fmt: skip
+    # Element offset of each canonical tensor in our layout = its first value (params = arange).
+    ours = [int(t.flatten()[0]) for t in canon_w + canon_b if t.numel()]
+    theirs = []
+    per = 9 if proj else 8
+    for k in range(L * D):
+        sfx = f"_l{k // D}" + ("_reverse" if k % D else "")
+        w_ih, w_hh = getattr(lstm, "weight_ih" + sfx), getattr(lstm, "weight_hh" + sfx)
+        mats = [w_ih[g * H] for g in range(4)] + [w_hh[g * H] for g in range(4)]
+        if proj:
+            mats.append(getattr(lstm, "weight_hr" + sfx)[0])
+        theirs_w = [(m.data_ptr() - base) // 4 for m in mats]
+        assert len(theirs_w) == per
+        theirs += theirs_w
+    for k in range(L * D):
+        sfx = f"_l{k // D}" + ("_reverse" if k % D else "")
+        for name in ("bias_ih", "bias_hh"):
+            b = getattr(lstm, name + sfx)
+            theirs += [(b[g * H :].data_ptr() - base) // 4 for g in range(4)]
+    assert ours == theirs
