@@ -35,11 +35,13 @@ inline void check_float_input(const at::Tensor& x, const char* name) {
                    x.scalar_type());
 }
 
-inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& x) {
+// `ref_name`: the argument that fixes dtype and device (x for the block ops, input for CudnnRNN).
+inline void check_like(const at::Tensor& t, const char* name, const at::Tensor& x,
+                       const char* ref_name = "x") {
   TORCH_CHECK_TYPE(t.scalar_type() == x.scalar_type(), name, ": expected dtype ",
-                   x.scalar_type(), " (the dtype of x), got ", t.scalar_type());
+                   x.scalar_type(), " (the dtype of ", ref_name, "), got ", t.scalar_type());
   TORCH_CHECK_VALUE(t.device() == x.device(), name, ": expected a tensor on ", x.device(),
-                    " (the device of x), got ", t.device());
+                    " (the device of ", ref_name, "), got ", t.device());
 }
 
 // `layout` spells the symbolic shape, e.g. "[B, H]", so the message reads

@@ -146,7 +146,7 @@ inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tenso
   const int64_t I = input.size(2);
   const RNNMode mode = parse_rnn_mode(rnn_mode);
   const int64_t D = parse_direction(direction);
-  check_like(input_h, "input_h", input);
+  check_like(input_h, "input_h", input, "input");
   TORCH_CHECK_VALUE(input_h.dim() == 3 && input_h.size(2) >= 1, "input_h: expected a 3-D tensor ",
                     time_major ? "[num_layers * D, B, num_units]" : "[B, num_layers * D, num_units]",
                     ", got shape ", shape_str(input_h.sizes()));
@@ -160,7 +160,7 @@ inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tenso
               time_major ? "[num_layers * D, B, num_units]" : "[B, num_layers * D, num_units]");
   int64_t H = n;
   if (mode == RNNMode::kLSTM) {
-    check_like(input_c, "input_c", input);
+    check_like(input_c, "input_c", input, "input");
     TORCH_CHECK_VALUE(input_c.dim() == 3, "input_c: expected a 3-D tensor shaped like input_h, got "
                       "shape ", shape_str(input_c.sizes()));
     H = input_c.size(2);
@@ -179,7 +179,7 @@ inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tenso
   c.T = T;
   c.B = B;
   c.time_major = time_major;
-  check_like(params, "params", input);
+  check_like(params, "params", input, "input");
   const int64_t expected = params_size(c);
   TORCH_CHECK_VALUE(params.dim() == 1 && params.numel() == expected,
                     "params: expected a 1-D tensor of CudnnRNNParamsSize = ", expected,
@@ -203,17 +203,17 @@ inline void check_cudnn_rnn_outputs(const RNNConfig& c, const at::Tensor& input,
                                                       : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   const char* out_layout = c.time_major ? "[T, B, D * num_units]" : "[B, T, D * num_units]";
   for (auto [t, name] : {std::pair{&output, "output"}, {&output_backprop, "output_backprop"}}) {
-    check_like(*t, name, input);
+    check_like(*t, name, input, "input");
     check_shape(*t, name, out_shape, out_layout);
   }
   for (auto [t, name] : {std::pair{&output_h, "output_h"}, {&output_h_backprop, "output_h_backprop"}}) {
-    check_like(*t, name, input);
+    check_like(*t, name, input, "input");
     check_shape(*t, name, input_h.sizes().vec(), "input_h's shape");
   }
   if (c.lstm()) {
     for (auto [t, name] :
          {std::pair{&output_c, "output_c"}, {&output_c_backprop, "output_c_backprop"}}) {
-      check_like(*t, name, input);
+      check_like(*t, name, input, "input");
       check_shape(*t, name, input_c.sizes().vec(), "input_c's shape");
     }
   }

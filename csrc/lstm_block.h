@@ -155,7 +155,7 @@ const T* ptr_or_null(const at::Tensor& t) {
 }
 
 // The per-step product with one weight matrix for the whole loop: c = a·b (+ c). A Backend's
-// recurrent_gemm(b, m) may return something faster for its device (csrc/cpu: MKL-packed b).
+// recurrent_gemm(b, m) may return something faster for its device (csrc/cpu/packed_gemm.h).
 struct AtenRecurrentGemm {
   at::Tensor b;  // [K, N]
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {

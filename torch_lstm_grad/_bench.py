@@ -1,4 +1,5 @@
-"""CPU benchmark of BlockLSTM forward and forward+backward: ours vs torch.nn.LSTM vs TensorFlow.
+"""CPU benchmarks: BlockLSTM (``--op block_lstm``, default) and CudnnRNNV3 (``--op cudnn_rnn``)
+forward and forward+backward against torch.nn.LSTM and TensorFlow.
 
 The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py``. Per shape
 (T, B, I, H), float32, time-major:
@@ -7,6 +8,11 @@ The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py`
   ``torch.autograd.grad(cs.sum() + h.sum(), (x, cs_prev, h_prev, w, wci, wcf, wco, b))``;
 * ``torch.nn.LSTM`` (one layer, oneDNN on CPU): ``grad(out.sum(), (x, h0, c0, *parameters))``;
 * TF: ``tf.raw_ops.BlockLSTM`` then ``tf.raw_ops.BlockLSTMGrad`` (grads of ones), same attributes.
+
+``--op cudnn_rnn``: ``raw_ops.CudnnRNNV3`` (lstm, one layer, params from the same weights) against
+``torch.nn.LSTM``, fwd+bwd with every length T ("fwd+bwd"), and with lengths spread over
+[T/2, T] ("varied"), where the nn.LSTM column is ``pack_padded_sequence`` + nn.LSTM +
+``pad_packed_sequence``. TF has no CPU kernel for CudnnRNN.
 
 "fwd" is the training forward (inputs require grad, so autograd records and oneDNN saves its
 workspace), i.e. the forward part of "fwd+bwd". torch is timed with ``torch.utils.benchmark.Timer``
@@ -59,6 +65,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--default-shapes",
         action="store_true",
         help="time the default shapes as well as each --shape",
+    )
+    parser.add_argument(
+        "--op",
+        choices=("block_lstm", "cudnn_rnn"),
+        default="block_lstm",
+        help="what to time: BlockLSTM (vs nn.LSTM and TF) or CudnnRNNV3 (vs nn.LSTM, packed)",
     )
     parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow")
     parser.add_argument(
@@ -137,6 +149,49 @@ def _nn_lstm(inputs, seed):
         return torch.autograd.grad(out.sum(), leaves)
 
     return fwd, fwd_bwd
+
+
+def _varied_lengths(T, B):
+    """B lengths spread evenly over [T/2, T], longest first (a typical padded batch)."""
+    return torch.linspace(T, max(1, T // 2), B).round().to(torch.int64)
+
+
+def _cudnn_v3(inputs, lengths):
+    """CudnnRNNV3 (lstm) on the weights of _nn_lstm's module: same math, same work."""
+    T, B, I = inputs["x"].shape  # noqa: E741
+    H = inputs["cs_prev"].shape[1]
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(I, H)
+    params = torch.cat([p.detach().flatten() for p in lstm.parameters()]).requires_grad_()
+    x = inputs["x"].detach().clone().requires_grad_()
+    h0 = inputs["h_prev"].detach()[None].clone().requires_grad_()
+    c0 = inputs["cs_prev"].detach()[None].clone().requires_grad_()
+    seq = lengths.to(torch.int32)
+
+    def fwd_bwd():
+        out = raw_ops.CudnnRNNV3(x, h0, c0, params, seq)
+        return torch.autograd.grad(out.output.sum(), (x, h0, c0, params))
+
+    return fwd_bwd
+
+
+def _packed_lstm(inputs, lengths):
+    T = inputs["x"].shape[0]
+    I, H = inputs["x"].shape[2], inputs["cs_prev"].shape[1]  # noqa: E741
+    torch.manual_seed(0)
+    lstm = torch.nn.LSTM(I, H)
+    x = inputs["x"].detach().clone().requires_grad_()
+    h0 = inputs["h_prev"].detach()[None].clone().requires_grad_()
+    c0 = inputs["cs_prev"].detach()[None].clone().requires_grad_()
+    leaves = (x, h0, c0, *lstm.parameters())
+    pack, pad = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
+
+    def fwd_bwd():
+        out, _ = lstm(pack(x, lengths, enforce_sorted=False), (h0, c0))
+        out, _ = pad(out, total_length=T)
+        return torch.autograd.grad(out.sum(), leaves)
+
+    return fwd_bwd
 
 
 def _tf_fns(tf, T, inputs):
@@ -282,7 +337,8 @@ def run(args: argparse.Namespace) -> int:
     if args.default_shapes or not shapes:
         shapes = list(DEFAULT_SHAPES) + shapes
     tf = None
-    if not args.no_tf:
+    cudnn = args.op == "cudnn_rnn"
+    if not args.no_tf and not cudnn:
         from ._parity import import_tf
 
         try:
@@ -306,18 +362,26 @@ def run(args: argparse.Namespace) -> int:
         f"(0 = TF default, one per CPU; {info['cpu_count']} CPUs: {info['cpu_model']})"
     )
     impls = IMPLS if tf else IMPLS[:2]
-    total, done, results = args.rounds * len(shapes) * len(impls) * len(PASSES), 0, []
+    passes = ("fwd+bwd", "varied") if cudnn else PASSES
+    total, done, results = args.rounds * len(shapes) * len(impls) * len(passes), 0, []
     for T, B, I, H in shapes:  # noqa: E741
         inputs = _inputs(T, B, I, H, args.seed)
-        fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
+        if cudnn:
+            lengths = _varied_lengths(T, B)
+            fns = {
+                "ours": (_cudnn_v3(inputs, torch.full((B,), T)), _cudnn_v3(inputs, lengths)),
+                "nn.LSTM": (_nn_lstm(inputs, 0)[1], _packed_lstm(inputs, lengths)),
+            }
+        else:
+            fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
         if tf:
             fns["TF"] = _tf_fns(tf, T, inputs)
-        times = {p: dict.fromkeys(IMPLS) for p in PASSES}
+        times = {p: dict.fromkeys(IMPLS) for p in passes}
         # Rounds interleave the implementations, so a burst of load from other processes hits
         # them alike; the best round's median is kept.
         for _ in range(args.rounds):
             for impl in impls:
-                for p, fn in zip(PASSES, fns[impl], strict=True):
+                for p, fn in zip(passes, fns[impl], strict=True):
                     done += 1
                     label = f"[{done}/{total}] T={T} B={B} I={I} H={H} {impl} {p}"
                     print(label + " ...", end="", file=sys.stderr, flush=True)
@@ -325,11 +389,13 @@ def run(args: argparse.Namespace) -> int:
                     ms = timer(fn, args.min_run_time) * 1e3
                     times[p][impl] = ms if times[p][impl] is None else min(times[p][impl], ms)
                     print(f" {ms:.3f} ms", file=sys.stderr, flush=True)
-        results += [{"shape": [T, B, I, H], "pass": p, "ms": times[p]} for p in PASSES]
+        results += [{"shape": [T, B, I, H], "pass": p, "ms": times[p]} for p in passes]
     _print_table(results)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(dict(info, dtype="float32", device="cpu", results=results), f, indent=2)
+            json.dump(
+                dict(info, op=args.op, dtype="float32", device="cpu", results=results), f, indent=2
+            )
         print(f"wrote {args.json}", file=sys.stderr)
     if args.plot:
         _plot(results, args.plot)

@@ -44,15 +44,16 @@ def check_float_input(x: torch.Tensor, name: str) -> None:
     )
 
 
-def check_like(t: torch.Tensor, name: str, x: torch.Tensor) -> None:
+def check_like(t: torch.Tensor, name: str, x: torch.Tensor, ref_name: str = "x") -> None:
     torch._check_type(
         t.dtype == x.dtype,
-        lambda: f"{name}: expected dtype {_dtype_name(x.dtype)} (the dtype of x), got "
+        lambda: f"{name}: expected dtype {_dtype_name(x.dtype)} (the dtype of {ref_name}), got "
         f"{_dtype_name(t.dtype)}",
     )
     torch._check_value(
         t.device == x.device,
-        lambda: f"{name}: expected a tensor on {x.device} (the device of x), got {t.device}",
+        lambda: f"{name}: expected a tensor on {x.device} (the device of {ref_name}), got "
+        f"{t.device}",
     )
 
 

@@ -202,7 +202,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     parse_rnn_mode(rnn_mode)
     D = parse_direction(direction)
     h_layout = "[num_layers * D, B, num_units]" if time_major else "[B, num_layers * D, num_units]"
-    C.check_like(input_h, "input_h", input)
+    C.check_like(input_h, "input_h", input, "input")
     torch._check_value(
         input_h.dim() == 3 and input_h.shape[2] >= 1,
         lambda: f"input_h: expected a 3-D tensor {h_layout}, got shape "
@@ -219,7 +219,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     C.check_shape(input_h, "input_h", h_shape, h_layout)
     H = n
     if rnn_mode == "lstm":
-        C.check_like(input_c, "input_c", input)
+        C.check_like(input_c, "input_c", input, "input")
         torch._check_value(
             input_c.dim() == 3,
             lambda: "input_c: expected a 3-D tensor shaped like input_h, got shape "
@@ -238,7 +238,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
         C.check_shape(input_c, "input_c", c_shape, c_layout)
     c = make_rnn_config(rnn_mode, input_mode, direction, L, H, I, num_proj, n)
     c.T, c.B, c.time_major = T, B, time_major
-    C.check_like(params, "params", input)
+    C.check_like(params, "params", input, "input")
     expected = params_size(c)
     torch._check_value(
         params.dim() == 1 and params.numel() == expected,
@@ -266,14 +266,14 @@ def check_cudnn_rnn_outputs(c: RNNConfig, input, input_h, input_c, output, outpu
     out_shape = [c.T, c.B, c.D * c.P] if c.time_major else [c.B, c.T, c.D * c.P]
     out_layout = "[T, B, D * num_units]" if c.time_major else "[B, T, D * num_units]"
     for t, name in ((output, "output"), (output_backprop, "output_backprop")):
-        C.check_like(t, name, input)
+        C.check_like(t, name, input, "input")
         C.check_shape(t, name, out_shape, out_layout)
     for t, name in ((output_h, "output_h"), (output_h_backprop, "output_h_backprop")):
-        C.check_like(t, name, input)
+        C.check_like(t, name, input, "input")
         C.check_shape(t, name, list(input_h.shape), "input_h's shape")
     if c.lstm:
         for t, name in ((output_c, "output_c"), (output_c_backprop, "output_c_backprop")):
-            C.check_like(t, name, input)
+            C.check_like(t, name, input, "input")
             C.check_shape(t, name, list(input_c.shape), "input_c's shape")
 
 

@@ -22,6 +22,7 @@
 
 #include "../cudnn_rnn_config.h"
 #include "activations.h"
+#include "packed_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -159,6 +160,116 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// One row of one step (H units), per mode. Branch-free bodies over restrict pointers, so each
+// loop vectorises; multiversioned like the block ops' loops (activations.h).
+
+// lstm, cuDNN gate order i, f, g, o: `a` holds W·x + bW + R·h + bR on entry (pre-activations)
+// and the activations on exit; c: the cell state, updated; h: where o·tanh(c) goes.
+template <typename acc_t>
+TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, acc_t* __restrict a, acc_t* __restrict c,
+                                           acc_t* __restrict cells, acc_t* __restrict h) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t i = cpu::sigmoid(a[j]), f = cpu::sigmoid(a[H + j]);
+    const acc_t g = cpu::tanh(a[2 * H + j]), o = cpu::sigmoid(a[3 * H + j]);
+    const acc_t cn = f * c[j] + i * g;
+    a[j] = i;
+    a[H + j] = f;
+    a[2 * H + j] = g;
+    a[3 * H + j] = o;
+    cells[j] = cn;
+    c[j] = cn;
+    h[j] = o * cpu::tanh(cn);
+  }
+}
+
+// gru, gates r, z, n: `a` = W·x + bW (all three) on entry; rec = R·h + bR; the reset gate scales
+// rec_n (linear before reset). h: the state, updated; rec_n saved for the backward.
+template <typename acc_t>
+TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, acc_t* __restrict a,
+                                          const acc_t* __restrict rec, acc_t* __restrict h,
+                                          acc_t* __restrict rec_n, acc_t* __restrict out) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t r = cpu::sigmoid(a[j] + rec[j]), z = cpu::sigmoid(a[H + j] + rec[H + j]);
+    const acc_t n = cpu::tanh(a[2 * H + j] + r * rec[2 * H + j]);
+    const acc_t hn = (1 - z) * n + z * h[j];
+    a[j] = r;
+    a[H + j] = z;
+    a[2 * H + j] = n;
+    rec_n[j] = rec[2 * H + j];
+    out[j] = hn;
+    h[j] = hn;
+  }
+}
+
+template <typename acc_t, bool kRelu>
+TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, acc_t* __restrict a,
+                                          const acc_t* __restrict rec, acc_t* __restrict h,
+                                          acc_t* __restrict out) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t z = a[j] + rec[j];
+    const acc_t v = kRelu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
+    a[j] = v;
+    out[j] = v;
+    h[j] = v;
+  }
+}
+
+// Backward rows: d_pre = gradient of the gate pre-activations (the W and R paths alike, except
+// GRU's n gate, whose R path, d_rec, carries the reset gate).
+template <typename acc_t>
+TLG_CPU_MULTIVERSION void lstm_backward_row(int64_t H, const acc_t* __restrict a,
+                                            const acc_t* __restrict cells,
+                                            const acc_t* __restrict c_before,
+                                            const acc_t* __restrict dh, acc_t* __restrict dc,
+                                            acc_t* __restrict dp) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+    const acc_t co = cpu::tanh(cells[j]);
+    const acc_t dcc = dc[j] + dh[j] * o * (1 - co * co);
+    dp[j] = dcc * g * i * (1 - i);
+    dp[H + j] = dcc * c_before[j] * f * (1 - f);
+    dp[2 * H + j] = dcc * i * (1 - g * g);
+    dp[3 * H + j] = dh[j] * co * o * (1 - o);
+    dc[j] = dcc * f;
+  }
+}
+
+template <typename acc_t>
+TLG_CPU_MULTIVERSION void gru_backward_row(int64_t H, const acc_t* __restrict a,
+                                           const acc_t* __restrict rec_n,
+                                           const acc_t* __restrict h_before, acc_t* __restrict dh,
+                                           acc_t* __restrict dp, acc_t* __restrict dr) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t r = a[j], z = a[H + j], n = a[2 * H + j], dhv = dh[j];
+    const acc_t da_n = dhv * (1 - z) * (1 - n * n);
+    const acc_t dpr = da_n * rec_n[j] * r * (1 - r);
+    const acc_t dpz = dhv * (h_before[j] - n) * z * (1 - z);
+    dp[j] = dpr;
+    dp[H + j] = dpz;
+    dp[2 * H + j] = da_n;
+    dr[j] = dpr;
+    dr[H + j] = dpz;
+    dr[2 * H + j] = da_n * r;
+    dh[j] = dhv * z;  // the direct path; the step's GEMM adds R's
+  }
+}
+
+template <typename acc_t, bool kRelu>
+TLG_CPU_MULTIVERSION void rnn_backward_row(int64_t H, const acc_t* __restrict a,
+                                           const acc_t* __restrict dh, acc_t* __restrict dp) {
+  TLG_NO_ALIAS_LOOP
+  for (int64_t j = 0; j < H; ++j) {
+    const acc_t v = a[j];
+    dp[j] = kRelu ? (v > 0 ? dh[j] : acc_t(0)) : dh[j] * (1 - v * v);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in].
 
@@ -173,15 +284,25 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
     pre.view({T * B, G, H}).copy_(X.unsqueeze(1));
     pre.add_(w.bW);
   }
-  at::Tensor rec = at::empty({B, GH}, X.options());
-  at::Tensor ht = c.proj() ? at::empty({B, H}, X.options()) : at::Tensor();
+  // LSTM adds R·h + bR straight onto the pre-activations; GRU keeps it apart (reset gate).
+  const bool separate_rec = c.mode != RNNMode::kLSTM;
+  if (!separate_rec) pre.add_(w.bR);
+  at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
+  const cpu::RecurrentGemm recurrent(w.R.t(), B);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = s.active[t];
     if (n > 0) {
-      at::Tensor rec_n = rec.narrow(0, 0, n);
-      at::addmm_out(rec_n, w.bR, h.narrow(0, 0, n), w.R.t());
+      const at::Tensor h_n = h.narrow(0, 0, n);
+      if (separate_rec) {
+        at::Tensor rec_n = rec.narrow(0, 0, n);
+        rec_n.copy_(w.bR.expand({n, GH}));
+        recurrent(rec_n, h_n, /*accumulate=*/true);
+      } else {
+        at::Tensor a_n = r.acts[t].narrow(0, 0, n);
+        recurrent(a_n, h_n, /*accumulate=*/true);
+      }
       acc_t* a = r.acts[t].data_ptr<acc_t>();
-      const acc_t* rc = rec.const_data_ptr<acc_t>();
+      const acc_t* rc = separate_rec ? rec.const_data_ptr<acc_t>() : nullptr;
       acc_t* hp = h.data_ptr<acc_t>();
       acc_t* cp = c.lstm() ? cst.data_ptr<acc_t>() : nullptr;
       acc_t* cells = c.lstm() ? r.cells[t].data_ptr<acc_t>() : nullptr;
@@ -190,50 +311,21 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           acc_t* ab = a + b * GH;
-          const acc_t* rb = rc + b * GH;
-          if (c.mode == RNNMode::kLSTM) {
-            // cuDNN gate order i, f, g (cell input), o.
-            acc_t* hout = c.proj() ? extra + b * H : hs + b * P;
-            for (int64_t j = 0; j < H; ++j) {
-              const acc_t i = cpu::sigmoid(ab[j] + rb[j]);
-              const acc_t f = cpu::sigmoid(ab[H + j] + rb[H + j]);
-              const acc_t g = cpu::tanh(ab[2 * H + j] + rb[2 * H + j]);
-              const acc_t o = cpu::sigmoid(ab[3 * H + j] + rb[3 * H + j]);
-              const acc_t cn = f * cp[b * H + j] + i * g;
-              ab[j] = i;
-              ab[H + j] = f;
-              ab[2 * H + j] = g;
-              ab[3 * H + j] = o;
-              cells[b * H + j] = cn;
-              cp[b * H + j] = cn;
-              hout[j] = o * cpu::tanh(cn);
-            }
-            if (!c.proj()) {
-              for (int64_t j = 0; j < H; ++j) hp[b * P + j] = hout[j];
-            }
-          } else if (c.mode == RNNMode::kGRU) {
-            // r, z, n; the reset gate scales R_h·h + bR_h (linear before reset).
-            for (int64_t j = 0; j < H; ++j) {
-              const acc_t rg = cpu::sigmoid(ab[j] + rb[j]);
-              const acc_t z = cpu::sigmoid(ab[H + j] + rb[H + j]);
-              const acc_t nn = cpu::tanh(ab[2 * H + j] + rg * rb[2 * H + j]);
-              const acc_t hn = (1 - z) * nn + z * hp[b * H + j];
-              ab[j] = rg;
-              ab[H + j] = z;
-              ab[2 * H + j] = nn;
-              extra[b * H + j] = rb[2 * H + j];
-              hs[b * H + j] = hn;
-              hp[b * H + j] = hn;
-            }
-          } else {
-            const bool relu = c.mode == RNNMode::kRelu;
-            for (int64_t j = 0; j < H; ++j) {
-              const acc_t z = ab[j] + rb[j];
-              const acc_t v = relu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
-              ab[j] = v;
-              hs[b * H + j] = v;
-              hp[b * H + j] = v;
-            }
+          switch (c.mode) {
+            case RNNMode::kLSTM:
+              lstm_forward_row(H, ab, cp + b * H, cells + b * H,
+                               c.proj() ? extra + b * H : hs + b * P);
+              if (!c.proj()) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
+              break;
+            case RNNMode::kGRU:
+              gru_forward_row(H, ab, rc + b * GH, hp + b * H, extra + b * H, hs + b * H);
+              break;
+            case RNNMode::kTanh:
+              rnn_forward_row<acc_t, false>(H, ab, rc + b * GH, hp + b * H, hs + b * H);
+              break;
+            case RNNMode::kRelu:
+              rnn_forward_row<acc_t, true>(H, ab, rc + b * GH, hp + b * H, hs + b * H);
+              break;
           }
         }
       });
@@ -267,6 +359,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::zeros({T, B, GH}, opts) : d_pre;
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
+  const cpu::RecurrentGemm recurrent(w.R, B);
   for (int64_t t = T - 1; t >= 0; --t) {
     const int64_t n = s.active[t];
     if (n == 0) continue;
@@ -292,50 +385,30 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
     acc_t* dr = d_rec[t].data_ptr<acc_t>();
     at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
-        const acc_t* ab = a + b * GH;
-        acc_t* dpb = dp + b * GH;
-        if (c.mode == RNNMode::kLSTM) {
-          for (int64_t j = 0; j < H; ++j) {
-            const acc_t i = ab[j], f = ab[H + j], gg = ab[2 * H + j], o = ab[3 * H + j];
-            const acc_t co = cpu::tanh(cells[b * H + j]);
-            const acc_t dho = dsrc[b * H + j];
-            const acc_t dcc = dcp[b * H + j] + dho * o * (1 - co * co);
-            dpb[j] = dcc * gg * i * (1 - i);
-            dpb[H + j] = dcc * c_before[b * H + j] * f * (1 - f);
-            dpb[2 * H + j] = dcc * i * (1 - gg * gg);
-            dpb[3 * H + j] = dho * co * o * (1 - o);
-            dcp[b * H + j] = dcc * f;
-          }
-        } else if (c.mode == RNNMode::kGRU) {
-          acc_t* drb = dr + b * GH;
-          for (int64_t j = 0; j < H; ++j) {
-            const acc_t rg = ab[j], z = ab[H + j], nn = ab[2 * H + j];
-            const acc_t dhv = dhp[b * H + j];
-            const acc_t da_n = dhv * (1 - z) * (1 - nn * nn);
-            const acc_t dpr = da_n * extra[b * H + j] * rg * (1 - rg);
-            const acc_t dpz = dhv * (h_before[b * H + j] - nn) * z * (1 - z);
-            dpb[j] = dpr;
-            dpb[H + j] = dpz;
-            dpb[2 * H + j] = da_n;
-            drb[j] = dpr;
-            drb[H + j] = dpz;
-            drb[2 * H + j] = da_n * rg;
-            dhp[b * H + j] = dhv * z;  // the direct path; the GEMM below adds R's
-          }
-        } else {
-          const bool relu = c.mode == RNNMode::kRelu;
-          for (int64_t j = 0; j < H; ++j) {
-            const acc_t v = ab[j], dhv = dhp[b * H + j];
-            dpb[j] = relu ? (v > 0 ? dhv : acc_t(0)) : dhv * (1 - v * v);
-          }
+        const int64_t o = b * H;
+        switch (c.mode) {
+          case RNNMode::kLSTM:
+            lstm_backward_row(H, a + b * GH, cells + o, c_before + o, dsrc + o, dcp + o,
+                              dp + b * GH);
+            break;
+          case RNNMode::kGRU:
+            gru_backward_row(H, a + b * GH, extra + o, h_before + o, dhp + o, dp + b * GH,
+                             dr + b * GH);
+            break;
+          case RNNMode::kTanh:
+            rnn_backward_row<acc_t, false>(H, a + b * GH, dhp + o, dp + b * GH);
+            break;
+          case RNNMode::kRelu:
+            rnn_backward_row<acc_t, true>(H, a + b * GH, dhp + o, dp + b * GH);
+            break;
         }
       }
     });
     at::Tensor dh_n = dh.narrow(0, 0, n);
     if (c.mode == RNNMode::kGRU) {
-      dh_n.addmm_(d_rec[t].narrow(0, 0, n), w.R);
+      recurrent(dh_n, d_rec[t].narrow(0, 0, n), /*accumulate=*/true);
     } else {
-      at::mm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R);
+      recurrent(dh_n, d_pre[t].narrow(0, 0, n), /*accumulate=*/false);
     }
   }
   const at::Tensor dp2 = d_pre.view({T * B, GH});

@@ -119,47 +119,8 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
   }
 }
 
-// float32 on an MKL build: the weight is packed once per call and reused by every step, and
-// each step's product is split by output columns over the threads (MKL alone runs a product
-// this small, [B, H] x [H, 4H], on one thread).
-class CpuRecurrentGemm {
- public:
-  CpuRecurrentGemm(const at::Tensor& b, int64_t m) : aten_{b} {
-    if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 ||
-        !cpu::PackedWeight::available()) {
-      return;
-    }
-    const int64_t N = b.size(1);
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), N / 64));
-    const int64_t width = (N + chunks - 1) / chunks;
-    for (int64_t n0 = 0; n0 < N; n0 += width) {
-      const int64_t n = std::min(width, N - n0);
-      packed_.emplace_back(n0, cpu::PackedWeight(b.narrow(1, n0, n), m));
-    }
-  }
-
-  void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
-    if (packed_.empty() || !a.is_contiguous() || !c.is_contiguous()) {
-      return aten_(c, a, accumulate);
-    }
-    const float* ap = a.const_data_ptr<float>();
-    float* cp = c.data_ptr<float>();
-    const int64_t m = a.size(0), lda = a.size(1), ldc = c.size(1);
-    at::parallel_for(0, static_cast<int64_t>(packed_.size()), 1, [&](int64_t k0, int64_t k1) {
-      for (int64_t k = k0; k < k1; ++k) {
-        const auto& [n0, w] = packed_[k];
-        w.gemm(ap, m, lda, accumulate ? 1.0f : 0.0f, cp + n0, ldc);
-      }
-    });
-  }
-
- private:
-  lstm_block::AtenRecurrentGemm aten_;
-  std::vector<std::pair<int64_t, cpu::PackedWeight>> packed_;  // (first column, packed slice)
-};
-
 struct CpuBackend {
-  static CpuRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m) { return {b, m}; }
+  static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m) { return {b, m}; }
 
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {

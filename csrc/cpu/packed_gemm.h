@@ -8,6 +8,11 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <optional>
+#include <utility>
+#include <vector>
 
 extern "C" {
 // MKL's CBLAS constants and LP64 prototypes (MKL_INT = int), declared here to avoid mkl.h.
@@ -60,6 +65,51 @@ class PackedWeight {
  private:
   int64_t k_, n_;
   at::Tensor buffer_;
+};
+
+// The per-step product of a time loop, c[m, N] = a[m, K] · b (+ c), with one b for the whole
+// loop. float32 on an MKL build: b is packed once and each product is split by output columns
+// over the threads (MKL alone runs a product this small, e.g. [32, 256] x [256, 1024], on one
+// thread). Packed products need the row count they were packed for (`m`); any other row count,
+// another dtype or a build without MKL's packed API uses ATen's GEMM.
+class RecurrentGemm {
+ public:
+  RecurrentGemm(const at::Tensor& b, int64_t m) : b_(b), m_(m) {
+    if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || !PackedWeight::available()) {
+      return;
+    }
+    const int64_t N = b.size(1);
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), N / 64));
+    const int64_t width = (N + chunks - 1) / chunks;
+    for (int64_t n0 = 0; n0 < N; n0 += width) {
+      packed_.emplace_back(n0, PackedWeight(b.narrow(1, n0, std::min(width, N - n0)), m));
+    }
+  }
+
+  void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
+    if (packed_.empty() || a.size(0) != m_ || !a.is_contiguous() || !c.is_contiguous()) {
+      if (accumulate) {
+        c.addmm_(a, b_);
+      } else {
+        at::mm_out(c, a, b_);
+      }
+      return;
+    }
+    const float* ap = a.const_data_ptr<float>();
+    float* cp = c.data_ptr<float>();
+    const int64_t lda = a.size(1), ldc = c.size(1);
+    at::parallel_for(0, static_cast<int64_t>(packed_.size()), 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t k = k0; k < k1; ++k) {
+        const auto& [n0, w] = packed_[k];
+        w.gemm(ap, m_, lda, accumulate ? 1.0f : 0.0f, cp + n0, ldc);
+      }
+    });
+  }
+
+ private:
+  at::Tensor b_;
+  int64_t m_;
+  std::vector<std::pair<int64_t, PackedWeight>> packed_;  // (first column, packed slice)
 };
 
 }  // namespace torch_lstm_grad::cpu
