@@ -90,6 +90,6 @@ def test_bench_rejects_a_bad_shape(capsys):
     assert "T,B,I,H" in capsys.readouterr().err
 
 
-def test_convert_is_not_built_yet(capsys):
+def test_convert_needs_an_output(capsys):
     assert cli.main(["convert", "model.ckpt"]) == 2
-    assert "not built yet: see README" in capsys.readouterr().err
+    assert "-o/--output OUT.pt is required" in capsys.readouterr().err

@@ -7,7 +7,8 @@ Subcommands:
   1 on any miss (cases and tolerances: ``_parity.py``).
 * ``bench``: CPU timings of BlockLSTM fwd and fwd+bwd against ``torch.nn.LSTM`` and TF
   (``_bench.py``; also ``benchmarks/bench_block_lstm.py``).
-* ``convert``: TF checkpoint / Keras file to a PyTorch file (not built yet).
+* ``convert``: TF checkpoint / Keras file to a PyTorch file that ``porting.load`` reads
+  (``porting.py``).
 """
 
 from __future__ import annotations
@@ -101,8 +102,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
-    print("torch-lstm-grad convert: not built yet: see README", file=sys.stderr)
-    return 2
+    from . import porting
+
+    if args.output is None:
+        print("torch-lstm-grad convert: -o/--output OUT.pt is required", file=sys.stderr)
+        return 2
+    try:
+        porting.convert(args.src, args.output, forget_bias=args.forget_bias)
+    except (ValueError, NotImplementedError, OSError) as err:
+        print(f"torch-lstm-grad convert: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {args.output} (load with torch_lstm_grad.porting.load)")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -139,8 +150,21 @@ def build_parser() -> argparse.ArgumentParser:
     bench_module.add_arguments(bench)
     bench.set_defaults(func=_bench)
 
-    convert = sub.add_parser("convert", help="TF checkpoint or Keras file to PyTorch (not built)")
-    convert.add_argument("args", nargs=argparse.REMAINDER)
+    convert = sub.add_parser(
+        "convert",
+        help="TF checkpoint or Keras file to PyTorch",
+        description="Reads a TF1/TF2 checkpoint prefix or a Keras .weights.h5/.h5/.keras file, "
+        "maps its LSTM/GRU variables to torch_lstm_grad modules (printing what each became) and "
+        "writes OUT.pt, which torch_lstm_grad.porting.load turns back into modules.",
+    )
+    convert.add_argument("src", help="TF checkpoint prefix, .weights.h5, .h5 or .keras file")
+    convert.add_argument("-o", "--output", help="the .pt file to write (required)")
+    convert.add_argument(
+        "--forget-bias",
+        type=float,
+        default=1.0,
+        help="forget_bias of TF1 LSTMCell/LSTMBlockCell variables (not stored; default 1.0)",
+    )
     convert.set_defaults(func=_convert)
     return parser
 

@@ -1,0 +1,383 @@
+"""`nn.Module`s mirroring the TF1 layers people port (SPEC §1.2), over `raw_ops`.
+
+Parameters keep TF's names (where TF's are legal attribute names), shapes and gate orders, so a
+TF checkpoint's tensors load without reshuffling (`porting.py`); conversions to Keras and
+`torch.nn` layouts are explicit functions in `layouts.py`. Defaults follow TF1's Python layers,
+not the raw ops: `cell_clip=None` means no clipping (the raw ops' default clips at ±3).
+
+Initialisation follows TF1: `tf.get_variable`'s default glorot-uniform for kernels and peephole
+vectors, zeros for LSTM biases, ones for GRU gate biases; the cuDNN layers initialise each
+canonical `[out, in]` matrix glorot-uniform and every bias with zeros.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from . import raw_ops
+
+__all__ = [
+    "CudnnGRU",
+    "CudnnLSTM",
+    "CudnnRNNRelu",
+    "CudnnRNNTanh",
+    "GRUBlockCell",
+    "LSTMBlockCell",
+    "LSTMBlockFusedCell",
+]
+
+
+def _glorot_(t: torch.Tensor) -> torch.Tensor:
+    """TF's glorot_uniform: limit sqrt(6 / (fan_in + fan_out)); a vector [n] has fan_in =
+    fan_out = n (TF's `_compute_fans`), a matrix [a, b] fans a and b."""
+    fans = (t.shape[0], t.shape[0]) if t.dim() == 1 else (t.shape[0], t.shape[1])
+    limit = math.sqrt(6.0 / max(1, sum(fans)))
+    with torch.no_grad():
+        return t.uniform_(-limit, limit)
+
+
+def _clip(cell_clip: float | None) -> float:
+    return -1.0 if cell_clip is None else float(cell_clip)
+
+
+class _LSTMBlockBase(nn.Module):
+    def __init__(
+        self,
+        num_units: int,
+        input_size: int,
+        forget_bias: float = 1.0,
+        cell_clip: float | None = None,
+        use_peephole: bool = False,
+        *,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.num_units, self.input_size = int(num_units), int(input_size)
+        self.forget_bias, self.cell_clip = float(forget_bias), cell_clip
+        self.use_peephole = bool(use_peephole)
+        H = self.num_units
+        self.kernel = nn.Parameter(torch.empty(self.input_size + H, 4 * H, **factory))
+        self.bias = nn.Parameter(torch.empty(4 * H, **factory))
+        if self.use_peephole:
+            self.w_i_diag = nn.Parameter(torch.empty(H, **factory))
+            self.w_f_diag = nn.Parameter(torch.empty(H, **factory))
+            self.w_o_diag = nn.Parameter(torch.empty(H, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot_(self.kernel)
+        nn.init.zeros_(self.bias)
+        if self.use_peephole:
+            for p in (self.w_i_diag, self.w_f_diag, self.w_o_diag):
+                _glorot_(p)
+
+    def _peepholes(self, like: torch.Tensor):
+        if self.use_peephole:
+            return self.w_i_diag, self.w_f_diag, self.w_o_diag
+        zero = like.new_zeros(self.num_units)  # ignored by the op; BlockLSTM wants [H]
+        return zero, zero, zero
+
+    def _zero_state(self, batch: int, like: torch.Tensor):
+        z = like.new_zeros(batch, self.num_units)
+        return z, z
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_units={self.num_units}, input_size={self.input_size}, "
+            f"forget_bias={self.forget_bias}, cell_clip={self.cell_clip}, "
+            f"use_peephole={self.use_peephole}"
+        )
+
+
+class LSTMBlockCell(_LSTMBlockBase):
+    """TF1 `tf.contrib.rnn.LSTMBlockCell` (one step of `LSTMBlockCell` the raw op).
+
+    Parameters (TF variable names under `<scope>/lstm_cell/`): `kernel [I + H, 4H]` (rows: x
+    then h; column blocks ICFO: input, cell input, forget, output), `bias [4H]` (ICFO), and with
+    `use_peephole` `w_i_diag, w_f_diag, w_o_diag [H]`. `forget_bias` is added at run time (it is
+    not in `bias`); `cell_clip=None` (TF1's default) disables the clip.
+
+    `forward(x [B, I], state=(cs [B, H], h [B, H]) or None (zeros))` returns
+    `(h, (cs, h))`: the output and the new state, as TF's `cell(x, state)` with an
+    `LSTMStateTuple(c, h)`.
+    """
+
+    def forward(self, x: torch.Tensor, state=None):
+        cs_prev, h_prev = self._zero_state(x.shape[0], x) if state is None else state
+        wci, wcf, wco = self._peepholes(x)
+        out = raw_ops.LSTMBlockCell(
+            x,
+            cs_prev,
+            h_prev,
+            self.kernel,
+            wci,
+            wcf,
+            wco,
+            self.bias,
+            forget_bias=self.forget_bias,
+            cell_clip=_clip(self.cell_clip),
+            use_peephole=self.use_peephole,
+        )
+        return out.h, (out.cs, out.h)
+
+
+class LSTMBlockFusedCell(_LSTMBlockBase):
+    """TF1 `tf.contrib.rnn.LSTMBlockFusedCell` (the `BlockLSTM` raw op over a whole sequence).
+
+    Parameters as `LSTMBlockCell` (TF scope `lstm_fused_cell/`): `kernel [I + H, 4H]` ICFO,
+    `bias [4H]`, peepholes `w_i_diag, w_f_diag, w_o_diag [H]` with `use_peephole`.
+
+    `forward(inputs [T, B, I] (time-major), initial_state=(cs, h) [B, H] or None (zeros),
+    sequence_length=[B] ints or None)` returns `(outputs [T, B, H], (cs, h))`. With
+    `sequence_length`, exactly as TF1's fused cell: BlockLSTM runs `max(sequence_length)` steps
+    for every row, the `h` outputs are multiplied by the sequence mask (zero at t >= length; the
+    cell states are not masked), and each row's final `(cs, h)` is taken at its own
+    `length - 1`, the initial state for length 0. Without it the final state is step T - 1.
+    """
+
+    def forward(self, inputs: torch.Tensor, initial_state=None, sequence_length=None):
+        T, B = inputs.shape[0], inputs.shape[1]
+        cs0, h0 = self._zero_state(B, inputs) if initial_state is None else initial_state
+        wci, wcf, wco = self._peepholes(inputs)
+        if sequence_length is None:
+            seq_len_max = T
+        else:
+            sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
+            seq_len_max = int(sequence_length.max()) if B > 0 else 0
+        out = raw_ops.BlockLSTM(
+            torch.tensor(seq_len_max, dtype=torch.int64),
+            inputs,
+            cs0,
+            h0,
+            self.kernel,
+            wci,
+            wcf,
+            wco,
+            self.bias,
+            forget_bias=self.forget_bias,
+            cell_clip=_clip(self.cell_clip),
+            use_peephole=self.use_peephole,
+        )
+        cs, h = out.cs, out.h
+        if sequence_length is None:
+            if T == 0:
+                return h, (cs0, h0)
+            return h, (cs[-1], h[-1])
+        lengths = sequence_length.to(torch.int64)
+        mask = torch.arange(T, device=inputs.device)[:, None] < lengths[None, :]  # [T, B]
+        h = h * mask.unsqueeze(-1).to(h.dtype)
+        # Index length (not length - 1) into [initial, step 0, ...]: length 0 = initial state.
+        index = lengths.view(1, B, 1).expand(1, B, self.num_units)
+        final_cs = torch.cat([cs0.unsqueeze(0), cs]).gather(0, index).squeeze(0)
+        final_h = torch.cat([h0.unsqueeze(0), h]).gather(0, index).squeeze(0)
+        return h, (final_cs, final_h)
+
+
+class GRUBlockCell(nn.Module):
+    """TF1 `tf.contrib.rnn.GRUBlockCellV2` (one step of the `GRUBlockCell` raw op; TF's
+    reset-before GRU, the math of `tf.nn.rnn_cell.GRUCell` and Keras `GRU(reset_after=False)`).
+
+    Parameters (TF's `/` is not legal in a parameter name): `gates_kernel [I + H, 2H]` = TF
+    `gates/kernel` (= the op's `w_ru`; column blocks r, u), `gates_bias [2H]` = `gates/bias`
+    (`b_ru`, initialised to 1.0), `candidate_kernel [I + H, H]` = `candidate/kernel` (`w_c`),
+    `candidate_bias [H]` = `candidate/bias` (`b_c`, zeros). Rows are x then h. (Contrib's v1
+    `GRUBlockCell` stored the gate kernel as `w_c` and the candidate kernel as `w_ru`:
+    tf_semantics §5.4; `porting.py` maps both.)
+
+    `forward(x [B, I], h [B, H] or None (zeros))` returns `(h_new, h_new)` (output, state).
+    """
+
+    def __init__(self, num_units: int, input_size: int, *, device=None, dtype=None) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.num_units, self.input_size = int(num_units), int(input_size)
+        H, I = self.num_units, self.input_size
+        self.gates_kernel = nn.Parameter(torch.empty(I + H, 2 * H, **factory))
+        self.gates_bias = nn.Parameter(torch.empty(2 * H, **factory))
+        self.candidate_kernel = nn.Parameter(torch.empty(I + H, H, **factory))
+        self.candidate_bias = nn.Parameter(torch.empty(H, **factory))
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot_(self.gates_kernel)
+        _glorot_(self.candidate_kernel)
+        nn.init.ones_(self.gates_bias)
+        nn.init.zeros_(self.candidate_bias)
+
+    def forward(self, x: torch.Tensor, h=None):
+        h_prev = x.new_zeros(x.shape[0], self.num_units) if h is None else h
+        out = raw_ops.GRUBlockCell(
+            x,
+            h_prev,
+            self.gates_kernel,
+            self.candidate_kernel,
+            self.gates_bias,
+            self.candidate_bias,
+        )
+        return out.h, out.h
+
+    def extra_repr(self) -> str:
+        return f"num_units={self.num_units}, input_size={self.input_size}"
+
+
+class _CudnnRNN(nn.Module):
+    _rnn_mode = ""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_units: int,
+        input_size: int,
+        input_mode: str = "linear_input",
+        direction: str = "unidirectional",
+        dropout: float = 0.0,
+        seed: int | None = None,
+        *,
+        num_proj: int | None = None,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        self.num_layers, self.num_units = int(num_layers), int(num_units)
+        self.input_size, self.input_mode, self.direction = int(input_size), input_mode, direction
+        self.dropout, self.seed = float(dropout), seed
+        self.num_proj = int(num_proj or 0)
+        self.num_dirs = 2 if direction == "bidirectional" else 1
+        dtype = torch.get_default_dtype() if dtype is None else dtype
+        size = raw_ops.CudnnRNNParamsSize(**self._attrs(), T=dtype, S=torch.int64)
+        self.opaque_kernel = nn.Parameter(torch.empty(int(size[0]), device=device, dtype=dtype))
+        self.reset_parameters()
+
+    def _attrs(self, proj: bool = True) -> dict:
+        attrs = dict(
+            num_layers=self.num_layers,
+            num_units=self.num_units,
+            input_size=self.input_size,
+            rnn_mode=self._rnn_mode,
+            input_mode=self.input_mode,
+            direction=self.direction,
+        )
+        if proj:
+            attrs["num_proj"] = self.num_proj
+        return attrs
+
+    def canonical_weights(self):
+        """`(weights, biases)`: the opaque params as TF's canonical lists (tf_semantics §7.1),
+        copies that are differentiable into `opaque_kernel` (CudnnRNNParamsToCanonicalV2)."""
+        G = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
+        n = self.num_layers * self.num_dirs * 2 * G
+        out = raw_ops.CudnnRNNParamsToCanonicalV2(
+            params=self.opaque_kernel,
+            num_params_weights=n + (n // (2 * G) if self.num_proj else 0),
+            num_params_biases=n,
+            **self._attrs(),
+        )
+        return out.weights, out.biases
+
+    @torch.no_grad()
+    def set_canonical_weights(self, weights, biases) -> None:
+        """Writes the canonical lists (CudnnRNNCanonicalToParamsV2) into `opaque_kernel`."""
+        params = raw_ops.CudnnRNNCanonicalToParamsV2(
+            weights=weights, biases=biases, **self._attrs()
+        )
+        self.opaque_kernel.copy_(params)
+
+    def reset_parameters(self) -> None:
+        weights, biases = self.canonical_weights()
+        weights = [_glorot_(w.detach().clone()) if w.numel() else w for w in weights]
+        self.set_canonical_weights(weights, [torch.zeros_like(b) for b in biases])
+
+    def forward(
+        self,
+        inputs: torch.Tensor,
+        initial_state=None,
+        sequence_lengths=None,
+        time_major: bool = True,
+        training: bool | None = None,
+    ):
+        """`inputs [T, B, I]` (`[B, T, I]` when not time_major); `initial_state` `(h, c)` for
+        LSTM, `(h,)` otherwise, each `[L·D, B, n]` (batch-major: `[B, L·D, n]`, whose memory
+        TF reads as `[L·D, B, n]`, SPEC §2), zeros when None; `sequence_lengths [B]` or None
+        (all T). `training=None` follows `self.training`; dropout applies only in training.
+        Returns `(outputs [T, B, D·P], (h, c))` for LSTM and `(outputs, (h,))` otherwise."""
+        training = self.training if training is None else bool(training)
+        B = inputs.shape[1] if time_major else inputs.shape[0]
+        LD, P = self.num_layers * self.num_dirs, self.num_proj or self.num_units
+
+        def zeros(n):
+            shape = (LD, B, n) if time_major else (B, LD, n)
+            return inputs.new_zeros(shape)
+
+        if initial_state is None:
+            h0, c0 = zeros(P), zeros(self.num_units)
+        else:
+            h0 = initial_state[0]
+            c0 = initial_state[1] if self._rnn_mode == "lstm" else inputs.new_zeros(())
+        if self._rnn_mode != "lstm":
+            c0 = inputs.new_zeros(())
+        seed, seed2 = (0, 0) if self.seed is None else (0, int(self.seed))
+        out = raw_ops.CudnnRNNV3(
+            inputs,
+            h0,
+            c0,
+            self.opaque_kernel,
+            sequence_lengths,
+            rnn_mode=self._rnn_mode,
+            input_mode=self.input_mode,
+            direction=self.direction,
+            dropout=self.dropout,
+            seed=seed,
+            seed2=seed2,
+            num_proj=self.num_proj,
+            is_training=training,
+            time_major=time_major,
+        )
+        if self._rnn_mode == "lstm":
+            return out.output, (out.output_h, out.output_c)
+        return out.output, (out.output_h,)
+
+    def extra_repr(self) -> str:
+        proj = f", num_proj={self.num_proj}" if self.num_proj else ""
+        return (
+            f"num_layers={self.num_layers}, num_units={self.num_units}, "
+            f"input_size={self.input_size}, input_mode={self.input_mode!r}, "
+            f"direction={self.direction!r}, dropout={self.dropout}{proj}"
+        )
+
+
+class CudnnLSTM(_CudnnRNN):
+    """TF1 `tf.contrib.cudnn_rnn.CudnnLSTM` (the `CudnnRNNV3` raw op, rnn_mode="lstm").
+
+    One parameter `opaque_kernel` = TF's `<scope>/opaque_kernel`: the params buffer of
+    `CudnnRNNParamsSize` elements, layout of tf_semantics §7 (canonical gate order i, f, c, o;
+    matrices `[out, in]`; double biases). `num_proj` (TF 1.15) adds a projection `[P, H]` per
+    layer and direction. Canonical views: `canonical_weights()`; conversions: `layouts.py`.
+    """
+
+    _rnn_mode = "lstm"
+
+
+class CudnnGRU(_CudnnRNN):
+    """TF1 `tf.contrib.cudnn_rnn.CudnnGRU` (`CudnnRNNV3`, rnn_mode="gru": cuDNN's reset-after
+    GRU, canonical gates r, z, h). Parameter `opaque_kernel` as in `CudnnLSTM`; no num_proj."""
+
+    _rnn_mode = "gru"
+
+
+class CudnnRNNTanh(_CudnnRNN):
+    """TF1 `tf.contrib.cudnn_rnn.CudnnRNNTanh` (`CudnnRNNV3`, rnn_mode="rnn_tanh"): h' =
+    tanh(W x + bW + R h + bR). Parameter `opaque_kernel` as in `CudnnLSTM`; no num_proj."""
+
+    _rnn_mode = "rnn_tanh"
+
+
+class CudnnRNNRelu(_CudnnRNN):
+    """TF1 `tf.contrib.cudnn_rnn.CudnnRNNRelu` (`CudnnRNNV3`, rnn_mode="rnn_relu"): h' =
+    max(0, W x + bW + R h + bR). Parameter `opaque_kernel` as in `CudnnLSTM`; no num_proj."""
+
+    _rnn_mode = "rnn_relu"

@@ -1,0 +1,301 @@
+"""Porting: TF checkpoints and Keras weight files into this package's modules (SPEC §1.2, §1.3).
+
+Sources (`read_variables`):
+
+* Keras 3 `.weights.h5` (h5py; `layers/<layer>/cell/vars/{0,1,2}` = kernel, recurrent_kernel,
+  bias), a `.keras` archive (a zip holding `model.weights.h5`), legacy Keras 2 `.h5`
+  (`<layer>/<layer>/<cell>/kernel:0`, ...).
+* TF checkpoints (TF1 `Saver` and TF2 `tf.train.Checkpoint` prefixes) through
+  `tf.train.load_checkpoint`. Without TensorFlow this raises NotImplementedError (no TF-free
+  TensorBundle reader is built).
+
+Variable sets recognised (`map_variables`), per scope:
+
+* `kernel [I + H, 4H]`, `bias [4H]` (+ `w_i_diag`, `w_f_diag`, `w_o_diag`): TF1 `LSTMCell`,
+  `LSTMBlockCell` → `LSTMBlockCell`; scope `lstm_fused_cell` → `LSTMBlockFusedCell`. The
+  checkpoint does not store `forget_bias` (added at run time): `forget_bias` (default 1.0, TF1's)
+  is used, 0.0 for `cudnn_compatible_lstm_cell`.
+* `<scope>/rnn/multi_rnn_cell/cell_<l>/cudnn_compatible_lstm_cell/{kernel,bias}`: TF1
+  `CudnnLSTM` canonical names → `CudnnLSTM` (unidirectional; biases split in halves as TF1's
+  restore does); `<scope>/opaque_kernel` next to them is superseded. An `opaque_kernel` alone
+  cannot be mapped (its sizes and mode are not stored).
+* `gates/kernel`, `gates/bias`, `candidate/kernel`, `candidate/bias` (GRUBlockCellV2, GRUCell),
+  or contrib v1's `w_ru`, `w_c`, `b_ru`, `b_c` (kernel names swapped, told apart by shape) →
+  `GRUBlockCell`.
+* Keras `kernel [I, 4H]`, `recurrent_kernel [H, 4H]`, `bias [4H]` → `LSTMBlockFusedCell`
+  (forget_bias 0, no clip: Keras' math; time-major input). Keras GRU `bias [2, 3H]`
+  (reset_after=True) → `CudnnGRU`, `bias [3H]` (reset_after=False) → `GRUBlockCell`.
+
+A scope holding part of such a set raises ValueError listing what is missing; unrelated
+variables (step counters, optimizer slots) are reported as ignored. `convert` writes a file that
+`load` turns back into modules.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import zipfile
+
+import numpy as np
+import torch
+
+from . import layouts, modules
+
+__all__ = ["convert", "load", "map_variables", "read_variables"]
+
+FORMAT = "torch_lstm_grad.convert/1"
+_KERAS3_VARS = ("kernel", "recurrent_kernel", "bias")
+_RNN_LEAVES = {"kernel", "recurrent_kernel", "bias", "w_i_diag", "w_f_diag", "w_o_diag",
+               "opaque_kernel", "w_ru", "w_c", "b_ru", "b_c"}  # fmt: skip
+
+
+# -- reading --------------------------------------------------------------------------------
+
+
+def _read_h5(f) -> dict[str, np.ndarray]:
+    import h5py
+
+    out = {}
+    with h5py.File(f, "r") as h5:
+
+        def visit(name, obj):
+            if isinstance(obj, h5py.Dataset):
+                m = re.fullmatch(r"(.*/cell)/vars/([012])", name)
+                key = f"{m.group(1)}/{_KERAS3_VARS[int(m.group(2))]}" if m else name
+                out[key.removesuffix(":0")] = np.array(obj)
+
+        h5.visititems(visit)
+    return out
+
+
+def read_variables(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every variable of a Keras file or TF checkpoint prefix, by (normalised) name: `:0` and
+    TF2's `/.ATTRIBUTES/VARIABLE_VALUE` are stripped; Keras 3 `cell/vars/i` become the names."""
+    path = os.fspath(path)
+    if path.endswith(".keras"):
+        with zipfile.ZipFile(path) as z:
+            return _read_h5(io.BytesIO(z.read("model.weights.h5")))
+    if path.endswith(".h5") or path.endswith(".hdf5"):
+        return _read_h5(path)
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise NotImplementedError(
+            f"{path}: reading TF checkpoints needs TensorFlow (tf.train.load_checkpoint); this "
+            f"package has no TF-free TensorBundle reader ({err})"
+        ) from err
+    try:
+        reader = tf.train.load_checkpoint(path)
+    except (tf.errors.OpError, ValueError) as err:
+        raise ValueError(
+            f"{path}: not a Keras file (.keras, .h5) nor a readable TF checkpoint prefix "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from err
+    out = {}
+    for name in reader.get_variable_to_shape_map():
+        if name.startswith("_CHECKPOINTABLE_OBJECT_GRAPH"):
+            continue
+        value = np.asarray(reader.get_tensor(name))
+        if value.dtype.kind == "f":
+            out[name.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")] = value
+    return out
+
+
+# -- mapping --------------------------------------------------------------------------------
+
+
+def _t(v) -> torch.Tensor:
+    return torch.from_numpy(np.array(v, copy=True))
+
+
+def _entry(module: torch.nn.Module, config: dict, used: list[str]) -> dict:
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {"class": type(module).__name__, "config": config, "used": used, "state_dict": state}
+
+
+def _lstm_block(scope, v, names, forget_bias):
+    kernel = _t(v[names["kernel"]])
+    H = kernel.shape[1] // 4
+    peep = all(k in names for k in ("w_i_diag", "w_f_diag", "w_o_diag"))
+    fused = scope.rsplit("/", 1)[-1] == "lstm_fused_cell"
+    if scope.rsplit("/", 1)[-1] == "cudnn_compatible_lstm_cell":
+        forget_bias = 0.0
+    config = {"num_units": H, "input_size": kernel.shape[0] - H, "forget_bias": forget_bias,
+              "use_peephole": peep}  # fmt: skip
+    m = (modules.LSTMBlockFusedCell if fused else modules.LSTMBlockCell)(
+        **config, dtype=kernel.dtype
+    )
+    with torch.no_grad():
+        for n in ("kernel", "bias") + (("w_i_diag", "w_f_diag", "w_o_diag") if peep else ()):
+            getattr(m, n).copy_(_t(v[names[n]]))
+    used = [
+        names[n]
+        for n in ("kernel", "bias") + (("w_i_diag", "w_f_diag", "w_o_diag") if peep else ())
+    ]
+    return _entry(m, config, used)
+
+
+def _keras_rnn(v, names):
+    k, rk, b = (_t(v[names[n]]) for n in _KERAS3_VARS)
+    H = rk.shape[0]
+    used = [names[n] for n in _KERAS3_VARS]
+    if k.shape[1] == 4 * H:
+        config = {"num_units": H, "input_size": k.shape[0], "forget_bias": 0.0}
+        m = modules.LSTMBlockFusedCell(**config, dtype=k.dtype)
+        kernel, bias = layouts.keras_lstm_to_block(k, rk, b, forget_bias=0.0)
+        with torch.no_grad():
+            m.kernel.copy_(kernel)
+            m.bias.copy_(bias)
+        return _entry(m, config, used)
+    if k.shape[1] != 3 * H:
+        raise ValueError(f"{names['kernel']}: shape {list(k.shape)} is neither an LSTM [I, 4H] nor "
+                         f"a GRU [I, 3H] kernel for H = {H}")  # fmt: skip
+    if b.dim() == 2:
+        config = {"num_layers": 1, "num_units": H, "input_size": k.shape[0]}
+        m = modules.CudnnGRU(**config, dtype=k.dtype)
+        m.set_canonical_weights(*layouts.keras_gru_to_canonical(k, rk, b))
+        return _entry(m, config, used)
+    config = {"num_units": H, "input_size": k.shape[0]}
+    m = modules.GRUBlockCell(**config, dtype=k.dtype)
+    with torch.no_grad():
+        for p, t in zip((m.gates_kernel, m.gates_bias, m.candidate_kernel, m.candidate_bias),
+                        layouts.keras_gru_to_block(k, rk, b), strict=True):  # fmt: skip
+            p.copy_(t)
+    return _entry(m, config, used)
+
+
+def _gru_block(v, kernels, biases):
+    a, b = (_t(v[n]) for n in kernels)
+    gk, ck = (a, b) if a.shape[1] == 2 * b.shape[1] else (b, a)  # told apart by shape (§5.4)
+    gb, cb = (_t(v[n]) for n in biases)
+    gb, cb = (gb, cb) if gb.shape[0] == gk.shape[1] else (cb, gb)
+    config = {"num_units": ck.shape[1], "input_size": ck.shape[0] - ck.shape[1]}
+    m = modules.GRUBlockCell(**config, dtype=ck.dtype)
+    with torch.no_grad():
+        for p, t in zip((m.gates_kernel, m.gates_bias, m.candidate_kernel, m.candidate_bias),
+                        (gk, gb, ck, cb), strict=True):  # fmt: skip
+            p.copy_(t)
+    return _entry(m, config, [*kernels, *biases])
+
+
+def _cudnn_lstm(v, cells: dict[int, str]):
+    layers = sorted(cells)
+    if layers != list(range(len(layers))):
+        raise ValueError(f"CudnnLSTM cells: expected cell_0..cell_{len(layers) - 1}, found "
+                         f"cell_{layers}")  # fmt: skip
+    weights, biases = [], []
+    for layer in layers:
+        kernel, bias = _t(v[cells[layer] + "/kernel"]), _t(v[cells[layer] + "/bias"])
+        w, b = layouts.block_lstm_to_canonical(kernel, bias, forget_bias=0.0, split="half")
+        weights += w
+        biases += b
+    k0 = _t(v[cells[0] + "/kernel"])
+    H = k0.shape[1] // 4
+    config = {"num_layers": len(layers), "num_units": H, "input_size": k0.shape[0] - H}
+    m = modules.CudnnLSTM(**config, dtype=k0.dtype)
+    m.set_canonical_weights(weights, biases)
+    return _entry(m, config, [cells[lay] + s for lay in layers for s in ("/kernel", "/bias")])
+
+
+def map_variables(variables: dict[str, np.ndarray], forget_bias: float = 1.0):
+    """`(entries, ignored)`: entries maps a module name (the scope, `/` → `.`) to
+    `{"class", "config", "used", "state_dict"}`; ignored lists the unrelated variable names.
+    Raises ValueError naming every scope whose variable set is incomplete."""
+    v, used, entries, missing = variables, set(), {}, []
+    scopes: dict[str, dict[str, str]] = {}
+    for name in v:
+        scope, _, leaf = name.rpartition("/")
+        if leaf in _RNN_LEAVES:
+            if leaf in ("kernel", "bias") and scope.rsplit("/", 1)[-1] in ("gates", "candidate"):
+                scope, sub = scope.rsplit("/", 1)
+                leaf = f"{sub}/{leaf}"
+            scopes.setdefault(scope, {})[leaf] = name
+    cudnn: dict[str, dict[int, str]] = {}
+    for scope, names in scopes.items():
+        m = re.fullmatch(r"(.*?)/?rnn/multi_rnn_cell/cell_(\d+)/cudnn_compatible_lstm_cell", scope)
+        if m and {"kernel", "bias"} <= names.keys():
+            cudnn.setdefault(m.group(1), {})[int(m.group(2))] = scope
+    for outer, cells in cudnn.items():
+        entries[outer or "cudnn_lstm"] = e = _cudnn_lstm(v, cells)
+        used |= set(e["used"])
+        if f"{outer}/opaque_kernel" in v:
+            used.add(f"{outer}/opaque_kernel")
+            scopes.pop(outer, None)
+    for scope, names in scopes.items():
+        keys, e = set(names), None
+        if all(names[k] in used for k in keys):
+            continue
+        if "recurrent_kernel" in keys:
+            need = set(_KERAS3_VARS)
+            e = _keras_rnn(v, names) if need <= keys else None
+        elif keys & {"gates/kernel", "candidate/kernel", "gates/bias", "candidate/bias"}:
+            need = {"gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"}
+            if need <= keys:
+                e = _gru_block(v, [names["gates/kernel"], names["candidate/kernel"]],
+                               [names["gates/bias"], names["candidate/bias"]])  # fmt: skip
+        elif keys & {"w_ru", "w_c", "b_ru", "b_c"}:
+            need = {"w_ru", "w_c", "b_ru", "b_c"}
+            if need <= keys:
+                e = _gru_block(v, [names["w_ru"], names["w_c"]], [names["b_ru"], names["b_c"]])
+        elif keys == {"opaque_kernel"}:
+            need = {"rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel", "..."}
+        else:
+            need = {"kernel", "bias"}
+            peep = keys & {"w_i_diag", "w_f_diag", "w_o_diag"}
+            need |= {"w_i_diag", "w_f_diag", "w_o_diag"} if peep else set()
+            if need <= keys:
+                e = _lstm_block(scope, v, names, forget_bias)
+        if e is None:
+            missing.append(
+                f"{scope or '(root)'}: has {sorted(keys)}, missing {sorted(need - keys)}"
+            )
+            continue
+        entries[scope.replace("/", ".") or "rnn"] = e
+        used |= set(e["used"])
+    if missing:
+        raise ValueError("incomplete RNN variable sets (cannot build a module):\n  "
+                         + "\n  ".join(missing))  # fmt: skip
+    return entries, sorted(set(v) - used)
+
+
+# -- files ----------------------------------------------------------------------------------
+
+
+def convert(src, out, forget_bias: float = 1.0, log=print) -> dict:
+    """Reads `src` (see `read_variables`), maps it (`map_variables`), writes `out` (torch.save)
+    and logs what was found and what each variable became. Returns the saved dict."""
+    variables = read_variables(src)
+    log(f"found {len(variables)} variables in {src}:")
+    for name, value in sorted(variables.items()):
+        log(f"  {name} {list(np.shape(value))} {np.asarray(value).dtype}")
+    if not variables:
+        raise ValueError(f"{src}: no variables found")
+    entries, ignored = map_variables(variables, forget_bias=forget_bias)
+    if not entries:
+        raise ValueError(f"{src}: no LSTM/GRU variable set recognised among: "
+                         + ", ".join(sorted(variables)))  # fmt: skip
+    for name, e in entries.items():
+        params = ", ".join(f"{k} {list(t.shape)}" for k, t in e["state_dict"].items())
+        log(f"{name}: {e['class']}({e['config']}) <- {', '.join(e['used'])}; params: {params}")
+    for name in ignored:
+        log(f"ignored: {name}")
+    data = {"format": FORMAT, "source": os.fspath(src), "modules": entries}
+    torch.save(data, out)
+    return data
+
+
+def load(path) -> dict[str, torch.nn.Module]:
+    """The modules of a file written by `convert` (`torch-lstm-grad convert`), by name."""
+    data = torch.load(path, weights_only=True)
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise ValueError(f"{path}: not a torch-lstm-grad convert file (format {FORMAT!r})")
+    out = {}
+    for name, e in data["modules"].items():
+        cls = getattr(modules, e["class"])
+        dtype = next(iter(e["state_dict"].values())).dtype
+        m = cls(**e["config"], dtype=dtype)
+        m.load_state_dict(e["state_dict"])
+        out[name] = m
+    return out
