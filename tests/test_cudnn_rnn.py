@@ -53,7 +53,7 @@ TOL = {
     # the margin covers other BLAS/oneDNN builds (the project's float64 tolerance elsewhere).
     "f64": 1e-12,
     # ours float32 vs ours float64 on the same (float32-representable) inputs: float32 GEMMs and
-    # activations (eps 1.2e-7), errors carried over T steps and L layers. Measured 1.3e-7.
+    # activations (eps 1.2e-7), errors carried over T steps and L layers. Measured 2.0e-7.
     F32: 1e-6,
     # float16 / bfloat16 compute in float32 inside and round once on store (the reserve keeps the
     # float32 activations), so the error vs float64 on the same rounded inputs is about one

@@ -1,13 +1,15 @@
 """torch_lstm_grad: TensorFlow's fused RNN raw ops for PyTorch, forward and backward.
 
 `torch_lstm_grad.raw_ops.<Op>` mirrors `tf.raw_ops.<Op>` (same names, keywords, defaults and
-output names); every forward op is differentiable through the matching Grad op. See README.md.
+output names); every forward op is differentiable through the matching Grad op. `modules` holds
+TF's layers with TF's parameter layouts, `layouts` the explicit converters, `porting` the
+checkpoint readers (`load`). See README.md.
 """
 
-import torch  # noqa: F401  (loads libtorch, which _C links against)
+import torch
 
 try:
-    from . import _C  # noqa: F401  (loading the .so registers the ops)
+    from . import _C  # noqa: F401  (loading the .so registers the ops; it links libtorch)
 except ImportError as err:  # pragma: no cover - exercised only on a broken install
     raise ImportError(
         "torch_lstm_grad's compiled extension (torch_lstm_grad._C) is missing or was built "
@@ -16,8 +18,9 @@ except ImportError as err:  # pragma: no cover - exercised only on a broken inst
         f"(original error: {err})"
     ) from err
 
-from . import _registrations  # noqa: F401,E402  (fake kernels and autograd)
-from . import raw_ops, reference  # noqa: E402
+# Order matters: the ops must be registered (above) before their fakes and autograd.
+from . import _registrations  # noqa: E402, F401, I001
+from . import layouts, modules, porting, raw_ops, reference  # noqa: E402
 from .autograd import (  # noqa: E402
     BlockLSTMFunction,
     BlockLSTMV2Function,
@@ -25,24 +28,43 @@ from .autograd import (  # noqa: E402
     GRUBlockCellFunction,
     LSTMBlockCellFunction,
 )
+from .modules import (  # noqa: E402
+    CudnnGRU,
+    CudnnLSTM,
+    CudnnRNNRelu,
+    CudnnRNNTanh,
+    GRUBlockCell,
+    LSTMBlockCell,
+    LSTMBlockFusedCell,
+)
+from .porting import load  # noqa: E402
 
 __version__ = "0.1.0"
 
 
 def built_with_cuda() -> bool:
     """True when this build of the extension contains the CUDA kernels."""
-    import torch
-
     return bool(torch.ops.torch_lstm_grad._built_with_cuda())
 
 
 __all__ = [
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
+    "CudnnGRU",
+    "CudnnLSTM",
     "CudnnRNNFunction",
+    "CudnnRNNRelu",
+    "CudnnRNNTanh",
+    "GRUBlockCell",
     "GRUBlockCellFunction",
+    "LSTMBlockCell",
     "LSTMBlockCellFunction",
+    "LSTMBlockFusedCell",
     "built_with_cuda",
+    "layouts",
+    "load",
+    "modules",
+    "porting",
     "raw_ops",
     "reference",
 ]

@@ -50,7 +50,7 @@ def _lstm_block_cell_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
 def _block_lstm_grad_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b,
                           i, cs, f, o, ci, co, h, cs_grad, h_grad, use_peephole):  # fmt: skip
     sizes = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, True)
-    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES))
+    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES, strict=True))
     named += [(h, "h"), (cs_grad, "cs_grad"), (h_grad, "h_grad")]
     C.check_lstm_activations(named, x, sizes, True)
     C.check_seq_len_max(seq_len_max)
@@ -65,12 +65,12 @@ torch.library.register_fake(_LIB + "block_lstm_grad_v2", _block_lstm_grad_fake)
 def _lstm_block_cell_grad_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
                                i, cs, f, o, ci, co, cs_grad, h_grad, use_peephole):  # fmt: skip
     sizes = C.check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, False)
-    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES))
+    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES, strict=True))
     named += [(cs_grad, "cs_grad"), (h_grad, "h_grad")]
     C.check_lstm_activations(named, x, sizes, False)
     _, B, _, H = sizes
-    return (x.new_empty((B, H)), x.new_empty((B, 4 * H)),
-            wci.new_empty(wci.shape), wcf.new_empty(wcf.shape), wco.new_empty(wco.shape))  # fmt: skip
+    peepholes = tuple(t.new_empty(t.shape) for t in (wci, wcf, wco))
+    return (x.new_empty((B, H)), x.new_empty((B, 4 * H)), *peepholes)
 
 
 @torch.library.register_fake(_LIB + "gru_block_cell")
