@@ -205,3 +205,28 @@ def test_incomplete_and_unknown(tmp_path, capsys):
     torch.save({"x": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a torch-lstm-grad convert file"):
         porting.load(tmp_path / "other.pt")
+
+
+def test_dense_kernel_bias_pair_is_ignored_not_misread():
+    """A dense layer's kernel [H, OUT] / bias [OUT] is not an LSTM cell's pair."""
+    variables = {
+        "rnn/lstm_cell/kernel": _rand(I + H, 4 * H),
+        "rnn/lstm_cell/bias": _rand(4 * H),
+        "dense/kernel": _rand(H, 3),
+        "dense/bias": _rand(3),
+    }
+    entries, ignored = porting.map_variables(variables)
+    assert list(entries) == ["rnn.lstm_cell"]
+    assert ignored == ["dense/bias", "dense/kernel"]
+
+
+def test_porting_example_runs(tmp_path):
+    """examples/port_tf1_lstm.py: TF-trained model, converted, reproduced (outputs and grads)."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "port_tf1_lstm.py")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK (worst scaled error" in done.stdout

@@ -115,6 +115,14 @@ def _entry(module: torch.nn.Module, config: dict, used: list[str]) -> dict:
     return {"class": type(module).__name__, "config": config, "used": used, "state_dict": state}
 
 
+def _lstm_shaped(v, names) -> bool:
+    """kernel [I + H, 4H] with I >= 0 and bias [4H]: a TF1 LSTM cell's pair."""
+    k, b = np.shape(v[names["kernel"]]), np.shape(v[names["bias"]])
+    return len(k) == 2 and len(b) == 1 and k[1] % 4 == 0 and k[1] > 0 and b[0] == k[1] and (
+        k[0] >= k[1] // 4
+    )
+
+
 def _lstm_block(scope, v, names, forget_bias):
     kernel = _t(v[names["kernel"]])
     H = kernel.shape[1] // 4
@@ -242,6 +250,8 @@ def map_variables(variables: dict[str, np.ndarray], forget_bias: float = 1.0):
         elif keys == {"opaque_kernel"}:
             need = {"rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/kernel", "..."}
         else:
+            if {"kernel", "bias"} <= keys and not _lstm_shaped(v, names):
+                continue  # a kernel/bias pair of another layer (e.g. dense): not ours to map
             need = {"kernel", "bias"}
             peep = keys & {"w_i_diag", "w_f_diag", "w_o_diag"}
             need |= {"w_i_diag", "w_f_diag", "w_o_diag"} if peep else set()
