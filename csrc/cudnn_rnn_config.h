@@ -239,4 +239,41 @@ inline std::vector<int64_t> check_sequence_lengths(const std::optional<at::Tenso
   return out;
 }
 
+// What the forward op's entry checks, shared by the CPU and CUDA kernels: the model and each
+// row's length.
+struct CudnnRNNCall {
+  RNNConfig config;
+  std::vector<int64_t> lengths;
+};
+
+inline CudnnRNNCall check_cudnn_rnn_call(const at::Tensor& input, const at::Tensor& input_h,
+                                         const at::Tensor& input_c, const at::Tensor& params,
+                                         const std::optional<at::Tensor>& sequence_lengths,
+                                         c10::string_view rnn_mode, c10::string_view input_mode,
+                                         c10::string_view direction, double dropout,
+                                         int64_t num_proj, bool time_major) {
+  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
+                                             std::string(input_mode), std::string(direction),
+                                             num_proj, time_major);
+  check_dropout(dropout);
+  return {c, check_sequence_lengths(sequence_lengths, c)};
+}
+
+// The Backprop op's entry: the forward's checks plus its outputs and their gradients.
+inline CudnnRNNCall check_cudnn_rnn_backprop_call(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
+    const at::Tensor& output_backprop, const at::Tensor& output_h_backprop,
+    const at::Tensor& output_c_backprop, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, double dropout, int64_t num_proj, bool time_major) {
+  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
+                                             std::string(input_mode), std::string(direction),
+                                             num_proj, time_major);
+  check_dropout(dropout);
+  check_cudnn_rnn_outputs(c, input, input_h, input_c, output, output_h, output_c, output_backprop,
+                          output_h_backprop, output_c_backprop);
+  return {c, check_sequence_lengths(sequence_lengths, c)};
+}
+
 }  // namespace torch_lstm_grad

@@ -40,6 +40,7 @@ struct Schedule {
   at::Tensor perm;              // [B]: sorted position -> original row
   at::Tensor inv_perm;          // [B]: original row -> sorted position
   at::Tensor rev;               // [T*B]: flat (t, b) -> (len_b - 1 - t, b) for t < len_b, else itself
+  bool sorted;                  // the rows are already in order: perm is the identity
 };
 
 Schedule make_schedule(const std::vector<int64_t>& lengths, int64_t T) {
@@ -62,6 +63,7 @@ Schedule make_schedule(const std::vector<int64_t>& lengths, int64_t T) {
   auto as_tensor = [](const std::vector<int64_t>& v) {
     return at::tensor(at::ArrayRef<int64_t>(v), at::kLong);
   };
+  s.sorted = std::is_sorted(order.begin(), order.end());
   s.perm = as_tensor(order);
   s.inv_perm = as_tensor(inv);
   s.rev = as_tensor(rev);
@@ -355,13 +357,18 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
   if (T == 0) return;  // nothing ran: dX is empty, the parameter grads stay zero
   const auto opts = X.options();
-  at::Tensor d_pre = at::zeros({T, B, GH}, opts);
-  at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::zeros({T, B, GH}, opts) : d_pre;
+  // Written for the running rows of every step; the finished rows are zeroed step by step.
+  at::Tensor d_pre = at::empty({T, B, GH}, opts);
+  at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R, B);
   for (int64_t t = T - 1; t >= 0; --t) {
     const int64_t n = s.active[t];
+    if (n < B) {
+      d_pre[t].narrow(0, n, B - n).zero_();
+      if (c.mode == RNNMode::kGRU) d_rec[t].narrow(0, n, B - n).zero_();
+    }
     if (n == 0) continue;
     dh.narrow(0, 0, n).add_(dY[t].narrow(0, 0, n));
     if (c.proj()) {
@@ -430,17 +437,30 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
 // ---------------------------------------------------------------------------------------------
 // Layouts at the op boundary: sorted, time-major, compute type inside.
 
+// Rows of `t` (along `dim`) in sorted order, or back; no copy when already in order.
+at::Tensor sort_rows(const at::Tensor& t, int64_t dim, const Schedule& s) {
+  return s.sorted ? t : t.index_select(dim, s.perm);
+}
+at::Tensor unsort_rows(const at::Tensor& t, int64_t dim, const Schedule& s) {
+  return s.sorted ? t : t.index_select(dim, s.inv_perm);
+}
+
+// A new contiguous tensor of dtype with t's values: op outputs never alias the reserve.
+at::Tensor fresh(const at::Tensor& t, at::ScalarType dtype) {
+  return at::empty(t.sizes(), t.options().dtype(dtype)).copy_(t);
+}
+
 // [T, B, F] (or [B, T, F]) -> sorted time-major [T, B, F] in the compute type.
 at::Tensor to_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedule& s,
                            at::ScalarType acc) {
   const at::Tensor tm = c.time_major ? x : x.transpose(0, 1);
-  return tm.to(acc).index_select(1, s.perm).contiguous();
+  return sort_rows(tm.to(acc), 1, s).contiguous();
 }
 
 at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedule& s,
                              at::ScalarType dtype) {
-  const at::Tensor y = x.index_select(1, s.inv_perm);
-  return (c.time_major ? y : y.transpose(0, 1)).to(dtype).contiguous();
+  const at::Tensor y = unsort_rows(x, 1, s);
+  return fresh(c.time_major ? y : y.transpose(0, 1), dtype);
 }
 
 // States: [L·D, B, n] time-major; batch-major TF reinterprets [B, L·D, n] memory as
@@ -448,17 +468,19 @@ at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Sche
 at::Tensor to_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
                              at::ScalarType acc) {
   const at::Tensor tm = c.time_major ? h : h.contiguous().view({c.L * c.D, c.B, h.size(2)});
-  return tm.to(acc).index_select(1, s.perm).contiguous();
+  return fresh(sort_rows(tm, 1, s), acc);  // updated in place: never the caller's tensor
 }
 
 at::Tensor from_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
                                at::ScalarType dtype) {
-  const at::Tensor y = h.index_select(1, s.inv_perm).to(dtype).contiguous();
+  const at::Tensor y = fresh(unsort_rows(h, 1, s), dtype);
   return c.time_major ? y : y.view({c.B, c.L * c.D, h.size(2)});
 }
 
-// Layer l's output [T·B, D·P]: both directions, in original time order.
+// Layer l's output [T·B, D·P]: both directions, in original time order (a view of the reserve
+// when there is one direction).
 at::Tensor layer_output(const RNNConfig& c, const Schedule& s, const Reserve& r, int64_t l) {
+  if (c.D == 1) return r.dirs[l].hseq.view({c.T * c.B, c.P});
   std::vector<at::Tensor> parts;
   for (int64_t d = 0; d < c.D; ++d) {
     const at::Tensor hs = r.dirs[l * c.D + d].hseq.view({c.T * c.B, c.P});
@@ -469,9 +491,8 @@ at::Tensor layer_output(const RNNConfig& c, const Schedule& s, const Reserve& r,
 
 // The input of layer l >= 1: layer l-1's output, dropped out (between layers only).
 at::Tensor layer_input(const RNNConfig& c, const Schedule& s, const Reserve& r, int64_t l) {
-  at::Tensor x = layer_output(c, s, r, l - 1);
-  if (r.masks[l].defined()) x.mul_(r.masks[l].view({c.T * c.B, c.D * c.P}));
-  return x;
+  const at::Tensor x = layer_output(c, s, r, l - 1);
+  return r.masks[l].defined() ? x * r.masks[l].view({c.T * c.B, c.D * c.P}) : x;
 }
 
 template <typename acc_t>
@@ -569,11 +590,9 @@ Outputs5 cudnn_rnn_cpu(const at::Tensor& input, const at::Tensor& input_h,
                        c10::string_view rnn_mode, c10::string_view input_mode,
                        c10::string_view direction, double dropout, int64_t seed, int64_t seed2,
                        int64_t num_proj, bool is_training, bool time_major) {
-  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
-                                             std::string(input_mode), std::string(direction),
-                                             num_proj, time_major);
-  check_dropout(dropout);
-  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  const auto [c, lengths] =
+      check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                           input_mode, direction, dropout, num_proj, time_major);
   return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
                                          "cudnn_rnn_cpu", [&] {
     return rnn_forward<at::opmath_type<scalar_t>>(c, lengths, input, input_h, input_c, params,
@@ -590,13 +609,10 @@ Grads4 cudnn_rnn_backprop_cpu(
     const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
     c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
     bool time_major) {
-  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
-                                             std::string(input_mode), std::string(direction),
-                                             num_proj, time_major);
-  check_dropout(dropout);
-  check_cudnn_rnn_outputs(c, input, input_h, input_c, output, output_h, output_c, output_backprop,
-                          output_h_backprop, output_c_backprop);
-  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  const auto [c, lengths] = check_cudnn_rnn_backprop_call(
+      input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+      output_backprop, output_h_backprop, output_c_backprop, rnn_mode, input_mode, direction,
+      dropout, num_proj, time_major);
   (void)seed, (void)seed2, (void)host_reserved;  // the masks are in reserve_space
   return AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, input.scalar_type(),
                                          "cudnn_rnn_backprop_cpu", [&] {

@@ -263,11 +263,9 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                         c10::string_view rnn_mode, c10::string_view input_mode,
                         c10::string_view direction, double dropout, int64_t seed, int64_t seed2,
                         int64_t num_proj, bool is_training, bool time_major) {
-  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
-                                             std::string(input_mode), std::string(direction),
-                                             num_proj, time_major);
-  check_dropout(dropout);
-  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  const auto [c, lengths] =
+      check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                           input_mode, direction, dropout, num_proj, time_major);
   const c10::cuda::CUDAGuard guard(input.device());
   const auto dtype = input.scalar_type();
   const auto compute = dtype == at::kBFloat16 ? at::kFloat : dtype;
@@ -325,13 +323,10 @@ Grads4 cudnn_rnn_backprop_cuda(
     const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
     c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
     bool time_major) {
-  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params, std::string(rnn_mode),
-                                             std::string(input_mode), std::string(direction),
-                                             num_proj, time_major);
-  check_dropout(dropout);
-  check_cudnn_rnn_outputs(c, input, input_h, input_c, output, output_h, output_c, output_backprop,
-                          output_h_backprop, output_c_backprop);
-  const auto lengths = check_sequence_lengths(sequence_lengths, c);
+  const auto [c, lengths] = check_cudnn_rnn_backprop_call(
+      input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
+      output_backprop, output_h_backprop, output_c_backprop, rnn_mode, input_mode, direction,
+      dropout, num_proj, time_major);
   (void)host_reserved;
   const c10::cuda::CUDAGuard guard(input.device());
   const auto dtype = input.scalar_type();
