@@ -155,7 +155,8 @@ const T* ptr_or_null(const at::Tensor& t) {
 }
 
 // The per-step product with one weight matrix for the whole loop: c = a·b (+ c). A Backend's
-// recurrent_gemm(b, m) may return something faster for its device (csrc/cpu/packed_gemm.h).
+// recurrent_gemm(b, m, steps) may return something faster for its device (for `steps` products
+// of m rows; csrc/cpu/packed_gemm.h).
 struct AtenRecurrentGemm {
   at::Tensor b;  // [K, N]
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
@@ -186,7 +187,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
   const at::Tensor w_acc = w.to(acc);
-  const auto recurrent = Backend::recurrent_gemm(w_acc.narrow(0, I, H), B);
+  const auto recurrent = Backend::recurrent_gemm(w_acc.narrow(0, I, H), B, L);
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -243,7 +244,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   BackwardState st{at::empty({L, B, 4 * H}, opts), at::zeros({B, H}, opts),
                    at::zeros({B, H}, opts)};
   const auto recurrent =
-      Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B);
+      Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
   for (int64_t t = L - 1; t >= 0; --t) {
     BwdStep<scalar_t> step{H,
                            {},

@@ -120,7 +120,9 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
 }
 
 struct CpuBackend {
-  static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m) { return {b, m}; }
+  static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
+    return {b, m, steps};
+  }
 
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {

@@ -68,18 +68,25 @@ class PackedWeight {
 };
 
 // The per-step product of a time loop, c[m, N] = a[m, K] · b (+ c), with one b for the whole
-// loop. float32 on an MKL build: b is packed once and each product is split by output columns
-// over the threads (MKL alone runs a product this small, e.g. [32, 256] x [256, 1024], on one
-// thread). Packed products need the row count they were packed for (`m`); any other row count,
+// loop of `steps` products. float32 on an MKL build: b is packed once and each product is split
+// by output columns over the threads (MKL alone runs a product this small, e.g. [32, 256] x
+// [256, 1024], on one thread). Packing costs about one product, so a loop of a few steps (the
+// single-step cell ops) does not pack, and a product too small to share (a B = 1 step) is not
+// split. Packed products need the row count they were packed for (`m`); any other row count,
 // another dtype or a build without MKL's packed API uses ATen's GEMM.
 class RecurrentGemm {
  public:
-  RecurrentGemm(const at::Tensor& b, int64_t m) : b_(b), m_(m) {
-    if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || !PackedWeight::available()) {
+  static constexpr int64_t kMinSteps = 4;               // packing pays off from here
+  static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
+
+  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps) : b_(b), m_(m) {
+    if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || steps < kMinSteps ||
+        !PackedWeight::available()) {
       return;
     }
-    const int64_t N = b.size(1);
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), N / 64));
+    const int64_t K = b.size(0), N = b.size(1);
+    const int64_t threads = m * K * N >= kMinSplitMacs ? at::get_num_threads() : 1;
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, N / 64));
     const int64_t width = (N + chunks - 1) / chunks;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
       packed_.emplace_back(n0, PackedWeight(b.narrow(1, n0, std::min(width, N - n0)), m));

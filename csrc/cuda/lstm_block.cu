@@ -86,7 +86,9 @@ int blocks_for(int64_t n) {
 }
 
 struct CudaBackend {
-  static lstm_block::AtenRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t) { return {b}; }
+  static lstm_block::AtenRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t, int64_t) {
+    return {b};
+  }
 
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
