@@ -322,13 +322,14 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   } else {
     x_grad.narrow(0, 0, L).view({L * B, I}).copy_(at::mm(dg, w_acc.narrow(0, 0, I).t()));
   }
-  const at::Tensor x_all = x.narrow(0, 0, L).reshape({L * B, I}).to(acc);
-  const at::Tensor h_before =
-      at::cat({h_prev.unsqueeze(0), h.narrow(0, 0, L - 1)}).view({L * B, H}).to(acc);
+  // dW = [x_t, h_{t-1}]ᵀ · dgates over all steps: one GEMM on the concatenated inputs.
+  at::Tensor xh = at::empty({L * B, I + H}, w_acc.options());
+  xh.narrow(1, 0, I).view({L, B, I}).copy_(x.narrow(0, 0, L));
+  at::Tensor h_before = xh.narrow(1, I, H).view({L, B, H});
+  h_before[0].copy_(h_prev);
+  h_before.narrow(0, 1, L - 1).copy_(h.narrow(0, 0, L - 1));
   at::Tensor w_grad = at::empty({I + H, 4 * H}, w_acc.options());
-  at::Tensor wx_grad = w_grad.narrow(0, 0, I), wh_grad = w_grad.narrow(0, I, H);
-  at::mm_out(wx_grad, x_all.t(), dg);
-  at::mm_out(wh_grad, h_before.t(), dg);
+  at::mm_out(w_grad, xh.t(), dg);
   auto p = use_peephole ? peephole_grads(st.dgates, cs_prev, act[1], L, layout, dtype)
                         : zeros_peep();
   return {x_grad,
