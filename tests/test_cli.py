@@ -93,3 +93,31 @@ def test_bench_rejects_a_bad_shape(capsys):
 def test_convert_needs_an_output(capsys):
     assert cli.main(["convert", "model.ckpt"]) == 2
     assert "-o/--output OUT.pt is required" in capsys.readouterr().err
+
+
+def test_check_covers_cudnn_rnn_against_torch_nn(monkeypatch, capsys):
+    """CudnnRNNV3 (TF has no CPU kernel) is checked against torch.nn, and a wrong output shows."""
+    assert cli.main(["check", "--oracle", "reference", "--ops", "CudnnRNNV3"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line for line in lines if line.startswith("CudnnRNNV3")]
+    assert {line.split()[-1] for line in rows} == {"ok"} and len(rows) == len(
+        [n for case in _parity.CUDNN_CASES for n in _cudnn_outputs(case[1])]
+    ) * len(_parity.CUDNN_TOLERANCES)
+
+    real = raw_ops.CudnnRNNV3
+
+    def perturbed(*args, **kwargs):
+        out = real(*args, **kwargs)
+        return out._replace(output_h=out.output_h + 1e-3)
+
+    monkeypatch.setattr(raw_ops, "CudnnRNNV3", perturbed)
+    assert cli.main(["check", "--oracle", "reference", "--ops", "CudnnRNNV3"]) == 1
+    misses = [line for line in capsys.readouterr().out.splitlines() if line.endswith("MISS")]
+    assert misses and all(line.split()[-4] == "output_h" for line in misses)
+
+
+def _cudnn_outputs(mode):
+    lstm = mode == "lstm"
+    return ["output", "output_h", "input_backprop", "input_h_backprop", "params_backprop"] + (
+        ["output_c", "input_c_backprop"] if lstm else []
+    )

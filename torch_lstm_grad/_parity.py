@@ -270,3 +270,93 @@ def run_checks(oracle: str, seed: int = 0, ops=None) -> list[Row]:
                     err, scale = _max_abs_err(mine, theirs)
                     rows.append(Row(op, label, dname, oracle, name, err, tol * max(1.0, scale)))
     return rows
+
+
+# -- the CudnnRNN family: TF has no CPU kernel, so the oracle is torch.nn.LSTM/GRU/RNN --------
+
+CUDNN_OP = "CudnnRNNV3"
+# (label, rnn_mode, num_layers, bidirectional, num_proj, lengths or None for all = T)
+CUDNN_CASES = (
+    ("lstm", "lstm", 1, False, 0, None),
+    ("lstm L2 bi proj lens", "lstm", 2, True, 2, (5, 1, 3)),
+    ("gru bi lens", "gru", 1, True, 0, (5, 2, 4)),
+    ("rnn_tanh L2", "rnn_tanh", 2, False, 0, None),
+    ("rnn_relu", "rnn_relu", 1, False, 0, None),
+)
+# float64 vs torch.nn in float64: summation order only (measured <= 1e-15); float32 vs float64:
+# float32 GEMMs and activations over a few steps (measured <= 3e-7).
+CUDNN_TOLERANCES = {torch.float64: 1e-10, torch.float32: 2e-5}
+
+
+def _cudnn_case(label, mode, layers, bidirectional, proj, lengths, dtype, seed):
+    """Rows for one case: ours (raw_ops.CudnnRNNV3, grads by autograd through
+    CudnnRNNBackpropV3) against the same weights in torch.nn, packed when lengths vary."""
+    from . import layouts
+
+    torch.manual_seed(seed)
+    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(mode, torch.nn.RNN)
+    extra = {"nonlinearity": mode[4:]} if cls is torch.nn.RNN else {}
+    if proj:
+        extra["proj_size"] = proj
+    module = cls(I, H, layers, bidirectional=bidirectional, **extra).double()
+    D, P = (2 if bidirectional else 1), (proj or H)
+    lens = torch.tensor(lengths or (T,) * B)
+    x, h0 = torch.randn(T, B, I, dtype=torch.float64), torch.randn(layers * D, B, P).double()
+    c0 = torch.randn(layers * D, B, H, dtype=torch.float64)
+    g_out, g_h = torch.randn(T, B, D * P, dtype=torch.float64), torch.randn_like(h0)
+    g_c = torch.randn_like(c0)
+    params = layouts.torch_rnn_to_cudnn(module).opaque_kernel.detach()
+
+    leaves = [t.to(dtype).requires_grad_() for t in (x, h0, c0, params)]
+    lstm = mode == "lstm"
+    out = raw_ops.CudnnRNNV3(
+        leaves[0], leaves[1], leaves[2] if lstm else torch.zeros((), dtype=dtype), leaves[3],
+        lens.to(torch.int32), rnn_mode=mode,
+        direction="bidirectional" if bidirectional else "unidirectional", num_proj=proj,
+    )  # fmt: skip
+    loss = (out.output * g_out.to(dtype)).sum() + (out.output_h * g_h.to(dtype)).sum()
+    if lstm:
+        loss = loss + (out.output_c * g_c.to(dtype)).sum()
+    used = leaves if lstm else [leaves[0], leaves[1], leaves[3]]
+    ours = [out.output, out.output_h] + ([out.output_c] if lstm else [])
+    ours += list(torch.autograd.grad(loss, used))
+
+    ref_in = [t.clone().requires_grad_() for t in (x, h0, c0)]
+    packed = torch.nn.utils.rnn.pack_padded_sequence(ref_in[0], lens, enforce_sorted=False)
+    y, state = module(packed, (ref_in[1], ref_in[2]) if lstm else ref_in[1])
+    y, _ = torch.nn.utils.rnn.pad_packed_sequence(y, total_length=T)
+    h_n = state[0] if lstm else state
+    ref_loss = (y * g_out).sum() + (h_n * g_h).sum() + ((state[1] * g_c).sum() if lstm else 0)
+    ref_used = ref_in if lstm else ref_in[:2]
+    weights = list(module.parameters())
+    grads = torch.autograd.grad(ref_loss, ref_used + weights)
+    with torch.no_grad():  # the weight grads in the params layout: the same linear map
+        for p, g in zip(weights, grads[len(ref_used):], strict=True):
+            p.copy_(g)
+    expected = [y, h_n] + ([state[1]] if lstm else []) + list(grads[: len(ref_used)])
+    expected.append(layouts.torch_rnn_to_cudnn(module).opaque_kernel.detach())
+    names = ["output", "output_h"] + (["output_c"] if lstm else [])
+    names += ["input_backprop", "input_h_backprop"] + (["input_c_backprop"] if lstm else [])
+    names.append("params_backprop")
+    tol, dname = CUDNN_TOLERANCES[dtype], str(dtype).removeprefix("torch.")
+    rows = []
+    for name, mine, theirs in zip(names, ours, expected, strict=True):
+        err, scale = _max_abs_err(mine, theirs)
+        rows.append(Row(CUDNN_OP, label, dname, "torch.nn", name, err, tol * max(1.0, scale)))
+    return rows
+
+
+def run_cudnn_checks(seed: int = 0) -> list[Row]:
+    """CudnnRNNV3 forward and backward (hence CudnnRNNBackpropV3, CudnnRNNParamsSize and the
+    canonical layout) against torch.nn.LSTM/GRU/RNN over :data:`CUDNN_CASES`."""
+    rows = []
+    for case in CUDNN_CASES:
+        for dtype in CUDNN_TOLERANCES:
+            try:
+                rows += _cudnn_case(*case, dtype, seed)
+            except Exception as err:  # reported as a miss, like run_checks
+                msg = f"raised {type(err).__name__}: {str(err).splitlines()[0][:60]}"
+                tol = CUDNN_TOLERANCES[dtype]
+                rows.append(Row(CUDNN_OP, case[0], str(dtype).removeprefix("torch."),
+                                "torch.nn", msg, math.inf, tol))  # fmt: skip
+    return rows

@@ -66,7 +66,7 @@ def _check(args: argparse.Namespace) -> int:
     ops = None
     if args.ops:
         ops = [op.strip() for op in args.ops.split(",") if op.strip()]
-        unknown = [op for op in ops if op not in _parity.OPS]
+        unknown = [op for op in ops if op not in _parity.OPS and op != _parity.CUDNN_OP]
         if unknown:
             print(
                 f"--ops: unknown op(s) {', '.join(unknown)}; known: {', '.join(_parity.OPS)}",
@@ -77,11 +77,14 @@ def _check(args: argparse.Namespace) -> int:
     if error:
         print(error, file=sys.stderr)
         return 2
-    rows = _parity.run_checks(oracle, seed=args.seed, ops=ops)
+    block_ops = None if ops is None else [op for op in ops if op != _parity.CUDNN_OP]
+    rows = _parity.run_checks(oracle, seed=args.seed, ops=block_ops) if block_ops != [] else []
+    if ops is None or _parity.CUDNN_OP in ops:  # TF has no CPU kernel: torch.nn is the oracle
+        rows += _parity.run_cudnn_checks(seed=args.seed)
     _print_rows(rows, sys.stdout)
     if oracle == "tf":
         no_half = [
-            op for op in ops or _parity.OPS if torch.float16 not in _parity.OPS[op].tf_dtypes
+            op for op in block_ops or _parity.OPS if torch.float16 not in _parity.OPS[op].tf_dtypes
         ]
         print(
             "not compared (no TF kernel): float64 (use --oracle reference)"
@@ -89,7 +92,7 @@ def _check(args: argparse.Namespace) -> int:
         )
     misses = sum(not r.ok for r in rows)
     print(
-        f"{len(rows)} outputs compared against {oracle}: "
+        f"{len(rows)} outputs compared (block ops against {oracle}, CudnnRNN against torch.nn): "
         + (f"{misses} missed the tolerance" if misses else "all ok")
     )
     return 1 if misses else 0
@@ -173,7 +176,10 @@ def _check_description() -> str:
     return (
         "Runs every raw op (LSTMBlockCell, BlockLSTM, BlockLSTMV2, GRUBlockCell and their "
         "Grad ops) on generated inputs with several configs (peephole, cell_clip, "
-        "seq_len_max < T) and compares each output with the oracle. The tolerance printed is "
+        "seq_len_max < T) and compares each output with the oracle; CudnnRNNV3 forward and "
+        "backward (lstm, gru, rnn_tanh, rnn_relu; layers, directions, projection, lengths) "
+        "are compared with torch.nn.LSTM/GRU/RNN on the same weights, as TF has no CPU "
+        "kernel for them. The tolerance printed is "
         "the per-dtype bound times max(1, max |oracle output|). Exit code 1 on any miss."
     )
 
