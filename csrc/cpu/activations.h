@@ -35,6 +35,12 @@
 
 namespace torch_lstm_grad::cpu {
 
+// Rows per parallel_for task for rows `width` elements wide: enough work per chunk (~2K
+// elements) that OpenMP's fork costs less than it saves.
+inline int64_t row_grain(int64_t width) {
+  return std::max<int64_t>(1, 2048 / std::max<int64_t>(width, 1));
+}
+
 namespace detail {
 
 // 2^n for an integral n in [-126, 127], by building the exponent field directly.

@@ -30,8 +30,6 @@ namespace {
 using Outputs5 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 using Grads4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-int64_t row_grain(int64_t width) { return std::max<int64_t>(1, 2048 / std::max<int64_t>(width, 1)); }
-
 // ---------------------------------------------------------------------------------------------
 // Batch schedule and layouts.
 
@@ -310,7 +308,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       acc_t* cells = c.lstm() ? r.cells[t].data_ptr<acc_t>() : nullptr;
       acc_t* extra = has_extra(c) ? r.extra[t].data_ptr<acc_t>() : nullptr;
       acc_t* hs = r.hseq[t].data_ptr<acc_t>();
-      at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
+      at::parallel_for(0, n, cpu::row_grain(GH), [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           acc_t* ab = a + b * GH;
           switch (c.mode) {
@@ -390,7 +388,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
     acc_t* dcp = c.lstm() ? dc.data_ptr<acc_t>() : nullptr;
     acc_t* dp = d_pre[t].data_ptr<acc_t>();
     acc_t* dr = d_rec[t].data_ptr<acc_t>();
-    at::parallel_for(0, n, row_grain(GH), [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, n, cpu::row_grain(GH), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         const int64_t o = b * H;
         switch (c.mode) {

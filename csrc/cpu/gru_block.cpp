@@ -16,8 +16,6 @@ namespace {
 
 using Outputs4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
-int64_t row_grain(int64_t H) { return std::max<int64_t>(1, 2048 / H); }
-
 template <typename scalar_t>
 Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
                      const at::Tensor& w_c, const at::Tensor& b_ru, const at::Tensor& b_c) {
@@ -40,7 +38,7 @@ Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
     acc_t* xh_p = xh.data_ptr<acc_t>();
     scalar_t* r_p = r.data_ptr<scalar_t>();
     scalar_t* u_p = u.data_ptr<scalar_t>();
-    at::parallel_for(0, B, row_grain(H), [&](int64_t b0, int64_t b1) {
+    at::parallel_for(0, B, cpu::row_grain(H), [&](int64_t b0, int64_t b1) {
       for (int64_t b = b0; b < b1; ++b) {
         for (int64_t j = 0; j < H; ++j) {
           const acc_t rv = cpu::sigmoid(ru_p[b * 2 * H + j]);
@@ -94,7 +92,7 @@ Outputs4 gru_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::T
   const scalar_t* dh_p = d_h.const_data_ptr<scalar_t>();
   acc_t* dcb_p = d_c_bar.data_ptr<acc_t>();
   acc_t* dru_p = d_ru.data_ptr<acc_t>();
-  at::parallel_for(0, B, row_grain(H), [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, B, cpu::row_grain(H), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t j = 0; j < H; ++j) {
         const int64_t k = b * H + j;
@@ -106,7 +104,7 @@ Outputs4 gru_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::T
   });
   const at::Tensor a = at::mm(d_c_bar, w_c.to(acc).t());  // [B, I + H]; a[:, I:] is d(r⊙h)
   const acc_t* a_p = a.const_data_ptr<acc_t>();
-  at::parallel_for(0, B, row_grain(H), [&](int64_t b0, int64_t b1) {
+  at::parallel_for(0, B, cpu::row_grain(H), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t j = 0; j < H; ++j) {
         const acc_t rv = r_p[b * H + j];

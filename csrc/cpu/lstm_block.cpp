@@ -28,9 +28,6 @@ struct CpuAct {
   }
 };
 
-// Rows per task: enough work per chunk that OpenMP's fork costs less than it saves.
-int64_t row_grain(int64_t H) { return std::max<int64_t>(1, 2048 / H); }
-
 template <typename scalar_t, bool kPeep, bool kClip>
 TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1) {
   using acc_t = at::opmath_type<scalar_t>;
@@ -131,13 +128,15 @@ struct CpuBackend {
                              : &forward_rows<scalar_t, true, false>)
                      : (clip ? &forward_rows<scalar_t, false, true>
                              : &forward_rows<scalar_t, false, false>);
-    at::parallel_for(0, B, row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
+    at::parallel_for(0, B, cpu::row_grain(s.H),
+                     [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
   }
 
   template <typename scalar_t>
   static void backward_step(const BwdStep<scalar_t>& s, int64_t B) {
     auto rows = s.wci != nullptr ? &backward_rows<scalar_t, true> : &backward_rows<scalar_t, false>;
-    at::parallel_for(0, B, row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
+    at::parallel_for(0, B, cpu::row_grain(s.H),
+                     [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
   }
 };
 

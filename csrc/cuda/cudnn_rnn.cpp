@@ -257,6 +257,23 @@ at::Tensor int_tensor(const std::vector<int>& v, const at::Device& device) {
   return at::tensor(at::ArrayRef<int32_t>(w), at::kInt).to(device);
 }
 
+// What the forward and the backward both prepare: the compute type (bfloat16 runs as float32,
+// as in TF), the rows cuDNN runs, and the initial states as [L·D, B, n] in the compute type.
+struct Prepared {
+  at::ScalarType compute;
+  at::TensorOptions opts;
+  Rows rows;
+  at::Tensor h0, c0;
+};
+
+Prepared prepare(const RNNConfig& c, const std::vector<int64_t>& lengths, const at::Tensor& input,
+                 const at::Tensor& input_h, const at::Tensor& input_c) {
+  const auto compute = input.scalar_type() == at::kBFloat16 ? at::kFloat : input.scalar_type();
+  return {compute, input.options().dtype(compute), kept_rows(lengths, input.device()),
+          states_tm(input_h, c).to(compute),
+          c.lstm() ? states_tm(input_c, c).to(compute) : at::Tensor()};
+}
+
 Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                         const at::Tensor& input_c, const at::Tensor& params,
                         const std::optional<at::Tensor>& sequence_lengths,
@@ -268,11 +285,7 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                            input_mode, direction, dropout, num_proj, time_major);
   const c10::cuda::CUDAGuard guard(input.device());
   const auto dtype = input.scalar_type();
-  const auto compute = dtype == at::kBFloat16 ? at::kFloat : dtype;
-  const auto opts = input.options().dtype(compute);
-  const Rows rows = kept_rows(lengths, input.device());
-  const at::Tensor h0 = states_tm(input_h, c).to(compute);
-  const at::Tensor c0 = c.lstm() ? states_tm(input_c, c).to(compute) : at::Tensor();
+  const auto [compute, opts, rows, h0, c0] = prepare(c, lengths, input, input_h, input_c);
   const std::vector<int64_t> out_shape = time_major ? std::vector<int64_t>{c.T, c.B, c.D * c.P}
                                                     : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   at::Tensor y = at::zeros(out_shape, opts), hy = h0.clone(), cy = c.lstm() ? c0.clone() : c0;
@@ -330,11 +343,7 @@ Grads4 cudnn_rnn_backprop_cuda(
   (void)host_reserved;
   const c10::cuda::CUDAGuard guard(input.device());
   const auto dtype = input.scalar_type();
-  const auto compute = dtype == at::kBFloat16 ? at::kFloat : dtype;
-  const auto opts = input.options().dtype(compute);
-  const Rows rows = kept_rows(lengths, input.device());
-  const at::Tensor h0 = states_tm(input_h, c).to(compute);
-  const at::Tensor c0 = c.lstm() ? states_tm(input_c, c).to(compute) : at::Tensor();
+  const auto [compute, opts, rows, h0, c0] = prepare(c, lengths, input, input_h, input_c);
   const at::Tensor dhy = states_tm(output_h_backprop, c).to(compute);
   const at::Tensor dcy = c.lstm() ? states_tm(output_c_backprop, c).to(compute) : at::Tensor();
   at::Tensor dx = at::zeros(input.sizes(), opts), dhx = dhy.clone();
