@@ -15,8 +15,10 @@
 - Thread count: torch.set_num_threads(1) vs the default agree to float32 rounding (not bit for
   bit: the GEMMs split their sums by thread).
 
-Shapes are chosen so the kernels' parallel paths run with 2+ threads: the recurrent GEMM is
-split by columns when 4H >= 128 (packed_gemm.h), pointwise rows when B > 2048 / H.
+Shapes are chosen so that both recurrent-GEMM paths of packed_gemm.h run (oneDNN from 8 rows,
+MKL's packed sgemm split by columns below) and, with 2+ threads, the pointwise rows are split
+(B > 2048 / H): the BlockLSTM soak has 4 rows, the CudnnRNNV3 soak 8; in the thread test
+BlockLSTM has 40 rows and CudnnRNNV3 6.
 """
 
 from __future__ import annotations
@@ -225,7 +227,9 @@ def _block_lstm_soak_step(keep):
 
 
 def _cudnn_soak_step(keep):
-    (x, h0, c0, params, lens, attrs), (gy, gh, gc) = _cudnn_inputs()
+    (x, h0, c0, params, lens, attrs), (gy, gh, gc) = _cudnn_inputs(
+        B=8, lengths=(8, 0, 5, 3, 8, 1, 6, 2)
+    )
     assert 0 in lens.tolist() and len(set(lens.tolist())) > 2  # varied lengths, one empty row
 
     def step():
