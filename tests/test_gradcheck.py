@@ -1,10 +1,12 @@
 """torch.autograd.gradcheck (float64, small sizes) on every differentiable forward op.
 
-Each op is checked through its raw op (`torch_lstm_grad.raw_ops.X`) and through the public
-`torch.autograd.Function` (`X.apply`), w.r.t. every float input, with peepholes on and off,
-`seq_len_max` equal to and below T, and with `requires_grad` on subsets of the inputs. The
-differentiable outputs are `cs` and `h` (GRU: `h`); the gate outputs are non-differentiable
-(SPEC §2). gradcheck keeps its default `check_undefined_grad=True`.
+Each op is checked through its three differentiable paths: the raw op
+(`torch_lstm_grad.raw_ops.X`, eager fast path: autograd.call), the public
+`torch.autograd.Function` (`X.apply`) and the dispatcher op with its registered autograd
+(`torch.ops.torch_lstm_grad.x`, what torch.compile traces), w.r.t. every float input, with
+peepholes on and off, `seq_len_max` equal to and below T, and with `requires_grad` on subsets
+of the inputs. The differentiable outputs are `cs` and `h` (GRU: `h`); the gate outputs are
+non-differentiable (SPEC §2). gradcheck keeps its default `check_undefined_grad=True`.
 
 The cell clip is straight-through by design (SPEC §2: TF's gradient kernels ignore it), so the
 gradchecks run with `cell_clip=0`; `test_*_clip_is_straight_through` pin the decision down: with
@@ -31,6 +33,15 @@ BLOCK_OPS = {
     "BlockLSTM": (raw_ops.BlockLSTM, torch_lstm_grad.BlockLSTMFunction, True, "icfo", 1.0),
     "BlockLSTMV2": (raw_ops.BlockLSTMV2, torch_lstm_grad.BlockLSTMV2Function, False, "ifco", 0.0),
 }
+
+_ops = torch.ops.torch_lstm_grad
+OPS = {
+    "BlockLSTM": _ops.block_lstm.default,
+    "BlockLSTMV2": _ops.block_lstm_v2.default,
+    "LSTMBlockCell": _ops.lstm_block_cell.default,
+    "GRUBlockCell": _ops.gru_block_cell.default,
+}
+PATHS = ["raw", "apply", "ops"]
 
 # Subsets of inputs that require grad (the others are plain constants).
 LSTM_SUBSETS = {
@@ -89,11 +100,14 @@ def block_fn(op_name, path, seq_len_max, use_peephole, cell_clip=0.0, outputs=("
 
     def f(x, cs_prev, h_prev, w, wci, wcf, wco, b):
         args = (x, cs_prev, h_prev, w, wci, wcf, wco, b)
+        attrs = (1.0, cell_clip, use_peephole) if has_fb else (cell_clip, use_peephole)
         if path == "raw":
             kw = {"forget_bias": 1.0} if has_fb else {}
             out = raw(slm, *args, cell_clip=cell_clip, use_peephole=use_peephole, **kw)
+        elif path == "ops":
+            op = OPS[op_name]
+            out = op(slm, *args, *attrs)
         else:
-            attrs = (1.0, cell_clip, use_peephole) if has_fb else (cell_clip, use_peephole)
             out = fn.apply(slm, *args, *attrs)
         return tuple(out[idx[k]] for k in outputs)
 
@@ -106,6 +120,8 @@ def cell_fn(path, use_peephole, cell_clip=0.0):
         if path == "raw":
             out = raw_ops.LSTMBlockCell(*args, forget_bias=1.0, cell_clip=cell_clip,
                                         use_peephole=use_peephole)  # fmt: skip
+        elif path == "ops":
+            out = OPS["LSTMBlockCell"](*args, 1.0, cell_clip, use_peephole)
         else:
             out = torch_lstm_grad.LSTMBlockCellFunction.apply(*args, 1.0, cell_clip, use_peephole)
         return out[1], out[6]
@@ -117,6 +133,8 @@ def gru_fn(path):
     def f(x, h_prev, w_ru, w_c, b_ru, b_c):
         if path == "raw":
             return raw_ops.GRUBlockCell(x, h_prev, w_ru, w_c, b_ru, b_c).h
+        if path == "ops":
+            return OPS["GRUBlockCell"](x, h_prev, w_ru, w_c, b_ru, b_c)[3]
         return torch_lstm_grad.GRUBlockCellFunction.apply(x, h_prev, w_ru, w_c, b_ru, b_c)[3]
 
     return f
@@ -126,7 +144,7 @@ def gru_fn(path):
 # BlockLSTM / BlockLSTMV2
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("seq_len_max", [T, 2, 0], ids=["L=T", "L<T", "L=0"])
 @pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
 @pytest.mark.parametrize("op_name", list(BLOCK_OPS))
@@ -145,7 +163,7 @@ def test_block_lstm_gradcheck_subset(op_name, subset):
 
 
 @pytest.mark.parametrize("outputs", [("h",), ("cs",)], ids=["h_only", "cs_only"])
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("op_name", list(BLOCK_OPS))
 def test_block_lstm_gradcheck_one_output(op_name, path, outputs):
     """Only one of cs/h reaches the loss: the other's grad arrives as None in backward."""
@@ -171,7 +189,7 @@ def test_block_lstm_gradcheck_unused_empty_peepholes(op_name):
 # LSTMBlockCell
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("use_peephole", [False, True], ids=["nopeep", "peep"])
 def test_lstm_block_cell_gradcheck_all_inputs(use_peephole, path):
     inputs = lstm_inputs(time_major=False)
@@ -188,7 +206,7 @@ def test_lstm_block_cell_gradcheck_subset(subset):
 # GRUBlockCell
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 def test_gru_block_cell_gradcheck_all_inputs(path):
     inputs = gru_inputs()
     assert gradcheck(gru_fn(path), tuple(inputs.values()))
@@ -312,7 +330,7 @@ def _double_backward_msg(forward_name):
     )
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("op_name", list(BLOCK_OPS))
 def test_block_lstm_double_backward_raises(op_name, path):
     inputs = lstm_inputs()
@@ -325,7 +343,7 @@ def test_block_lstm_double_backward_raises(op_name, path):
             grads[k].sum().backward(retain_graph=True)
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 def test_lstm_block_cell_double_backward_raises(path):
     leaves = tuple(lstm_inputs(time_major=False).values())
     cs, h = cell_fn(path, use_peephole=True)(*leaves)
@@ -335,7 +353,7 @@ def test_lstm_block_cell_double_backward_raises(path):
             grads[k].sum().backward(retain_graph=True)
 
 
-@pytest.mark.parametrize("path", ["raw", "apply"])
+@pytest.mark.parametrize("path", PATHS)
 def test_gru_block_cell_double_backward_raises(path):
     leaves = tuple(gru_inputs().values())
     h = gru_fn(path)(*leaves)
@@ -343,3 +361,43 @@ def test_gru_block_cell_double_backward_raises(path):
     for k in (0, 1, 2):  # d_x, d_h_prev, d_w_ru
         with pytest.raises(RuntimeError, match=_double_backward_msg("GRUBlockCell")):
             grads[k].sum().backward(retain_graph=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# The raw ops' eager fast path (autograd.call) against the dispatcher path
+
+
+def _forward_and_grads(path, fn_of_leaves, leaves):
+    outs = fn_of_leaves(*leaves)
+    outs = outs if isinstance(outs, tuple) else (outs,)
+    loss = sum((k + 1.5) * o.pow(2).sum() for k, o in enumerate(outs))
+    return outs, torch.autograd.grad(loss, leaves), outs[0].grad_fn
+
+
+@pytest.mark.parametrize("op_name", [*BLOCK_OPS, "LSTMBlockCell", "GRUBlockCell"])
+def test_raw_ops_eager_path_matches_the_dispatcher_bitwise(op_name):
+    """raw ops skip PyTorch's Python autograd wrapper in eager mode (the B = 1 step cost): the
+    outputs and every gradient must be bit for bit those of the registered-autograd path, and
+    the fast path must really be the one taken (its autograd node is the eager Function's)."""
+    if op_name in BLOCK_OPS:
+        leaves = tuple(lstm_inputs().values())
+        fns = {p: block_fn(op_name, p, 3, use_peephole=True, cell_clip=0.5) for p in PATHS}
+        fn_name = BLOCK_OPS[op_name][1].__name__
+    elif op_name == "LSTMBlockCell":
+        leaves = tuple(lstm_inputs(time_major=False).values())
+        fns = {p: cell_fn(p, use_peephole=True, cell_clip=0.5) for p in PATHS}
+        fn_name = "LSTMBlockCellFunction"
+    else:
+        leaves = tuple(gru_inputs().values())
+        fns = {p: gru_fn(p) for p in PATHS}
+        fn_name = "GRUBlockCellFunction"
+    raw_out, raw_grads, raw_node = _forward_and_grads("raw", fns["raw"], leaves)
+    ops_out, ops_grads, ops_node = _forward_and_grads("ops", fns["ops"], leaves)
+    assert type(raw_node).__name__ == f"_Eager{fn_name}Backward"
+    assert type(ops_node).__name__ != type(raw_node).__name__
+    for a, b in zip(raw_out + raw_grads, ops_out + ops_grads, strict=True):
+        assert torch.equal(a, b)
+    with torch.no_grad():  # below the Autograd key: no node, same values
+        again = fns["raw"](*leaves)
+    again = again if isinstance(again, tuple) else (again,)
+    assert all(t.grad_fn is None and torch.equal(t, r) for t, r in zip(again, raw_out, strict=True))

@@ -21,7 +21,7 @@ import torch
 
 from ._checks import _dtype_name, _shape_str
 from ._cudnn import ParamsLayout, params_layout
-from .autograd import cudnn_forward_name
+from .autograd import call, cudnn_forward_name
 
 __all__ = [
     "BlockLSTM",
@@ -130,7 +130,8 @@ def LSTMBlockCell(x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=1, cell_c
     """One LSTM step, ICFO gates: x [B, I], cs_prev/h_prev [B, H], w [I + H, 4H], b [4H],
     peepholes wci/wcf/wco [H] (ignored unless use_peephole). Clips cs to ±cell_clip when > 0."""
     args = _floats(x, cs_prev, h_prev, w, wci, wcf, wco, b)
-    out = _ops.lstm_block_cell(*args, float(forget_bias), float(cell_clip), bool(use_peephole))
+    out = call("torch_lstm_grad::lstm_block_cell", *args, float(forget_bias), float(cell_clip),
+               bool(use_peephole))  # fmt: skip
     return LSTMBlockCellOutput(*out)
 
 
@@ -146,8 +147,8 @@ def BlockLSTM(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias=
     """The LSTMBlockCell step over x [T, B, I] for t < seq_len_max; ICFO gates. Outputs are
     [T, B, H]; all seven are zero for t >= seq_len_max (TF zeroes only cs and h there)."""
     args = _floats(x, cs_prev, h_prev, w, wci, wcf, wco, b)
-    out = _ops.block_lstm(_seq_len_max(seq_len_max), *args, float(forget_bias), float(cell_clip),
-                          bool(use_peephole))  # fmt: skip
+    out = call("torch_lstm_grad::block_lstm", _seq_len_max(seq_len_max), *args,
+               float(forget_bias), float(cell_clip), bool(use_peephole))  # fmt: skip
     return BlockLSTMOutput(*out)
 
 
@@ -155,8 +156,8 @@ def BlockLSTMV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, cell_clip=
                 use_peephole=False, name=None) -> BlockLSTMV2Output:  # fmt: skip
     """BlockLSTM with IFCO gates (Keras order) and no forget_bias; clipping off by default."""
     args = _floats(x, cs_prev, h_prev, w, wci, wcf, wco, b)
-    out = _ops.block_lstm_v2(_seq_len_max(seq_len_max), *args, float(cell_clip),
-                             bool(use_peephole))  # fmt: skip
+    out = call("torch_lstm_grad::block_lstm_v2", _seq_len_max(seq_len_max), *args,
+               float(cell_clip), bool(use_peephole))  # fmt: skip
     return BlockLSTMV2Output(*out)
 
 
@@ -181,7 +182,8 @@ def BlockLSTMGradV2(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs,
 def GRUBlockCell(x, h_prev, w_ru, w_c, b_ru, b_c, name=None) -> GRUBlockCellOutput:
     """One step of TF's GRU (reset before the candidate GEMM): x [B, I], h_prev [B, H],
     w_ru [I + H, 2H] (r then u), w_c [I + H, H], b_ru [2H], b_c [H]."""
-    return GRUBlockCellOutput(*_ops.gru_block_cell(*_floats(x, h_prev, w_ru, w_c, b_ru, b_c)))
+    args = _floats(x, h_prev, w_ru, w_c, b_ru, b_c)
+    return GRUBlockCellOutput(*call("torch_lstm_grad::gru_block_cell", *args))
 
 
 def GRUBlockCellGrad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h,
@@ -248,9 +250,9 @@ def _cudnn_rnn(op_name, input, input_h, input_c, params, sequence_lengths, rnn_m
             rnn_mode, input_mode, direction, float(dropout), int(seed), int(seed2), int(num_proj),
             bool(is_training), bool(time_major))  # fmt: skip
     if is_training or torch.compiler.is_compiling():
-        return _ops.cudnn_rnn(*args)
+        return call("torch_lstm_grad::cudnn_rnn", *args)
     with cudnn_forward_name(op_name):  # TF's is_training error names the op that was called
-        return _ops.cudnn_rnn(*args)
+        return call("torch_lstm_grad::cudnn_rnn", *args)
 
 
 def CudnnRNN(input, input_h, input_c, params, rnn_mode="lstm", input_mode="linear_input",
