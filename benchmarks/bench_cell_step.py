@@ -310,7 +310,7 @@ def print_pieces(pieces: dict, H: int, threads: int) -> None:
 
 def _mkl_pack():
     """MKL's cblas_sgemm_pack_get_size / cblas_sgemm_pack from libtorch_cpu (what
-    csrc/cpu/packed_gemm.h calls), or None where this torch build does not export them."""
+    csrc/cpu/gemm.h calls), or None where this torch build does not export them."""
     try:
         lib = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so"))
         size, pack = lib.cblas_sgemm_pack_get_size, lib.cblas_sgemm_pack

@@ -154,9 +154,11 @@ const T* ptr_or_null(const at::Tensor& t) {
   return t.defined() ? t.const_data_ptr<T>() : nullptr;
 }
 
-// The per-step product with one weight matrix for the whole loop: c = a·b (+ c). A Backend's
-// recurrent_gemm(b, m, steps) may return something faster for its device (for `steps` products
-// of m rows; csrc/cpu/packed_gemm.h).
+// A Backend supplies, besides the pointwise passes forward_step/backward_step:
+// - matmul(a, b): a·b as a new contiguous tensor, for the whole-sequence products;
+// - recurrent_gemm(b, m, steps): the per-step product with one weight matrix for the whole loop,
+//   c = a·b (+ c), for `steps` products of m rows (csrc/cpu/gemm.h prepares b once).
+// AtenRecurrentGemm is the plain form.
 struct AtenRecurrentGemm {
   at::Tensor b;  // [K, N]
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
@@ -196,9 +198,9 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     wco_a = wco.to(acc).contiguous();
   }
   // The input projection of all L steps in one GEMM; each step then adds h·Wh in place.
-  at::Tensor gates = at::empty({L, B, 4 * H}, x.options().dtype(acc));
-  at::Tensor gates_2d = gates.view({L * B, 4 * H});
-  at::mm_out(gates_2d, x.narrow(0, 0, L).reshape({L * B, I}).to(acc), w_acc.narrow(0, 0, I));
+  const at::Tensor gates =
+      Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(acc), w_acc.narrow(0, 0, I))
+          .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
   const at::Tensor h0 = h_prev.to(acc);
   at::Tensor h_acc = kSameType ? at::Tensor() : at::empty({B, H}, gates.options());
@@ -299,15 +301,13 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const int64_t B = x.size(1), I = x.size(2), H = cs_prev.size(1);
   const auto dtype = x.scalar_type();
   const auto acc = acc_type(dtype);
-  at::Tensor x_grad = at::empty(x.sizes(), x.options());
-  x_grad.narrow(0, L, x.size(0) - L).zero_();
   auto zeros_peep = [&] {
     return std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
   };
   if (L == 0 || B == 0) {
     auto p = zeros_peep();
-    return {x_grad, zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
-            p[0],   p[1],              p[2],             zeros_of(b)};
+    return {zeros_of(x), zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
+            p[0],        p[1],              p[2],             zeros_of(b)};
   }
   const at::Tensor w_acc = w.to(acc);
   const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
@@ -316,11 +316,14 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
 
   // dx, dW, db for all steps at once.
   const at::Tensor dg = st.dgates.view({L * B, 4 * H});
-  if (dtype == acc) {  // write the GEMM straight into x_grad
-    at::Tensor xg = x_grad.narrow(0, 0, L).view({L * B, I});
-    at::mm_out(xg, dg, w_acc.narrow(0, 0, I).t());
+  const at::Tensor dx = Backend::matmul(dg, w_acc.narrow(0, 0, I).t()).view({L, B, I});
+  at::Tensor x_grad;
+  if (L == x.size(0) && dtype == acc) {  // the product is the output
+    x_grad = dx;
   } else {
-    x_grad.narrow(0, 0, L).view({L * B, I}).copy_(at::mm(dg, w_acc.narrow(0, 0, I).t()));
+    x_grad = at::empty(x.sizes(), x.options());
+    x_grad.narrow(0, 0, L).copy_(dx);
+    x_grad.narrow(0, L, x.size(0) - L).zero_();
   }
   // dW = [x_t, h_{t-1}]ᵀ · dgates over all steps: one GEMM on the concatenated inputs.
   at::Tensor xh = at::empty({L * B, I + H}, w_acc.options());
@@ -328,8 +331,7 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   at::Tensor h_before = xh.narrow(1, I, H).view({L, B, H});
   h_before[0].copy_(h_prev);
   h_before.narrow(0, 1, L - 1).copy_(h.narrow(0, 0, L - 1));
-  at::Tensor w_grad = at::empty({I + H, 4 * H}, w_acc.options());
-  at::mm_out(w_grad, xh.t(), dg);
+  const at::Tensor w_grad = Backend::matmul(xh.t(), dg);
   auto p = use_peephole ? peephole_grads(st.dgates, cs_prev, act[1], L, layout, dtype)
                         : zeros_peep();
   return {x_grad,

@@ -15,10 +15,11 @@
 - Thread count: torch.set_num_threads(1) vs the default agree to float32 rounding (not bit for
   bit: the GEMMs split their sums by thread).
 
-Shapes are chosen so that both recurrent-GEMM paths of packed_gemm.h run (oneDNN from 8 rows,
-MKL's packed sgemm split by columns below) and, with 2+ threads, the pointwise rows are split
-(B > 2048 / H): the BlockLSTM soak has 4 rows, the CudnnRNNV3 soak 8; in the thread test
-BlockLSTM has 40 rows and CudnnRNNV3 6.
+Shapes are chosen so that both recurrent-GEMM paths of gemm.h run (oneDNN from 2^22
+multiply-adds per step, MKL's packed sgemm below) and, with 2+ threads, the pointwise rows are
+split (B > 2048 / H): the BlockLSTM soak takes the MKL path (B = 4, H = 32), the CudnnRNNV3
+soak the oneDNN one (B = 16, H = 256, one layer); in the thread test BlockLSTM takes oneDNN
+(B = 16, H = 256) and CudnnRNNV3 MKL (B = 6, H = 64).
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def _block_lstm_soak_step(keep):
 
 def _cudnn_soak_step(keep):
     (x, h0, c0, params, lens, attrs), (gy, gh, gc) = _cudnn_inputs(
-        B=8, lengths=(8, 0, 5, 3, 8, 1, 6, 2)
+        B=16, H=256, L=1, lengths=(8, 0, 5, 3, 8, 1, 6, 2) * 2
     )
     assert 0 in lens.tolist() and len(set(lens.tolist())) > 2  # varied lengths, one empty row
 
@@ -336,7 +337,7 @@ N_INPUTS = 4  # distinct input sets per workload, cycled
 def _workloads():
     """name -> (step, [inputs...]); larger shapes so the kernels' parallel paths run too."""
     return {
-        "BlockLSTM": (_block_lstm_step, [_block_lstm_inputs(B=40, H=64) for _ in range(N_INPUTS)]),
+        "BlockLSTM": (_block_lstm_step, [_block_lstm_inputs(B=16, H=256) for _ in range(N_INPUTS)]),
         "CudnnRNNV3": (
             _cudnn_step,
             [_cudnn_inputs(B=6, H=64, lengths=(8, 0, 5, 3, 8, 1)) for _ in range(N_INPUTS)],

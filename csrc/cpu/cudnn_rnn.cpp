@@ -22,7 +22,7 @@
 
 #include "../cudnn_rnn_config.h"
 #include "activations.h"
-#include "packed_gemm.h"
+#include "gemm.h"
 
 namespace torch_lstm_grad {
 namespace {

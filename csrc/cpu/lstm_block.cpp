@@ -8,7 +8,7 @@
 
 #include "../lstm_block.h"
 #include "activations.h"
-#include "packed_gemm.h"
+#include "gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -120,6 +120,8 @@ struct CpuBackend {
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps};
   }
+
+  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
 
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {

@@ -90,6 +90,8 @@ struct CudaBackend {
     return {b};
   }
 
+  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
+
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
     const int64_t n = B * s.H;

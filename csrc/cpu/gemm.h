@@ -1,17 +1,24 @@
-// The recurrent GEMM of the CPU time loops: the same weight matrix multiplies a small [m, K]
-// block once per step, so whatever the weight can be prepared into once is worth preparing.
+// The GEMMs of the CPU kernels, on the fastest engine PyTorch's own build carries.
 //
-// Two prepared forms, chosen per loop by RecurrentGemm (measurements: benchmarks/results):
-// - oneDNN's blocked weight layout, reached through the ops PyTorch registers for its own CPU
-//   linear layers (mkldnn::_reorder_linear_weight, mkldnn::_linear_pointwise). For the LSTM
-//   shapes timed here it is 1.2-1.5x faster than MKL's packed sgemm from m = 16 rows up, on two
-//   threads (oneDNN blocks and threads the small product itself).
+// Whole-sequence products (the input projection of every step, dx, dW): `matmul`, oneDNN's
+// matmul where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes
+// of benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen.
+//
+// The recurrent product of a time loop: the same weight multiplies a small [m, K] block once
+// per step, so whatever the weight can be prepared into once is worth preparing. Two prepared
+// forms, chosen per loop by RecurrentGemm:
+// - oneDNN's blocked weight layout. For the LSTM shapes timed here it is 1.2-1.5x faster than
+//   MKL's packed sgemm from m = 16 rows up, on two threads (oneDNN blocks and threads the small
+//   product itself).
 // - MKL's packed sgemm (cblas_sgemm_pack / cblas_sgemm_compute), split over the threads by
 //   output columns: a plain sgemm repacks the weight on every call, which on a [256, 1024]
 //   weight costs as much as the product for m = 32. PyTorch's x86 builds link MKL into
 //   libtorch_cpu and export both; the references are weak so that on a build without them (ARM,
 //   OpenBLAS) `available()` is false.
-// Anything else (other dtypes, few steps, builds with neither) uses ATen's GEMM.
+// oneDNN is reached through the ops PyTorch registers for its own CPU linear layers
+// (mkldnn::_reorder_linear_weight, mkldnn::_linear_pointwise), looked up in the dispatcher: its
+// C API is not exported by libtorch. Anything else (other dtypes, few steps, builds with
+// neither) uses ATen's GEMM.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -75,75 +82,92 @@ class PackedWeight {
   at::Tensor buffer_;
 };
 
-// A float32 weight in oneDNN's own layout, multiplied through PyTorch's registered oneDNN linear
-// op. The ops are looked up in the dispatcher, so a build without them (USE_MKLDNN=0) simply
-// reports `available()` false.
+namespace onednn {
+
+using ReorderFn = at::Tensor(const at::Tensor&, std::optional<int64_t>);
+using LinearFn = at::Tensor(const at::Tensor&, const at::Tensor&, const std::optional<at::Tensor>&,
+                            c10::string_view, c10::List<std::optional<at::Scalar>>,
+                            std::optional<c10::string_view>);
+
+struct Ops {
+  c10::TypedOperatorHandle<ReorderFn> reorder;  // weight [N, K] -> oneDNN's layout
+  c10::TypedOperatorHandle<LinearFn> linear;    // x [M, K], weight [N, K] -> x · weightᵀ
+};
+
+// The ops, or nothing on a build without them (USE_MKLDNN=0, or other signatures).
+inline const std::optional<Ops>& ops() {
+  static const std::optional<Ops> found = []() -> std::optional<Ops> {
+    auto& d = c10::Dispatcher::singleton();
+    const auto reorder = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
+    const auto linear = d.findSchema({"mkldnn::_linear_pointwise", ""});
+    if (!reorder || !linear || !at::hasMKLDNN()) return std::nullopt;
+    try {  // typed() checks the C++ signature against the schema of this torch build
+      return Ops{reorder->typed<ReorderFn>(), linear->typed<LinearFn>()};
+    } catch (const c10::Error&) {
+      return std::nullopt;
+    }
+  }();
+  return found;
+}
+
+// x · weightᵀ as a new [M, N] tensor (the op has no out= or accumulating form).
+inline at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
+  return ops()->linear.call(x, weight, std::nullopt, "none",
+                            c10::List<std::optional<at::Scalar>>(), std::nullopt);
+}
+
+}  // namespace onednn
+
+// a[M, K] · b[K, N] as a new contiguous tensor of a's dtype; any strides. oneDNN from 2^23
+// multiply-adds: below, its fixed cost per call (tens of µs, the weight reordered each time)
+// outweighs its faster kernel (measured on [M, 128] x [128, 512] and [M, 256] x [256, 1024]).
+inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  constexpr int64_t kMinOneDnnMacs = int64_t{1} << 23;
+  if (a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+      a.size(0) * a.size(1) * b.size(1) >= kMinOneDnnMacs && onednn::ops()) {
+    return onednn::linear(a, b.t());
+  }
+  return at::mm(a, b);
+}
+
+// A float32 weight in oneDNN's own layout, for the recurrent products.
 class OneDnnWeight {
  public:
-  static bool available() { return ops().has_value(); }
+  static bool available() { return onednn::ops().has_value(); }
 
   // b: a float32 [K, N] matrix, the right operand of every product; `m` is a hint of the rows.
   OneDnnWeight(const at::Tensor& b, int64_t m)
-      : packed_(ops()->reorder.call(b.t().contiguous(), m)) {}
+      : packed_(onednn::ops()->reorder.call(b.t().contiguous(), m)) {}
 
-  // a[m, K] · B, a new [m, N] tensor (the op has no out= or accumulating form).
-  at::Tensor operator()(const at::Tensor& a) const {
-    return ops()->linear.call(a, packed_, std::nullopt, "none",
-                              c10::List<std::optional<at::Scalar>>(), std::nullopt);
-  }
+  at::Tensor operator()(const at::Tensor& a) const { return onednn::linear(a, packed_); }
 
  private:
-  struct Ops {
-    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, std::optional<int64_t>)> reorder;
-    c10::TypedOperatorHandle<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                        const std::optional<at::Tensor>&, c10::string_view,
-                                        c10::List<std::optional<at::Scalar>>,
-                                        std::optional<c10::string_view>)>
-        linear;
-  };
-  static const std::optional<Ops>& ops() {
-    static const std::optional<Ops> found = []() -> std::optional<Ops> {
-      auto& d = c10::Dispatcher::singleton();
-      const auto reorder = d.findSchema({"mkldnn::_reorder_linear_weight", ""});
-      const auto linear = d.findSchema({"mkldnn::_linear_pointwise", ""});
-      if (!reorder || !linear || !at::hasMKLDNN()) return std::nullopt;
-      try {  // typed() checks the C++ signature against the schema of this torch build
-        return Ops{reorder->typed<at::Tensor(const at::Tensor&, std::optional<int64_t>)>(),
-                   linear->typed<at::Tensor(const at::Tensor&, const at::Tensor&,
-                                            const std::optional<at::Tensor>&, c10::string_view,
-                                            c10::List<std::optional<at::Scalar>>,
-                                            std::optional<c10::string_view>)>()};
-      } catch (const c10::Error&) {
-        return std::nullopt;
-      }
-    }();
-    return found;
-  }
-
   at::Tensor packed_;
 };
 
 // The per-step product of a time loop, c[m', N] = a[m', K] · b (+ c), with one b for the whole
 // loop of `steps` products of at most m rows each (fewer where rows finish early: CudnnRNN).
 // Preparing a weight costs about one product, so a loop of a few steps (the single-step cell
-// ops) does not prepare one. float32 with m >= kMinOneDnnRows: oneDNN. Otherwise float32: MKL
+// ops) does not prepare one. float32 products of at least kMinOneDnnMacs multiply-adds: oneDNN
+// (below, its fixed cost per call, ~20 µs, loses to MKL: e.g. [32, 128] x [128, 512] 38 vs
+// 48 µs; [16, 512] x [512, 2048] 360 vs 230 µs the other way). Otherwise float32: MKL
 // packed, split by output columns over the threads when the product is big enough to share
 // (MKL alone runs one this small, e.g. [32, 256] x [256, 1024], on one thread; a B = 1 step is
 // not split); packed products need the row count they were packed for. Everything else: ATen.
 class RecurrentGemm {
  public:
   static constexpr int64_t kMinSteps = 4;                     // preparing pays off from here
-  static constexpr int64_t kMinOneDnnRows = 8;                // below, MKL packed is faster
+  static constexpr int64_t kMinOneDnnMacs = int64_t{1} << 22;  // per product
   static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
 
   RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps) : b_(b), m_(m) {
     if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || steps < kMinSteps) return;
-    if (m >= kMinOneDnnRows && OneDnnWeight::available()) {
+    const int64_t K = b.size(0), N = b.size(1);
+    if (m * K * N >= kMinOneDnnMacs && OneDnnWeight::available()) {
       onednn_.emplace(b, m);
       return;
     }
     if (!PackedWeight::available()) return;
-    const int64_t K = b.size(0), N = b.size(1);
     const int64_t threads = m * K * N >= kMinSplitMacs ? at::get_num_threads() : 1;
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, N / 64));
     const int64_t width = (N + chunks - 1) / chunks;
