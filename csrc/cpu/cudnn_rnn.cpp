@@ -279,7 +279,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
   at::Tensor pre = r.acts.view({T * B, GH});
   if (w.W.defined()) {
-    at::addmm_out(pre, w.bW, X, w.W.t());
+    cpu::matmul_out(pre, X, w.W.t(), w.bW);
   } else {  // skip_input: identity input matrices
     pre.view({T * B, G, H}).copy_(X.unsqueeze(1));
     pre.add_(w.bW);
@@ -419,17 +419,19 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   const at::Tensor dp2 = d_pre.view({T * B, GH});
   const at::Tensor dr2 = d_rec.view({T * B, GH});
   if (w.W.defined()) {
-    at::mm_out(dX, dp2, w.W);
-    at::mm_out(g.W, dp2.t(), X);
+    cpu::matmul_out(dX, dp2, w.W);
+    at::Tensor gWt = g.W.t();  // dWᵀ = Xᵀ·dpre: the faster orientation for oneDNN (N = G·H)
+    cpu::matmul_out(gWt, X.t(), dp2);
   } else {
     at::sum_out(dX, dp2.view({T * B, G, H}), 1);
   }
   at::sum_out(g.bW, dp2, 0);
   const at::Tensor h_before_all =
       at::cat({h0.unsqueeze(0), r.hseq.narrow(0, 0, T - 1)}).view({T * B, P});
-  at::mm_out(g.R, dr2.t(), h_before_all);
+  at::Tensor gRt = g.R.t();
+  cpu::matmul_out(gRt, h_before_all.t(), dr2);
   at::sum_out(g.bR, dr2, 0);
-  if (c.proj()) at::mm_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  if (c.proj()) cpu::matmul_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -557,7 +559,9 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
   for (int64_t l = c.L - 1; l >= 0; --l) {
     const at::Tensor x = l == 0 ? x0 : layer_input(c, s, r, l);
     const int64_t in = c.layer_input(l);
-    at::Tensor dx = at::zeros({c.T * c.B, in}, x.options());
+    // One direction writes its input gradient straight into dx; two add theirs up.
+    at::Tensor dx = c.D == 1 ? at::empty({c.T * c.B, in}, x.options())
+                             : at::zeros({c.T * c.B, in}, x.options());
     for (int64_t d = 0; d < c.D; ++d) {
       const int64_t k = l * c.D + d;
       const bool rev = d == 1;
@@ -565,10 +569,10 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
       at::Tensor dy = d_out.narrow(1, d * c.P, c.P);
       dy = (rev ? dy.index_select(0, s.rev) : dy.contiguous()).view({c.T, c.B, c.P});
       at::Tensor dh = dh_all[k], dc = c.lstm() ? dc_all[k] : at::Tensor();
-      at::Tensor dxd = at::empty({c.T * c.B, in}, x.options());
+      at::Tensor dxd = c.D == 1 ? dx : at::empty({c.T * c.B, in}, x.options());
       backward_direction<acc_t>(c, s, xd, weights[k], h_all[k], c.lstm() ? c_all[k] : at::Tensor(),
                                 r.dirs[k], dy, dh, dc, dxd, grads[k]);
-      dx.add_(rev ? dxd.index_select(0, s.rev) : dxd);
+      if (c.D > 1) dx.add_(rev ? dxd.index_select(0, s.rev) : dxd);
     }
     if (l > 0 && r.masks[l].defined()) dx.mul_(r.masks[l].view({c.T * c.B, c.D * c.P}));
     d_out = dx;

@@ -118,16 +118,35 @@ inline at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
 
 }  // namespace onednn
 
-// a[M, K] · b[K, N] as a new contiguous tensor of a's dtype; any strides. oneDNN from 2^23
-// multiply-adds: below, its fixed cost per call (tens of µs, the weight reordered each time)
-// outweighs its faster kernel (measured on [M, 128] x [128, 512] and [M, 256] x [256, 1024]).
-inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+// Whether a[M, K] · b[K, N] goes to oneDNN: float32 from 2^23 multiply-adds. Below, its fixed
+// cost per call (tens of µs, the weight reordered each time) outweighs its faster kernel
+// (measured on [M, 128] x [128, 512] and [M, 256] x [256, 1024]).
+inline bool use_onednn(const at::Tensor& a, const at::Tensor& b) {
   constexpr int64_t kMinOneDnnMacs = int64_t{1} << 23;
-  if (a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-      a.size(0) * a.size(1) * b.size(1) >= kMinOneDnnMacs && onednn::ops()) {
-    return onednn::linear(a, b.t());
+  return a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+         a.size(0) * a.size(1) * b.size(1) >= kMinOneDnnMacs && onednn::ops();
+}
+
+// a · b as a new contiguous tensor of a's dtype; any strides.
+inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  return use_onednn(a, b) ? onednn::linear(a, b.t()) : at::mm(a, b);
+}
+
+// out = a · b (+ bias, broadcast over rows, when defined), into an existing tensor such as a
+// view of a larger buffer: a oneDNN product is written over in one more pass.
+inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                       const at::Tensor& bias = {}) {
+  if (use_onednn(a, b)) {
+    if (bias.defined()) {
+      at::add_out(out, onednn::linear(a, b.t()), bias);
+    } else {
+      out.copy_(onednn::linear(a, b.t()));
+    }
+  } else if (bias.defined()) {
+    at::addmm_out(out, bias, a, b);
+  } else {
+    at::mm_out(out, a, b);
   }
-  return at::mm(a, b);
 }
 
 // A float32 weight in oneDNN's own layout, for the recurrent products.
