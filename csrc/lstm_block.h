@@ -157,7 +157,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 // A Backend supplies, besides the pointwise passes forward_step/backward_step:
 // - matmul(a, b): a·b as a new contiguous tensor, for the whole-sequence products;
 // - recurrent_gemm(b, m, steps): the per-step product with one weight matrix for the whole loop,
-//   c = a·b (+ c), for `steps` products of m rows (csrc/cpu/gemm.h prepares b once).
+//   c = a·b (+ c), for `steps` products of m rows (csrc/cpu/gemm.h prepares b once);
+// - peephole_grads(dgates, cs_prev, cs, L, layout, dtype): the three peephole reductions
+//   (aten_peephole_grads below is the plain form).
 // AtenRecurrentGemm is the plain form.
 struct AtenRecurrentGemm {
   at::Tensor b;  // [K, N]
@@ -269,8 +271,9 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
 }
 
 // Σ over (t, b) of di·cs_prev, df·cs_prev and do·cs, each [H]: whole-sequence reductions
-// rather than per-row accumulation, so no two threads ever write the same element.
-inline std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
+// rather than per-row accumulation, so no two threads ever write the same element. This is the
+// ATen form (a Backend's peephole_grads may do it in one pass; the CPU one does).
+inline std::array<at::Tensor, 3> aten_peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
                                          const at::Tensor& cs, int64_t L, GateLayout layout,
                                          at::ScalarType out_type) {
   const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
@@ -332,7 +335,7 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   h_before[0].copy_(h_prev);
   h_before.narrow(0, 1, L - 1).copy_(h.narrow(0, 0, L - 1));
   const at::Tensor w_grad = Backend::matmul(xh.t(), dg);
-  auto p = use_peephole ? peephole_grads(st.dgates, cs_prev, act[1], L, layout, dtype)
+  auto p = use_peephole ? Backend::peephole_grads(st.dgates, cs_prev, act[1], L, layout, dtype)
                         : zeros_peep();
   return {x_grad,
           st.dcs_carry.to(dtype),
@@ -470,7 +473,7 @@ struct Ops {
                                                     peep[1], peep[2], at::Tensor(), kICFO);
         });
     std::array<at::Tensor, 3> p =
-        use_peephole ? peephole_grads(st.dgates, csp, act[1], 1, kICFO, dtype)
+        use_peephole ? Backend::peephole_grads(st.dgates, csp, act[1], 1, kICFO, dtype)
                      : std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
     return {st.dcs_carry.to(dtype), st.dgates[0].to(dtype), p[0], p[1], p[2]};
   }

@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <vector>
+
 #include "../lstm_block.h"
 #include "activations.h"
 #include "gemm.h"
@@ -116,7 +118,61 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
   }
 }
 
+// The three peephole reductions in one pass over dgates, split over threads by columns: each
+// column is summed by one thread, in row order, in double (a float running sum over T·B rows
+// would lose more than ATen's pairwise sum, which this replaces).
+template <typename scalar_t>
+void peephole_columns(const float* dg, const scalar_t* cs_prev, const scalar_t* cs, int64_t L,
+                      int64_t B, int64_t H, GateLayout layout, double* out) {
+  at::parallel_for(0, H, 64, [&](int64_t j0, int64_t j1) {
+    const int64_t w = j1 - j0;
+    std::vector<double> acc(3 * w, 0.0);
+    double* __restrict ai = acc.data();
+    double* __restrict af = ai + w;
+    double* __restrict ao = af + w;
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t b = 0; b < B; ++b) {
+        const float* g = dg + (t * B + b) * 4 * H + j0;
+        const float* __restrict gi = g + layout.i * H;
+        const float* __restrict gf = g + layout.f * H;
+        const float* __restrict go = g + layout.o * H;
+        const scalar_t* __restrict before = (t == 0 ? cs_prev + b * H : cs + ((t - 1) * B + b) * H) + j0;
+        const scalar_t* __restrict now = cs + (t * B + b) * H + j0;
+        for (int64_t j = 0; j < w; ++j) {
+          const double cb = static_cast<float>(before[j]);
+          ai[j] += static_cast<double>(gi[j]) * cb;
+          af[j] += static_cast<double>(gf[j]) * cb;
+          ao[j] += static_cast<double>(go[j]) * static_cast<float>(now[j]);
+        }
+      }
+    }
+    for (int64_t j = 0; j < w; ++j) {
+      out[j0 + j] = ai[j];
+      out[H + j0 + j] = af[j];
+      out[2 * H + j0 + j] = ao[j];
+    }
+  });
+}
+
 struct CpuBackend {
+  static std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
+                                                  const at::Tensor& cs, int64_t L, GateLayout layout,
+                                                  at::ScalarType out_type) {
+    if (dgates.scalar_type() != at::kFloat) {  // float64: ATen's reductions are exact enough
+      return lstm_block::aten_peephole_grads(dgates, cs_prev, cs, L, layout, out_type);
+    }
+    const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
+    at::Tensor out = at::empty({3, H}, dgates.options().dtype(at::kDouble));
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cs.scalar_type(), "peephole_grads", [&] {
+      peephole_columns<scalar_t>(dgates.const_data_ptr<float>(), cs_prev.const_data_ptr<scalar_t>(),
+                                 cs.const_data_ptr<scalar_t>(), L, B, H, layout,
+                                 out.data_ptr<double>());
+    });
+    // Three separate tensors: op outputs must not alias each other.
+    auto own = [&](int k) { return out[k].to(out_type, /*non_blocking=*/false, /*copy=*/true); };
+    return {own(0), own(1), own(2)};
+  }
+
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps};
   }

@@ -92,6 +92,13 @@ struct CudaBackend {
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
 
+  static std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
+                                                  const at::Tensor& cs, int64_t L,
+                                                  lstm_block::GateLayout layout,
+                                                  at::ScalarType out_type) {
+    return lstm_block::aten_peephole_grads(dgates, cs_prev, cs, L, layout, out_type);
+  }
+
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
     const int64_t n = B * s.H;
