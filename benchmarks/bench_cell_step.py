@@ -17,7 +17,9 @@ under ``torch.no_grad()`` ("no_grad"), with grad enabled and the weights requiri
 module parameters do ("grad": each call records an autograd node), and under
 ``torch.inference_mode()`` ("inference", where the Autograd dispatch key is skipped). Then the
 breakdown (raw op wrapper = raw_ops - torch.ops, ...); the pieces of the raw_ops call timed one
-by one, with candidate replacements and the saving each would bring; and the kernel's own parts
+by one, with candidate replacements and the saving each would bring (the two "below Autograd"
+candidates are what ``autograd.call`` does since they were measured here, so their lines now
+show the rest of the raw op's own cost); and the kernel's own parts
 (GEMV, the MKL weight packing it redoes per call) against nn.LSTMCell. ``--no-pieces`` skips
 those; ``--cprofile`` adds a cProfile listing of the raw_ops call.
 
@@ -298,7 +300,8 @@ def print_pieces(pieces: dict, H: int, threads: int) -> None:
             whole,
         ),
         (
-            "grad: old-style Function below Autograd instead of register_autograd's",
+            "grad: the raw op's whole call over a bare old-style Function below Autograd"
+            " (raw_ops takes that path: what is left is its argument checks)",
             whole_grad - p["candidate: old-style Function below Autograd"],
             whole_grad,
         ),
