@@ -273,9 +273,10 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
 // Σ over (t, b) of di·cs_prev, df·cs_prev and do·cs, each [H]: whole-sequence reductions
 // rather than per-row accumulation, so no two threads ever write the same element. This is the
 // ATen form (a Backend's peephole_grads may do it in one pass; the CPU one does).
-inline std::array<at::Tensor, 3> aten_peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
-                                         const at::Tensor& cs, int64_t L, GateLayout layout,
-                                         at::ScalarType out_type) {
+inline std::array<at::Tensor, 3> aten_peephole_grads(const at::Tensor& dgates,
+                                                      const at::Tensor& cs_prev,
+                                                      const at::Tensor& cs, int64_t L,
+                                                      GateLayout layout, at::ScalarType out_type) {
   const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
   const auto acc = dgates.scalar_type();
   const at::Tensor dg = dgates.view({L * B, 4, H});

@@ -8,8 +8,8 @@
 // per step, so whatever the weight can be prepared into once is worth preparing. Two prepared
 // forms, chosen per loop by RecurrentGemm:
 // - oneDNN's blocked weight layout. For the LSTM shapes timed here it is 1.2-1.5x faster than
-//   MKL's packed sgemm from m = 16 rows up, on two threads (oneDNN blocks and threads the small
-//   product itself).
+//   MKL's packed sgemm from about 2^22 multiply-adds per step up, on two threads (oneDNN blocks
+//   and threads the small product itself).
 // - MKL's packed sgemm (cblas_sgemm_pack / cblas_sgemm_compute), split over the threads by
 //   output columns: a plain sgemm repacks the weight on every call, which on a [256, 1024]
 //   weight costs as much as the product for m = 32. PyTorch's x86 builds link MKL into

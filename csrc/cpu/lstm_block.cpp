@@ -136,7 +136,8 @@ void peephole_columns(const float* dg, const scalar_t* cs_prev, const scalar_t* 
         const float* __restrict gi = g + layout.i * H;
         const float* __restrict gf = g + layout.f * H;
         const float* __restrict go = g + layout.o * H;
-        const scalar_t* __restrict before = (t == 0 ? cs_prev + b * H : cs + ((t - 1) * B + b) * H) + j0;
+        const scalar_t* __restrict before =
+            (t == 0 ? cs_prev + b * H : cs + ((t - 1) * B + b) * H) + j0;
         const scalar_t* __restrict now = cs + (t * B + b) * H + j0;
         for (int64_t j = 0; j < w; ++j) {
           const double cb = static_cast<float>(before[j]);
@@ -163,6 +164,7 @@ struct CpuBackend {
     }
     const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
     at::Tensor out = at::empty({3, H}, dgates.options().dtype(at::kDouble));
+    // float32 dgates: cs is float32, float16 or bfloat16.
     AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cs.scalar_type(), "peephole_grads", [&] {
       peephole_columns<scalar_t>(dgates.const_data_ptr<float>(), cs_prev.const_data_ptr<scalar_t>(),
                                  cs.const_data_ptr<scalar_t>(), L, B, H, layout,
