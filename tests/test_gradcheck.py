@@ -367,7 +367,7 @@ def test_gru_block_cell_double_backward_raises(path):
 # The raw ops' eager fast path (autograd.call) against the dispatcher path
 
 
-def _forward_and_grads(path, fn_of_leaves, leaves):
+def _forward_and_grads(fn_of_leaves, leaves):
     outs = fn_of_leaves(*leaves)
     outs = outs if isinstance(outs, tuple) else (outs,)
     loss = sum((k + 1.5) * o.pow(2).sum() for k, o in enumerate(outs))
@@ -391,8 +391,8 @@ def test_raw_ops_eager_path_matches_the_dispatcher_bitwise(op_name):
         leaves = tuple(gru_inputs().values())
         fns = {p: gru_fn(p) for p in PATHS}
         fn_name = "GRUBlockCellFunction"
-    raw_out, raw_grads, raw_node = _forward_and_grads("raw", fns["raw"], leaves)
-    ops_out, ops_grads, ops_node = _forward_and_grads("ops", fns["ops"], leaves)
+    raw_out, raw_grads, raw_node = _forward_and_grads(fns["raw"], leaves)
+    ops_out, ops_grads, ops_node = _forward_and_grads(fns["ops"], leaves)
     assert type(raw_node).__name__ == f"_Eager{fn_name}Backward"
     assert type(ops_node).__name__ != type(raw_node).__name__
     for a, b in zip(raw_out + raw_grads, ops_out + ops_grads, strict=True):
@@ -424,8 +424,8 @@ def test_cudnn_rnn_eager_path_matches_the_dispatcher_bitwise():
     def ops(x, h, c, p):
         return _ops.cudnn_rnn.default(x, h, c, p, lengths, *attrs)[:3]
 
-    raw_out, raw_grads, raw_node = _forward_and_grads("raw", raw, leaves)
-    ops_out, ops_grads, ops_node = _forward_and_grads("ops", ops, leaves)
+    raw_out, raw_grads, raw_node = _forward_and_grads(raw, leaves)
+    ops_out, ops_grads, ops_node = _forward_and_grads(ops, leaves)
     assert type(raw_node).__name__ == "_EagerCudnnRNNFunctionBackward"
     assert type(ops_node).__name__ != type(raw_node).__name__
     for a, b in zip(raw_out + raw_grads, ops_out + ops_grads, strict=True):
