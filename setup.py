@@ -61,10 +61,22 @@ def get_extensions():
     # -fno-trapping-math (as torch itself uses) lets GCC if-convert the clamps in the pointwise
     # loops, which is what lets them vectorise.
     cxx += ["-std=c++20", "-fno-math-errno", "-fno-trapping-math"]
+    # at::parallel_for is a header template that is parallel only where _OPENMP is defined, i.e.
+    # in code compiled with -fopenmp; without it every parallel_for here runs on one thread.
+    # Linking with -fopenmp records libgomp.so.1, which resolves to the copy torch has loaded.
+    openmp = [] if sys.platform == "darwin" else ["-fopenmp"]
+    cxx += openmp
     sources = _sources("*.cpp", "cpu/*.cpp")
     with_cuda = _with_cuda()
     if not with_cuda:
-        return [CppExtension("torch_lstm_grad._C", sources, extra_compile_args={"cxx": cxx})]
+        return [
+            CppExtension(
+                "torch_lstm_grad._C",
+                sources,
+                extra_compile_args={"cxx": cxx},
+                extra_link_args=openmp,
+            )
+        ]
 
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")  # H100/H200; keeps compile time down
     include_dirs, library_dirs, link_args = _cudnn_link()
@@ -78,7 +90,7 @@ def get_extensions():
             extra_compile_args={"cxx": cxx, "nvcc": nvcc},
             include_dirs=include_dirs,
             library_dirs=library_dirs,
-            extra_link_args=link_args,
+            extra_link_args=link_args + openmp,
         )
     ]
 
