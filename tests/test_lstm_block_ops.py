@@ -64,12 +64,15 @@ BLOCK_GRAD_OUT = ("x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad",
                   "wco_grad", "b_grad")  # fmt: skip
 
 # (T, B, I, H). "par": B * H large enough that the kernels' pointwise passes split the batch into
-# several parallel chunks.
+# several parallel chunks. "blocks": enough steps (>= 4) and a big enough recurrent product
+# (B·H·4H >= 2^18) for the CPU kernels' fused steps to split the units over the threads, with
+# H = 72 so that the last block of units is narrower than the others.
 SHAPES = {
     "odd": (4, 3, 7, 5),
     "B1": (3, 1, 4, 3),
     "H1": (3, 2, 3, 1),
     "par": (3, 70, 9, 64),
+    "blocks": (6, 16, 8, 72),
 }
 # version -> (forward op, grad op, reference gate order)
 OPS = {
@@ -86,7 +89,8 @@ clips = pytest.mark.parametrize("clip", ["default", SMALL_CLIP, 0.0],
                                 ids=["clipdefault", "clipsmall", "clipoff"])  # fmt: skip
 # (shape, seq_len_max) pairs of the block-op grid: "T" = all steps, "mid" = T // 2, 0 = none.
 BLOCK_CASES = [("odd", "T"), ("odd", "mid"), ("odd", 0), ("B1", "T"), ("B1", "mid"),
-               ("H1", "T"), ("H1", "mid"), ("par", "mid")]  # fmt: skip
+               ("H1", "T"), ("H1", "mid"), ("par", "mid"), ("blocks", "T"),
+               ("blocks", "mid")]  # fmt: skip
 block_cases = pytest.mark.parametrize("shape, slm", BLOCK_CASES,
                                       ids=[f"{s}-slm{n}" for s, n in BLOCK_CASES])  # fmt: skip
 tf_dtypes = pytest.mark.parametrize("dtype", [torch.float32, torch.float16],

@@ -15,6 +15,11 @@
 //   weight costs as much as the product for m = 32. PyTorch's x86 builds link MKL into
 //   libtorch_cpu and export both; the references are weak so that on a build without them (ARM,
 //   OpenBLAS) `available()` is false.
+// - no preparation at all, for PyTorch's brgemm micro-kernel (at::native::cpublas::brgemm,
+//   oneDNN's ukernel JIT-compiled for the CPU, float32 from AVX2): it runs on one thread from
+//   inside a parallel region with no per-call cost, so a caller can split the product into
+//   column blocks and apply its pointwise pass to each block while it is in cache, one parallel
+//   region per step (lstm_block.cpp's fused steps). `blocks()` says when this is the form.
 // oneDNN is reached through the ops PyTorch registers for its own CPU linear layers
 // (mkldnn::_reorder_linear_weight, mkldnn::_linear_pointwise), looked up in the dispatcher: its
 // C API is not exported by libtorch. Anything else (other dtypes, few steps, builds with
@@ -24,6 +29,8 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cpu/Utils.h>
+#include <ATen/native/CPUBlas.h>
 
 #include <optional>
 #include <utility>
@@ -164,6 +171,56 @@ class OneDnnWeight {
   at::Tensor packed_;
 };
 
+// Whether at::native::cpublas::brgemm runs oneDNN's JIT kernel for float32 (else it falls back
+// to one plain sgemm per call, slower than the library GEMMs it would replace): the condition
+// PyTorch's CPUBlas.cpp checks (oneDNN enabled, an AVX2 CPU), on an x86 build with oneDNN.
+inline bool brgemm_available() {
+#if defined(__x86_64__)
+  static const bool isa = [] {
+    const auto caps = at::cpu::get_cpu_capabilities();
+    const auto it = caps.find("avx2");
+    return it != caps.end() && it->second.isBool() && it->second.toBool();
+  }();
+  return isa && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn();
+#else
+  return false;
+#endif
+}
+
+// c[m, n] = a[m, k] · b[k, n] (+ c), all float32 row-major with leading dims lda, ldb, ldc, on
+// the calling thread.
+inline void block_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
+                       const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
+  at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c, /*is_vnni=*/false);
+}
+
+// dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd; in
+// square tiles (both sides stay in cache), split over the threads by dst rows.
+template <typename T>
+void transpose(const T* src, int64_t m, int64_t n, int64_t lds, T* dst, int64_t ldd) {
+  constexpr int64_t kTile = 32;
+  at::parallel_for(0, (n + kTile - 1) / kTile, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t jb = c0 * kTile; jb < std::min(n, c1 * kTile); jb += kTile) {
+      const int64_t je = std::min(n, jb + kTile);
+      for (int64_t ib = 0; ib < m; ib += kTile) {
+        const int64_t ie = std::min(m, ib + kTile);
+        for (int64_t j = jb; j < je; ++j) {
+          for (int64_t i = ib; i < ie; ++i) dst[j * ldd + i] = src[i * lds + j];
+        }
+      }
+    }
+  });
+}
+
+// Width of the column blocks a parallel region splits the n columns of a product of `macs`
+// multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
+// one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).
+inline int64_t column_block(int64_t n, int64_t macs) {
+  constexpr int64_t kMinSplitMacs = int64_t{1} << 18;
+  const int64_t threads = macs < kMinSplitMacs ? 1 : std::max<int64_t>(1, at::get_num_threads());
+  return std::max<int64_t>(16, ((n + threads - 1) / threads + 15) / 16 * 16);
+}
+
 // The per-step product of a time loop, c[m', N] = a[m', K] · b (+ c), with one b for the whole
 // loop of `steps` products of at most m rows each (fewer where rows finish early: CudnnRNN).
 // Preparing a weight costs about one product, so a loop of a few steps (the single-step cell
@@ -179,9 +236,15 @@ class RecurrentGemm {
   static constexpr int64_t kMinOneDnnMacs = int64_t{1} << 22;  // per product
   static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
 
-  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps) : b_(b), m_(m) {
+  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool fusable = false)
+      : b_(b), m_(m) {
     if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || steps < kMinSteps) return;
     const int64_t K = b.size(0), N = b.size(1);
+    if (fusable && brgemm_available()) {
+      b_ = b.contiguous();
+      blocks_ = true;
+      return;
+    }
     if (m * K * N >= kMinOneDnnMacs && OneDnnWeight::available()) {
       onednn_.emplace(b, m);
       return;
@@ -195,7 +258,25 @@ class RecurrentGemm {
     }
   }
 
+  // Whether the products are to be made block by block with block_gemm on b_data().
+  bool blocks() const { return blocks_; }
+  const float* b_data() const { return b_.const_data_ptr<float>(); }  // [K, N], row-major
+
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
+    if (blocks_ && a.size(0) > 0 && a.is_contiguous() && c.stride(1) == 1) {
+      const int64_t m = a.size(0), K = b_.size(0), N = b_.size(1);
+      const int64_t width = column_block(N, m * K * N);
+      const float* ap = a.const_data_ptr<float>();
+      const float* bp = b_.const_data_ptr<float>();
+      float* cp = c.data_ptr<float>();
+      const int64_t ldc = c.stride(0);
+      at::parallel_for(0, (N + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
+        for (int64_t n0 = k0 * width; n0 < std::min(N, k1 * width); n0 += width) {
+          block_gemm(m, std::min(width, N - n0), K, ap, K, bp + n0, N, cp + n0, ldc, accumulate);
+        }
+      });
+      return;
+    }
     if (onednn_ && a.size(0) > 0 && a.is_contiguous()) {
       const at::Tensor prod = (*onednn_)(a);
       if (accumulate) {
@@ -227,6 +308,7 @@ class RecurrentGemm {
  private:
   at::Tensor b_;
   int64_t m_;
+  bool blocks_ = false;
   std::optional<OneDnnWeight> onednn_;
   std::vector<std::pair<int64_t, PackedWeight>> packed_;  // (first column, packed slice)
 };

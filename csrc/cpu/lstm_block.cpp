@@ -31,7 +31,8 @@ struct CpuAct {
 };
 
 template <typename scalar_t, bool kPeep, bool kClip>
-TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1) {
+TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1,
+                                       int64_t j0, int64_t j1) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t H = s.H;
   const GateLayout L = s.attrs.layout;
@@ -59,7 +60,7 @@ TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, i
     scalar_t* __restrict co_o = s.out[5] + b * H;
     scalar_t* __restrict h_o = s.out[6] + b * H;
     TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const auto r = lstm_block::lstm_cell_forward<CpuAct, kPeep, kClip, acc_t>(
           gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
           static_cast<acc_t>(csp[j]), kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0),
@@ -73,22 +74,33 @@ TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, i
       h_o[j] = static_cast<scalar_t>(r.h);
     }
     if (s.h_acc != nullptr) {
-      for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h_o[j]);
+      for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h_o[j]);
     }
   }
 }
 
-template <typename scalar_t, bool kPeep>
-TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1) {
+// kSums: also add this step's rows into s.sums (units j0..j1 belong to this thread).
+template <typename scalar_t, bool kPeep, bool kSums>
+TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1,
+                                        int64_t j0, int64_t j1) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t H = s.H;
   const GateLayout L = s.layout;
   const acc_t* __restrict wci = s.wci;
   const acc_t* __restrict wcf = s.wcf;
   const acc_t* __restrict wco = s.wco;
+  // Rows of s.sums: the gate sums in dgates' block order, then the three peephole sums.
+  double* __restrict sum_i = kSums ? s.sums + L.i * H : nullptr;
+  double* __restrict sum_c = kSums ? s.sums + L.c * H : nullptr;
+  double* __restrict sum_f = kSums ? s.sums + L.f * H : nullptr;
+  double* __restrict sum_o = kSums ? s.sums + L.o * H : nullptr;
+  double* __restrict sum_wci = kSums ? s.sums + 4 * H : nullptr;
+  double* __restrict sum_wcf = kSums ? s.sums + 5 * H : nullptr;
+  double* __restrict sum_wco = kSums ? s.sums + 6 * H : nullptr;
   for (int64_t b = b0; b < b1; ++b) {
     const int64_t r0 = b * H;
     const scalar_t* __restrict i_p = s.act[0] + r0;
+    const scalar_t* __restrict cs_p = s.act[1] + r0;
     const scalar_t* __restrict f_p = s.act[2] + r0;
     const scalar_t* __restrict o_p = s.act[3] + r0;
     const scalar_t* __restrict ci_p = s.act[4] + r0;
@@ -103,7 +115,7 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
     acc_t* __restrict dgf = s.dgates + 4 * r0 + L.f * H;
     acc_t* __restrict dgo = s.dgates + 4 * r0 + L.o * H;
     TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
       const auto r = lstm_block::lstm_cell_backward<kPeep, acc_t>(
           i_p[j], f_p[j], o_p[j], ci_p[j], co_p[j], csp_p[j],
@@ -114,6 +126,18 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
       dgf[j] = r.df;
       dgo[j] = r.d_o;
       dcs_c[j] = r.dcs_prev;
+      if constexpr (kSums) {
+        sum_i[j] += r.di;
+        sum_c[j] += r.dci;
+        sum_f[j] += r.df;
+        sum_o[j] += r.d_o;
+        if constexpr (kPeep) {
+          const double cb = static_cast<acc_t>(csp_p[j]);
+          sum_wci[j] += static_cast<double>(r.di) * cb;
+          sum_wcf[j] += static_cast<double>(r.df) * cb;
+          sum_wco[j] += static_cast<double>(r.d_o) * static_cast<acc_t>(cs_p[j]);
+        }
+      }
     }
   }
 }
@@ -175,28 +199,95 @@ struct CpuBackend {
     return {own(0), own(1), own(2)};
   }
 
+  // The recurrent products of BlockLSTM's loops may be made block by block (fusable).
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
-    return {b, m, steps};
+    return {b, m, steps, /*fusable=*/true};
   }
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
 
+  // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
+  // blocks of g for those units get h·Wh (block_gemm onto the input projection already in g),
+  // then the cell for those units, while the block is in cache: one parallel region a step.
+  // Otherwise the library product and a row-parallel pointwise pass.
   template <typename scalar_t>
-  static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
+  static void forward_step(const FwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
+                           at::Tensor& g, const at::Tensor& h) {
+    const int64_t B = g.size(0), H = s.H;
     const bool peep = s.attrs.use_peephole, clip = s.attrs.cell_clip > 0;
     auto rows = peep ? (clip ? &forward_rows<scalar_t, true, true>
                              : &forward_rows<scalar_t, true, false>)
                      : (clip ? &forward_rows<scalar_t, false, true>
                              : &forward_rows<scalar_t, false, false>);
-    at::parallel_for(0, B, cpu::row_grain(s.H),
-                     [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
+    if (!rec.blocks() || !h.is_contiguous()) {
+      rec(g, h, /*accumulate=*/true);
+      at::parallel_for(0, B, cpu::row_grain(H),
+                       [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
+      return;
+    }
+    const float* hp = h.const_data_ptr<float>();
+    const float* wp = rec.b_data();
+    float* gp = g.data_ptr<float>();
+    const int64_t width = cpu::column_block(H, B * H * 4 * H);
+    at::parallel_for(0, (H + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t j0 = k0 * width; j0 < std::min(H, k1 * width); j0 += width) {
+        const int64_t n = std::min(width, H - j0);
+        for (int64_t q = 0; q < 4; ++q) {
+          cpu::block_gemm(B, n, H, hp, H, wp + q * H + j0, 4 * H, gp + q * H + j0, 4 * H,
+                          /*accumulate=*/true);
+        }
+        rows(s, 0, B, j0, j0 + n);
+      }
+    });
   }
 
+  // The blocks form sums db and the peephole grads in the steps (BackwardState::sums): each
+  // unit's sums are only ever added to by the thread that owns the unit's block.
+  static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
+
+  // dst = srcᵀ: float32/64 in blocks over two threads (ATen's transposing copy is one thread).
+  static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
+    if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
+        (src.scalar_type() != at::kFloat && src.scalar_type() != at::kDouble)) {
+      dst.copy_(src.t());
+      return;
+    }
+    AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "transpose_into", [&] {
+      cpu::transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
+                     dst.data_ptr<scalar_t>(), dst.stride(0));
+    });
+  }
+
+  // Blocks form (weight Whᵀ, [4H, H]): each thread makes its units' columns of dh = next·Whᵀ
+  // and runs the cell backward for those units.
   template <typename scalar_t>
-  static void backward_step(const BwdStep<scalar_t>& s, int64_t B) {
-    auto rows = s.wci != nullptr ? &backward_rows<scalar_t, true> : &backward_rows<scalar_t, false>;
-    at::parallel_for(0, B, cpu::row_grain(s.H),
-                     [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
+  static void backward_step(const BwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
+                            const at::Tensor& next, at::Tensor& dh_carry) {
+    const int64_t B = dh_carry.size(0), H = s.H;
+    const bool peep = s.wci != nullptr;
+    if (!rec.blocks()) {
+      if (next.defined()) rec(dh_carry, next, /*accumulate=*/false);
+      auto rows =
+          peep ? &backward_rows<scalar_t, true, false> : &backward_rows<scalar_t, false, false>;
+      at::parallel_for(0, B, cpu::row_grain(H),
+                       [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
+      return;
+    }
+    TORCH_INTERNAL_ASSERT(s.sums != nullptr);
+    auto rows = peep ? &backward_rows<scalar_t, true, true> : &backward_rows<scalar_t, false, true>;
+    const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
+    const float* wp = rec.b_data();
+    float* dp = dh_carry.data_ptr<float>();
+    const int64_t width = cpu::column_block(H, B * H * 4 * H);
+    at::parallel_for(0, (H + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
+      for (int64_t j0 = k0 * width; j0 < std::min(H, k1 * width); j0 += width) {
+        const int64_t n = std::min(width, H - j0);
+        if (np != nullptr) {
+          cpu::block_gemm(B, n, 4 * H, np, 4 * H, wp + j0, H, dp + j0, H, /*accumulate=*/false);
+        }
+        rows(s, 0, B, j0, j0 + n);
+      }
+    });
   }
 };
 

@@ -92,6 +92,10 @@ struct CudaBackend {
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
 
+  static bool sums_in_steps(const lstm_block::AtenRecurrentGemm&) { return false; }
+
+  static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
+
   static std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
                                                   const at::Tensor& cs, int64_t L,
                                                   lstm_block::GateLayout layout,
@@ -100,8 +104,10 @@ struct CudaBackend {
   }
 
   template <typename scalar_t>
-  static void forward_step(const FwdStep<scalar_t>& s, int64_t B) {
-    const int64_t n = B * s.H;
+  static void forward_step(const FwdStep<scalar_t>& s, const lstm_block::AtenRecurrentGemm& rec,
+                           at::Tensor& g, const at::Tensor& h) {
+    rec(g, h, /*accumulate=*/true);
+    const int64_t n = g.size(0) * s.H;
     if (n == 0) return;
     const auto stream = at::cuda::getCurrentCUDAStream();
     const bool peep = s.attrs.use_peephole, clip = s.attrs.cell_clip > 0;
@@ -114,8 +120,10 @@ struct CudaBackend {
   }
 
   template <typename scalar_t>
-  static void backward_step(const BwdStep<scalar_t>& s, int64_t B) {
-    const int64_t n = B * s.H;
+  static void backward_step(const BwdStep<scalar_t>& s, const lstm_block::AtenRecurrentGemm& rec,
+                            const at::Tensor& next, at::Tensor& dh_carry) {
+    if (next.defined()) rec(dh_carry, next, /*accumulate=*/false);
+    const int64_t n = dh_carry.size(0) * s.H;
     if (n == 0) return;
     const auto stream = at::cuda::getCurrentCUDAStream();
     auto kernel = s.wci != nullptr ? backward_kernel<scalar_t, true> : backward_kernel<scalar_t, false>;
