@@ -288,7 +288,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   const bool separate_rec = c.mode != RNNMode::kLSTM;
   if (!separate_rec) pre.add_(w.bR);
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
-  const cpu::RecurrentGemm recurrent(w.R.t(), B, T);
+  const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = s.active[t];
     if (n > 0) {
@@ -360,7 +360,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
-  const cpu::RecurrentGemm recurrent(w.R, B, T);
+  const cpu::RecurrentGemm recurrent(w.R, B, T, /*allow_blocks=*/true);
   for (int64_t t = T - 1; t >= 0; --t) {
     const int64_t n = s.active[t];
     if (n < B) {

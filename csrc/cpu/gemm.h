@@ -230,17 +230,21 @@ inline int64_t column_block(int64_t n, int64_t macs) {
 // packed, split by output columns over the threads when the product is big enough to share
 // (MKL alone runs one this small, e.g. [32, 256] x [256, 1024], on one thread; a B = 1 step is
 // not split); packed products need the row count they were packed for. Everything else: ATen.
+// With allow_blocks, float32 loops on a CPU where PyTorch's brgemm kernel runs take the blocks
+// form instead (faster at the benchmark shapes, benchmarks/results/README.md):
+// operator() splits each product by columns over the threads, and a caller may fuse its
+// pointwise pass into the same parallel region (blocks(), b_data()).
 class RecurrentGemm {
  public:
   static constexpr int64_t kMinSteps = 4;                     // preparing pays off from here
   static constexpr int64_t kMinOneDnnMacs = int64_t{1} << 22;  // per product
   static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
 
-  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool fusable = false)
+  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool allow_blocks = false)
       : b_(b), m_(m) {
     if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || steps < kMinSteps) return;
     const int64_t K = b.size(0), N = b.size(1);
-    if (fusable && brgemm_available()) {
+    if (allow_blocks && brgemm_available()) {
       b_ = b.contiguous();
       blocks_ = true;
       return;

@@ -199,9 +199,9 @@ struct CpuBackend {
     return {own(0), own(1), own(2)};
   }
 
-  // The recurrent products of BlockLSTM's loops may be made block by block (fusable).
+  // BlockLSTM's loops fuse their products with the cell where the blocks form is taken.
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
-    return {b, m, steps, /*fusable=*/true};
+    return {b, m, steps, /*allow_blocks=*/true};
   }
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
