@@ -214,7 +214,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
       Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(acc), w_acc.narrow(0, 0, I))
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
-  const at::Tensor h0 = h_prev.to(acc);
+  const at::Tensor h0 = h_prev.to(acc).contiguous();  // every h a step reads is [B, H] dense
   // Two float copies of h, alternating: a step reads the previous h while (on the CPU, in the
   // same parallel region) other threads already write this step's.
   at::Tensor h_acc = kSameType ? at::Tensor() : at::empty({2, B, H}, gates.options());
@@ -355,7 +355,8 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   at::Tensor xh_t = at::empty({I + H, L * B}, w_acc.options());
   at::Tensor x_t = xh_t.narrow(0, 0, I), h_before_t = xh_t.narrow(0, I, H);
   Backend::transpose_into(x_t, x.narrow(0, 0, L).reshape({L * B, I}));
-  h_before_t.narrow(1, 0, B).copy_(h_prev.t());
+  at::Tensor first = h_before_t.narrow(1, 0, B);
+  Backend::transpose_into(first, h_prev);
   if (L > 1) {
     at::Tensor rest = h_before_t.narrow(1, B, (L - 1) * B);
     Backend::transpose_into(rest, h.narrow(0, 0, L - 1).reshape({(L - 1) * B, H}));

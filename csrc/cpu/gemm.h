@@ -216,9 +216,22 @@ void transpose(const T* src, int64_t m, int64_t n, int64_t lds, T* dst, int64_t 
 // multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
 // one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).
 inline int64_t column_block(int64_t n, int64_t macs) {
-  constexpr int64_t kMinSplitMacs = int64_t{1} << 18;
-  const int64_t threads = macs < kMinSplitMacs ? 1 : std::max<int64_t>(1, at::get_num_threads());
+  constexpr int64_t kMinBlockSplitMacs = int64_t{1} << 18;  // brgemm blocks (no per-call cost)
+  const int64_t threads =
+      macs < kMinBlockSplitMacs ? 1 : std::max<int64_t>(1, at::get_num_threads());
   return std::max<int64_t>(16, ((n + threads - 1) / threads + 15) / 16 * 16);
+}
+
+// f(j0, n) for each block [j0, j0 + n) of column_block's split of n_cols columns, the blocks
+// shared out over the threads in one parallel region.
+template <class F>
+void for_column_blocks(int64_t n_cols, int64_t macs, const F& f) {
+  const int64_t width = column_block(n_cols, macs);
+  at::parallel_for(0, (n_cols + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t j0 = k0 * width; j0 < std::min(n_cols, k1 * width); j0 += width) {
+      f(j0, std::min(width, n_cols - j0));
+    }
+  });
 }
 
 // The per-step product of a time loop, c[m', N] = a[m', K] · b (+ c), with one b for the whole
@@ -269,15 +282,12 @@ class RecurrentGemm {
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
     if (blocks_ && a.size(0) > 0 && a.is_contiguous() && c.stride(1) == 1) {
       const int64_t m = a.size(0), K = b_.size(0), N = b_.size(1);
-      const int64_t width = column_block(N, m * K * N);
       const float* ap = a.const_data_ptr<float>();
       const float* bp = b_.const_data_ptr<float>();
       float* cp = c.data_ptr<float>();
       const int64_t ldc = c.stride(0);
-      at::parallel_for(0, (N + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
-        for (int64_t n0 = k0 * width; n0 < std::min(N, k1 * width); n0 += width) {
-          block_gemm(m, std::min(width, N - n0), K, ap, K, bp + n0, N, cp + n0, ldc, accumulate);
-        }
+      for_column_blocks(N, m * K * N, [&](int64_t n0, int64_t n) {
+        block_gemm(m, n, K, ap, K, bp + n0, N, cp + n0, ldc, accumulate);
       });
       return;
     }

@@ -219,25 +219,22 @@ struct CpuBackend {
                              : &forward_rows<scalar_t, true, false>)
                      : (clip ? &forward_rows<scalar_t, false, true>
                              : &forward_rows<scalar_t, false, false>);
-    if (!rec.blocks() || !h.is_contiguous()) {
+    if (!rec.blocks()) {
       rec(g, h, /*accumulate=*/true);
       at::parallel_for(0, B, cpu::row_grain(H),
                        [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
       return;
     }
+    TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
     const float* hp = h.const_data_ptr<float>();
     const float* wp = rec.b_data();
     float* gp = g.data_ptr<float>();
-    const int64_t width = cpu::column_block(H, B * H * 4 * H);
-    at::parallel_for(0, (H + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
-      for (int64_t j0 = k0 * width; j0 < std::min(H, k1 * width); j0 += width) {
-        const int64_t n = std::min(width, H - j0);
-        for (int64_t q = 0; q < 4; ++q) {
-          cpu::block_gemm(B, n, H, hp, H, wp + q * H + j0, 4 * H, gp + q * H + j0, 4 * H,
-                          /*accumulate=*/true);
-        }
-        rows(s, 0, B, j0, j0 + n);
+    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+      for (int64_t q = 0; q < 4; ++q) {
+        cpu::block_gemm(B, n, H, hp, H, wp + q * H + j0, 4 * H, gp + q * H + j0, 4 * H,
+                        /*accumulate=*/true);
       }
+      rows(s, 0, B, j0, j0 + n);
     });
   }
 
@@ -245,7 +242,7 @@ struct CpuBackend {
   // unit's sums are only ever added to by the thread that owns the unit's block.
   static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
 
-  // dst = srcᵀ: float32/64 in blocks over two threads (ATen's transposing copy is one thread).
+  // dst = srcᵀ: float32/64 in tiles over the threads (ATen's transposing copy is one thread).
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
         (src.scalar_type() != at::kFloat && src.scalar_type() != at::kDouble)) {
@@ -278,15 +275,11 @@ struct CpuBackend {
     const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
     const float* wp = rec.b_data();
     float* dp = dh_carry.data_ptr<float>();
-    const int64_t width = cpu::column_block(H, B * H * 4 * H);
-    at::parallel_for(0, (H + width - 1) / width, 1, [&](int64_t k0, int64_t k1) {
-      for (int64_t j0 = k0 * width; j0 < std::min(H, k1 * width); j0 += width) {
-        const int64_t n = std::min(width, H - j0);
-        if (np != nullptr) {
-          cpu::block_gemm(B, n, 4 * H, np, 4 * H, wp + j0, H, dp + j0, H, /*accumulate=*/false);
-        }
-        rows(s, 0, B, j0, j0 + n);
+    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+      if (np != nullptr) {
+        cpu::block_gemm(B, n, 4 * H, np, 4 * H, wp + j0, H, dp + j0, H, /*accumulate=*/false);
       }
+      rows(s, 0, B, j0, j0 + n);
     });
   }
 };
