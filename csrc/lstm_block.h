@@ -11,8 +11,11 @@
 // (or, on the CPU, sums kept per unit by the thread that owns the unit: no atomics anywhere).
 // Nothing is allocated inside the time loops.
 //
-// float16/bfloat16 are stored as such but computed in float32 (at::opmath_type): GEMMs run on
-// float copies of the weights, the carried h/cs are the rounded stored values, as in TF.
+// float16/bfloat16 are stored as such but computed in float32 (at::opmath_type): the pointwise
+// math in float32, the GEMMs on the stored values (exact in float32) with float32 accumulation,
+// the carried h/cs are the rounded stored values, as in TF. A Backend whose products multiply
+// bfloat16 directly (Backend::product_type) also rounds the gate gradients to bfloat16 before
+// the backward's products.
 // The single-step cell ops are the sequence ops with T = 1.
 #pragma once
 
@@ -140,6 +143,7 @@ struct BwdStep {
   const acc_t* dh_carry;    // [B, H]: gradient reaching h from the later steps
   acc_t* dcs_carry;         // [B, H]: in: from the later steps; out: for the earlier step
   acc_t* dgates;            // [B, 4H]: pre-activation gate gradients, in the op's layout
+  scalar_t* dgates_lp;      // [B, 4H] or null: dgates rounded to scalar_t, for products in it
   GateLayout layout;
   double* sums;             // [7, H] or null: see BackwardState::sums
 };
@@ -158,8 +162,11 @@ const T* ptr_or_null(const at::Tensor& t) {
 }
 
 // A Backend supplies:
-// - recurrent_gemm(b, m, steps): the per-step product with one weight matrix for the whole loop,
-//   c = a·b (+ c), for `steps` products of m rows (csrc/cpu/gemm.h prepares b once);
+// - product_type(dtype): the type the operands of an op of dtype are multiplied in: its float
+//   type (at::opmath_type), or dtype itself where the backend multiplies bfloat16 directly;
+// - recurrent_gemm(b, m, steps): the per-step product with one weight matrix (of the op's dtype)
+//   for the whole loop, c = a·b (+ c), for `steps` products of m rows, a of the recurrent's
+//   operand_type() (csrc/cpu/gemm.h prepares b once);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
 // - backward_step(s, recurrent, next, dh_carry): one reverse step, dh_carry = next·Whᵀ when
@@ -167,12 +174,14 @@ const T* ptr_or_null(const at::Tensor& t) {
 //   each pair into one parallel region where it can (csrc/cpu/lstm_block.cpp);
 // - sums_in_steps(recurrent): whether backward_step also adds up BackwardState::sums;
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
-// - matmul(a, b): a·b as a new contiguous tensor, for the whole-sequence products;
+// - matmul(a, b): a·b as a new contiguous tensor of the float type, for the whole-sequence
+//   products (a, b of one product_type);
 // - peephole_grads(dgates, cs_prev, cs, L, layout, dtype): the three peephole reductions
 //   (aten_peephole_grads below is the plain form).
 // AtenRecurrentGemm is the plain form.
 struct AtenRecurrentGemm {
-  at::Tensor b;  // [K, N]
+  at::Tensor b;  // [K, N], float type
+  at::ScalarType operand_type() const { return b.scalar_type(); }
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
     if (accumulate) {
       c.addmm_(a, b);
@@ -189,7 +198,6 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                       const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
                       const CellAttrs& attrs) {
   using acc_t = at::opmath_type<scalar_t>;
-  constexpr bool kSameType = std::is_same_v<scalar_t, acc_t>;
   const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = cs_prev.size(1);
   const auto acc = acc_type(x.scalar_type());
 
@@ -200,8 +208,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   }
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
-  const at::Tensor w_acc = w.to(acc);
-  const auto recurrent = Backend::recurrent_gemm(w_acc.narrow(0, I, H), B, L);
+  const auto recurrent = Backend::recurrent_gemm(w.narrow(0, I, H), B, L);
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -210,14 +217,20 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     wco_a = wco.to(acc).contiguous();
   }
   // The input projection of all L steps in one GEMM; each step then adds h·Wh in place.
+  const auto mm = Backend::product_type(x.scalar_type());
   const at::Tensor gates =
-      Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(acc), w_acc.narrow(0, 0, I))
+      Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(mm), w.narrow(0, 0, I).to(mm))
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
-  const at::Tensor h0 = h_prev.to(acc).contiguous();  // every h a step reads is [B, H] dense
-  // Two float copies of h, alternating: a step reads the previous h while (on the CPU, in the
-  // same parallel region) other threads already write this step's.
-  at::Tensor h_acc = kSameType ? at::Tensor() : at::empty({2, B, H}, gates.options());
+  // Every h a step reads is [B, H] dense, of the recurrent product's operand type: the stored
+  // h itself, or (float16, or bfloat16 multiplied in float32) a float copy of it, two of them
+  // alternating: a step reads the previous h while (on the CPU, in the same parallel region)
+  // other threads already write this step's.
+  const auto h_type = recurrent.operand_type();
+  const bool h_copy = h_type != x.scalar_type();
+  TORCH_INTERNAL_ASSERT(!h_copy || h_type == acc);
+  const at::Tensor h0 = h_prev.to(h_type).contiguous();
+  at::Tensor h_acc = h_copy ? at::empty({2, B, H}, gates.options()) : at::Tensor();
 
   for (int64_t t = 0; t < L; ++t) {
     at::Tensor g = gates[t];
@@ -230,17 +243,18 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                            t == 0 ? cs0.const_data_ptr<scalar_t>()
                                   : out[1][t - 1].const_data_ptr<scalar_t>(),
                            {},
-                           kSameType ? nullptr : h_acc[t % 2].data_ptr<acc_t>(),
+                           h_copy ? h_acc[t % 2].data_ptr<acc_t>() : nullptr,
                            attrs};
     for (int k = 0; k < 7; ++k) step.out[k] = out[k][t].data_ptr<scalar_t>();
     Backend::forward_step(step, recurrent, g,
-                          t == 0 ? h0 : (kSameType ? out[6][t - 1] : h_acc[(t - 1) % 2]));
+                          t == 0 ? h0 : (h_copy ? h_acc[(t - 1) % 2] : out[6][t - 1]));
   }
   return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 }
 
 struct BackwardState {
   at::Tensor dgates;     // [L, B, 4H] acc
+  at::Tensor dgates_lp;  // [L, B, 4H] of the op's dtype where the products take it, else undefined
   at::Tensor dcs_carry;  // [B, H] acc: cs_prev_grad after the loop
   at::Tensor dh_carry;   // [B, H] acc: h_prev_grad after the loop (when wh is given)
   // [7, H] double, when the Backend's steps sum as they go (Backend::sums_in_steps): rows 0-3
@@ -249,8 +263,9 @@ struct BackwardState {
   at::Tensor sums;
 };
 
-// The reverse-time recurrence over the first L steps. `wh` ([H, 4H], acc) feeds dh back through
-// the recurrent weights; the cell-grad op passes an undefined wh (its h_grad is the whole dh).
+// The reverse-time recurrence over the first L steps. `wh` ([H, 4H], the op's dtype) feeds dh
+// back through the recurrent weights; the cell-grad op passes an undefined wh (its h_grad is the
+// whole dh).
 template <class Backend, typename scalar_t>
 BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                                        const std::array<at::Tensor, 6>& act,
@@ -261,10 +276,13 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
   const auto opts = cs_prev.options().dtype(acc_type(cs_prev.scalar_type()));
-  BackwardState st{at::empty({L, B, 4 * H}, opts), at::zeros({B, H}, opts),
+  BackwardState st{at::empty({L, B, 4 * H}, opts), at::Tensor(), at::zeros({B, H}, opts),
                    at::zeros({B, H}, opts), at::Tensor()};
   const auto recurrent =
       Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
+  const bool lp = recurrent.operand_type() != acc_type(cs_prev.scalar_type());
+  TORCH_INTERNAL_ASSERT(!lp || recurrent.operand_type() == cs_prev.scalar_type());
+  if (lp) st.dgates_lp = at::empty({L, B, 4 * H}, cs_prev.options());
   if (Backend::sums_in_steps(recurrent)) st.sums = at::zeros({7, H}, opts.dtype(at::kDouble));
   for (int64_t t = L - 1; t >= 0; --t) {
     BwdStep<scalar_t> step{H,
@@ -279,14 +297,15 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                            st.dh_carry.const_data_ptr<acc_t>(),
                            st.dcs_carry.data_ptr<acc_t>(),
                            st.dgates[t].data_ptr<acc_t>(),
+                           lp ? st.dgates_lp[t].data_ptr<scalar_t>() : nullptr,
                            layout,
                            st.sums.defined() ? st.sums.data_ptr<double>() : nullptr};
     for (int k = 0; k < 6; ++k) step.act[k] = act[k][t].const_data_ptr<scalar_t>();
-    Backend::backward_step(step, recurrent,
-                           wh.defined() && t + 1 < L ? st.dgates[t + 1] : at::Tensor(),
+    const at::Tensor& next = lp ? st.dgates_lp : st.dgates;
+    Backend::backward_step(step, recurrent, wh.defined() && t + 1 < L ? next[t + 1] : at::Tensor(),
                            st.dh_carry);
   }
-  if (wh.defined()) recurrent(st.dh_carry, st.dgates[0], /*accumulate=*/false);
+  if (wh.defined()) recurrent(st.dh_carry, (lp ? st.dgates_lp : st.dgates)[0], /*accumulate=*/false);
   return st;
 }
 
@@ -333,14 +352,15 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     return {zeros_of(x), zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
             p[0],        p[1],              p[2],             zeros_of(b)};
   }
-  const at::Tensor w_acc = w.to(acc);
   const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
   BackwardState st = lstm_backward_recurrence<Backend, scalar_t>(
-      L, cs_prev, act, cs_grad, h_grad, peep[0], peep[1], peep[2], w_acc.narrow(0, I, H), layout);
+      L, cs_prev, act, cs_grad, h_grad, peep[0], peep[1], peep[2], w.narrow(0, I, H), layout);
 
-  // dx, dW, db for all steps at once.
+  // dx, dW, db for all steps at once, the products on dgates in the recurrence's operand type.
   const at::Tensor dg = st.dgates.view({L * B, 4 * H});
-  const at::Tensor dx = Backend::matmul(dg, w_acc.narrow(0, 0, I).t()).view({L, B, I});
+  const at::Tensor dg_mm = st.dgates_lp.defined() ? st.dgates_lp.view({L * B, 4 * H}) : dg;
+  const auto mm = dg_mm.scalar_type();
+  const at::Tensor dx = Backend::matmul(dg_mm, w.narrow(0, 0, I).to(mm).t()).view({L, B, I});
   at::Tensor x_grad;
   if (L == x.size(0) && dtype == acc) {  // the product is the output
     x_grad = dx;
@@ -352,7 +372,7 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   // dW = [x_t, h_{t-1}]ᵀ · dgates over all steps: one GEMM on the concatenated inputs, built
   // transposed ([I + H, L·B], contiguous) so that the GEMM's left operand is plain row-major
   // (oneDNN: 8.1 ms against 10.7 ms for the transposed view at T=50 B=32 I=H=256).
-  at::Tensor xh_t = at::empty({I + H, L * B}, w_acc.options());
+  at::Tensor xh_t = at::empty({I + H, L * B}, w.options().dtype(mm));
   at::Tensor x_t = xh_t.narrow(0, 0, I), h_before_t = xh_t.narrow(0, I, H);
   Backend::transpose_into(x_t, x.narrow(0, 0, L).reshape({L * B, I}));
   at::Tensor first = h_before_t.narrow(1, 0, B);
@@ -361,7 +381,7 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     at::Tensor rest = h_before_t.narrow(1, B, (L - 1) * B);
     Backend::transpose_into(rest, h.narrow(0, 0, L - 1).reshape({(L - 1) * B, H}));
   }
-  const at::Tensor w_grad = Backend::matmul(xh_t, dg);
+  const at::Tensor w_grad = Backend::matmul(xh_t, dg_mm);
   std::array<at::Tensor, 3> p;
   if (!use_peephole) {
     p = zeros_peep();

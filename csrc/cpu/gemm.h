@@ -171,20 +171,43 @@ class OneDnnWeight {
   at::Tensor packed_;
 };
 
+// Whether the CPU has the named feature, by PyTorch's own cpuinfo query ("avx2", "avx512_bf16").
+inline bool cpu_has(const char* feature) {
+  const auto caps = at::cpu::get_cpu_capabilities();
+  const auto it = caps.find(feature);
+  return it != caps.end() && it->second.isBool() && it->second.toBool();
+}
+
 // Whether at::native::cpublas::brgemm runs oneDNN's JIT kernel for float32 (else it falls back
 // to one plain sgemm per call, slower than the library GEMMs it would replace): the condition
 // PyTorch's CPUBlas.cpp checks (oneDNN enabled, an AVX2 CPU), on an x86 build with oneDNN.
 inline bool brgemm_available() {
 #if defined(__x86_64__)
-  static const bool isa = [] {
-    const auto caps = at::cpu::get_cpu_capabilities();
-    const auto it = caps.find("avx2");
-    return it != caps.end() && it->second.isBool() && it->second.toBool();
-  }();
+  static const bool isa = cpu_has("avx2");
   return isa && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn();
 #else
   return false;
 #endif
+}
+
+// Whether brgemm's bfloat16 kernel (bf16 x bf16 -> float32, B in VNNI pairs) runs on bf16
+// instructions: AVX512-BF16 or AMX. PyTorch's own check admits any AVX-512 CPU, where oneDNN
+// would emulate the bf16 products: not faster than float32, so not taken here.
+inline bool bf16_brgemm_available() {
+#if defined(__x86_64__)
+  static const bool isa = cpu_has("avx512_bf16") || cpu_has("amx_bf16");
+  return isa && brgemm_available();
+#else
+  return false;
+#endif
+}
+
+// The type a product's operands take for an op of dtype `t` on this CPU: bfloat16 ops multiply
+// in bf16 (float32 accumulation) where bf16_brgemm_available, anything else in its float type.
+// A bf16 x bf16 product is exact in float32, so on bf16 values only the summation order differs
+// from a float32 GEMM.
+inline at::ScalarType product_type(at::ScalarType t) {
+  return t == at::kBFloat16 && bf16_brgemm_available() ? t : at::toOpMathType(t);
 }
 
 // c[m, n] = a[m, k] · b[k, n] (+ c), all float32 row-major with leading dims lda, ldb, ldc, on
@@ -192,6 +215,78 @@ inline bool brgemm_available() {
 inline void block_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                        const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c, /*is_vnni=*/false);
+}
+
+// A bfloat16 [K, N] right operand in the VNNI layout brgemm's bf16 kernel reads: rows in pairs,
+// [ceil(K/2), N, 2], each column's two rows side by side (a zero row pads an odd K; brgemm does
+// not read the left operand's matching column).
+class VnniMatrix {
+ public:
+  VnniMatrix() = default;
+  // b: bfloat16 [K, N], any strides.
+  explicit VnniMatrix(const at::Tensor& b) : k_(b.size(0)), n_(b.size(1)) {
+    TORCH_INTERNAL_ASSERT(b.scalar_type() == at::kBFloat16 && b.dim() == 2);
+    const at::Tensor src = b.stride(1) == 1 ? b : b.contiguous();
+    packed_ = at::empty({(k_ + 1) / 2, n_, 2}, src.options());
+    const auto* in = src.const_data_ptr<at::BFloat16>();
+    auto* out = packed_.data_ptr<at::BFloat16>();
+    const int64_t ld = src.stride(0), n = n_, k = k_;
+    at::parallel_for(0, (k + 1) / 2, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const at::BFloat16* __restrict even = in + 2 * r * ld;
+        const at::BFloat16* __restrict odd = 2 * r + 1 < k ? even + ld : nullptr;
+        at::BFloat16* __restrict o = out + 2 * r * n;
+        for (int64_t j = 0; j < n; ++j) {
+          o[2 * j] = even[j];
+          o[2 * j + 1] = odd != nullptr ? odd[j] : at::BFloat16(0.0f);
+        }
+      }
+    });
+  }
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  // Column j onwards, for block_gemm with ldb = n().
+  const at::BFloat16* column(int64_t j) const {
+    return packed_.const_data_ptr<at::BFloat16>() + 2 * j;
+  }
+
+ private:
+  int64_t k_ = 0, n_ = 0;
+  at::Tensor packed_;
+};
+
+// c[m, n] (float32) = a[m, k] · b's columns [j0, j0 + n) (+ c): a bfloat16 row-major, on the
+// calling thread. Ends by releasing the kernel's hardware context (the AMX tile state; nothing
+// on AVX512-BF16), so that no tile configuration outlives the call on this thread.
+inline void block_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, int64_t lda,
+                       const VnniMatrix& b, int64_t j0, float* c, int64_t ldc, bool accumulate) {
+  at::native::cpublas::brgemm(m, n, k, lda, b.n(), ldc, accumulate, a, b.column(j0), c,
+                              /*is_vnni=*/true);
+  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
+}
+
+// a · b as a new float32 [M, N] tensor for bfloat16 a [M, K] and b [K, N] (any strides), on
+// brgemm's bf16 kernel in [64, 128] tiles shared out over the threads: 2.3-2.7x oneDNN's
+// float32 matmul on the LSTM shapes of benchmarks/results (2 Zen 4 cores).
+inline at::Tensor bf16_matmul(const at::Tensor& a, const at::Tensor& b) {
+  constexpr int64_t kTileM = 64, kTileN = 128;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  at::Tensor c = at::empty({M, N}, a.options().dtype(at::kFloat));
+  if (K == 0) return c.zero_();
+  const VnniMatrix bv(b);
+  const at::Tensor ac = a.stride(1) == 1 ? a : a.contiguous();
+  const auto* ap = ac.const_data_ptr<at::BFloat16>();
+  float* cp = c.data_ptr<float>();
+  const int64_t lda = ac.stride(0), tiles_n = (N + kTileN - 1) / kTileN;
+  const int64_t tiles = (M + kTileM - 1) / kTileM * tiles_n;
+  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t m0 = t / tiles_n * kTileM, n0 = t % tiles_n * kTileN;
+      block_gemm(std::min(kTileM, M - m0), std::min(kTileN, N - n0), K, ap + m0 * lda, lda, bv,
+                 n0, cp + m0 * N + n0, N, /*accumulate=*/false);
+    }
+  });
+  return c;
 }
 
 // dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd; in
@@ -236,6 +331,8 @@ void for_column_blocks(int64_t n_cols, int64_t macs, const F& f) {
 
 // The per-step product of a time loop, c[m', N] = a[m', K] · b (+ c), with one b for the whole
 // loop of `steps` products of at most m rows each (fewer where rows finish early: CudnnRNN).
+// b is float32/64, or float16/bfloat16 (then made float32 here, or, with allow_blocks, kept
+// bf16 where product_type says so). a is of operand_type().
 // Preparing a weight costs about one product, so a loop of a few steps (the single-step cell
 // ops) does not prepare one. float32 products of at least kMinOneDnnMacs multiply-adds: oneDNN
 // (below, its fixed cost per call, ~20 µs, loses to MKL: e.g. [32, 128] x [128, 512] 38 vs
@@ -243,10 +340,11 @@ void for_column_blocks(int64_t n_cols, int64_t macs, const F& f) {
 // packed, split by output columns over the threads when the product is big enough to share
 // (MKL alone runs one this small, e.g. [32, 256] x [256, 1024], on one thread; a B = 1 step is
 // not split); packed products need the row count they were packed for. Everything else: ATen.
-// With allow_blocks, float32 loops on a CPU where PyTorch's brgemm kernel runs take the blocks
-// form instead (faster at the benchmark shapes, benchmarks/results/README.md):
-// operator() splits each product by columns over the threads, and a caller may fuse its
-// pointwise pass into the same parallel region (blocks(), b_data()).
+// With allow_blocks, float32 loops on a CPU where PyTorch's brgemm kernel runs, and bfloat16
+// ones where its bf16 kernel does, take the blocks form instead (faster at the benchmark shapes,
+// benchmarks/results/README.md): operator() splits each product by columns over the threads,
+// and a caller may fuse its pointwise pass into the same parallel region (blocks(), b_data() or
+// b_vnni(), block_gemm).
 class RecurrentGemm {
  public:
   static constexpr int64_t kMinSteps = 4;                     // preparing pays off from here
@@ -255,15 +353,22 @@ class RecurrentGemm {
 
   RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool allow_blocks = false)
       : b_(b), m_(m) {
-    if (b.scalar_type() != at::kFloat || b.numel() == 0 || m == 0 || steps < kMinSteps) return;
-    const int64_t K = b.size(0), N = b.size(1);
+    if (allow_blocks && b.scalar_type() == at::kBFloat16 && b.numel() > 0 &&
+        product_type(at::kBFloat16) == at::kBFloat16) {
+      vnni_ = VnniMatrix(b);  // any number of steps: packing costs what widening would
+      blocks_ = bf16_ = true;
+      return;
+    }
+    b_ = b.to(at::toOpMathType(b.scalar_type()));
+    if (b_.scalar_type() != at::kFloat || b_.numel() == 0 || m == 0 || steps < kMinSteps) return;
+    const int64_t K = b_.size(0), N = b_.size(1);
     if (allow_blocks && brgemm_available()) {
-      b_ = b.contiguous();
+      b_ = b_.contiguous();
       blocks_ = true;
       return;
     }
     if (m * K * N >= kMinOneDnnMacs && OneDnnWeight::available()) {
-      onednn_.emplace(b, m);
+      onednn_.emplace(b_, m);
       return;
     }
     if (!PackedWeight::available()) return;
@@ -271,15 +376,34 @@ class RecurrentGemm {
     const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(threads, N / 64));
     const int64_t width = (N + chunks - 1) / chunks;
     for (int64_t n0 = 0; n0 < N; n0 += width) {
-      packed_.emplace_back(n0, PackedWeight(b.narrow(1, n0, std::min(width, N - n0)), m));
+      packed_.emplace_back(n0, PackedWeight(b_.narrow(1, n0, std::min(width, N - n0)), m));
     }
   }
 
-  // Whether the products are to be made block by block with block_gemm on b_data().
+  // The dtype of the left operand a: bfloat16 for a bf16 blocks-form weight, else b's float type.
+  at::ScalarType operand_type() const { return bf16() ? at::kBFloat16 : b_.scalar_type(); }
+
+  // Whether the products are to be made block by block with block_gemm on b_data() (float32)
+  // or b_vnni() (bf16()).
   bool blocks() const { return blocks_; }
+  bool bf16() const { return bf16_; }
   const float* b_data() const { return b_.const_data_ptr<float>(); }  // [K, N], row-major
+  const VnniMatrix& b_vnni() const { return vnni_; }
 
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
+    if (bf16()) {
+      TORCH_INTERNAL_ASSERT(a.scalar_type() == at::kBFloat16 && c.stride(1) == 1);
+      const at::Tensor ac = a.contiguous();
+      const int64_t m = a.size(0), K = vnni_.k(), N = vnni_.n();
+      if (m == 0) return;
+      const auto* ap = ac.const_data_ptr<at::BFloat16>();
+      float* cp = c.data_ptr<float>();
+      const int64_t ldc = c.stride(0);
+      for_column_blocks(N, m * K * N, [&](int64_t n0, int64_t n) {
+        block_gemm(m, n, K, ap, K, vnni_, n0, cp + n0, ldc, accumulate);
+      });
+      return;
+    }
     if (blocks_ && a.size(0) > 0 && a.is_contiguous() && c.stride(1) == 1) {
       const int64_t m = a.size(0), K = b_.size(0), N = b_.size(1);
       const float* ap = a.const_data_ptr<float>();
@@ -322,7 +446,8 @@ class RecurrentGemm {
  private:
   at::Tensor b_;
   int64_t m_;
-  bool blocks_ = false;
+  bool blocks_ = false, bf16_ = false;
+  VnniMatrix vnni_;  // the bf16 blocks form's b
   std::optional<OneDnnWeight> onednn_;
   std::vector<std::pair<int64_t, PackedWeight>> packed_;  // (first column, packed slice)
 };

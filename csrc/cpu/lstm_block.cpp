@@ -139,6 +139,13 @@ TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, 
         }
       }
     }
+    if (s.dgates_lp != nullptr) {  // the rounded copy the bfloat16 products read
+      for (int64_t q = 0; q < 4; ++q) {
+        const acc_t* __restrict from = s.dgates + 4 * r0 + q * H;
+        scalar_t* __restrict to = s.dgates_lp + 4 * r0 + q * H;
+        for (int64_t j = j0; j < j1; ++j) to[j] = static_cast<scalar_t>(from[j]);
+      }
+    }
   }
 }
 
@@ -199,12 +206,16 @@ struct CpuBackend {
     return {own(0), own(1), own(2)};
   }
 
+  static at::ScalarType product_type(at::ScalarType t) { return cpu::product_type(t); }
+
   // BlockLSTM's loops fuse their products with the cell where the blocks form is taken.
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps, /*allow_blocks=*/true};
   }
 
-  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
+  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+    return a.scalar_type() == at::kBFloat16 ? cpu::bf16_matmul(a, b) : cpu::matmul(a, b);
+  }
 
   // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
   // blocks of g for those units get h·Wh (block_gemm onto the input projection already in g),
@@ -226,13 +237,17 @@ struct CpuBackend {
       return;
     }
     TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
-    const float* hp = h.const_data_ptr<float>();
-    const float* wp = rec.b_data();
     float* gp = g.data_ptr<float>();
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
       for (int64_t q = 0; q < 4; ++q) {
-        cpu::block_gemm(B, n, H, hp, H, wp + q * H + j0, 4 * H, gp + q * H + j0, 4 * H,
-                        /*accumulate=*/true);
+        const int64_t c0 = q * H + j0;  // this gate's columns of the block
+        if (rec.bf16()) {
+          cpu::block_gemm(B, n, H, h.const_data_ptr<at::BFloat16>(), H, rec.b_vnni(), c0,
+                          gp + c0, 4 * H, /*accumulate=*/true);
+        } else {
+          cpu::block_gemm(B, n, H, h.const_data_ptr<float>(), H, rec.b_data() + c0, 4 * H,
+                          gp + c0, 4 * H, /*accumulate=*/true);
+        }
       }
       rows(s, 0, B, j0, j0 + n);
     });
@@ -242,14 +257,15 @@ struct CpuBackend {
   // unit's sums are only ever added to by the thread that owns the unit's block.
   static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
 
-  // dst = srcᵀ: float32/64 in tiles over the threads (ATen's transposing copy is one thread).
+  // dst = srcᵀ: float32/64 and bfloat16 in tiles over the threads (ATen's transposing copy is
+  // one thread).
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
-        (src.scalar_type() != at::kFloat && src.scalar_type() != at::kDouble)) {
+        src.scalar_type() == at::kHalf) {
       dst.copy_(src.t());
       return;
     }
-    AT_DISPATCH_FLOATING_TYPES(src.scalar_type(), "transpose_into", [&] {
+    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, src.scalar_type(), "transpose_into", [&] {
       cpu::transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
                      dst.data_ptr<scalar_t>(), dst.stride(0));
     });
@@ -272,12 +288,14 @@ struct CpuBackend {
     }
     TORCH_INTERNAL_ASSERT(s.sums != nullptr);
     auto rows = peep ? &backward_rows<scalar_t, true, true> : &backward_rows<scalar_t, false, true>;
-    const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
-    const float* wp = rec.b_data();
     float* dp = dh_carry.data_ptr<float>();
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
-      if (np != nullptr) {
-        cpu::block_gemm(B, n, 4 * H, np, 4 * H, wp + j0, H, dp + j0, H, /*accumulate=*/false);
+      if (next.defined() && rec.bf16()) {
+        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<at::BFloat16>(), 4 * H, rec.b_vnni(),
+                        j0, dp + j0, H, /*accumulate=*/false);
+      } else if (next.defined()) {
+        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<float>(), 4 * H, rec.b_data() + j0, H,
+                        dp + j0, H, /*accumulate=*/false);
       }
       rows(s, 0, B, j0, j0 + n);
     });

@@ -86,8 +86,11 @@ int blocks_for(int64_t n) {
 }
 
 struct CudaBackend {
+  // Products in the float type: float16/bfloat16 operands are widened first.
+  static at::ScalarType product_type(at::ScalarType t) { return at::toOpMathType(t); }
+
   static lstm_block::AtenRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t, int64_t) {
-    return {b};
+    return {b.to(at::toOpMathType(b.scalar_type()))};
   }
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
