@@ -163,15 +163,20 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // One row of one step (H units), per mode. Branch-free bodies over restrict pointers, so each
 // loop vectorises; multiversioned like the block ops' loops (activations.h).
 
-// lstm, cuDNN gate order i, f, g, o: `a` holds W·x + bW + R·h + bR on entry (pre-activations)
-// and the activations on exit; c: the cell state, updated; h: where o·tanh(c) goes.
+// Each forward row reads `p`, the step's products (W·x, plus R·h for lstm) and `bias` (bW, plus
+// bR for lstm) and writes the activations to `a`: the bias joins here rather than in a pass of
+// its own over the whole sequence.
+// lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, acc_t* __restrict a, acc_t* __restrict c,
-                                           acc_t* __restrict cells, acc_t* __restrict h) {
+TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, const acc_t* __restrict p,
+                                           const acc_t* __restrict bias, acc_t* __restrict a,
+                                           acc_t* __restrict c, acc_t* __restrict cells,
+                                           acc_t* __restrict h) {
   TLG_NO_ALIAS_LOOP
   for (int64_t j = 0; j < H; ++j) {
-    const acc_t i = cpu::sigmoid(a[j]), f = cpu::sigmoid(a[H + j]);
-    const acc_t g = cpu::tanh(a[2 * H + j]), o = cpu::sigmoid(a[3 * H + j]);
+    const acc_t i = cpu::sigmoid(p[j] + bias[j]), f = cpu::sigmoid(p[H + j] + bias[H + j]);
+    const acc_t g = cpu::tanh(p[2 * H + j] + bias[2 * H + j]);
+    const acc_t o = cpu::sigmoid(p[3 * H + j] + bias[3 * H + j]);
     const acc_t cn = f * c[j] + i * g;
     a[j] = i;
     a[H + j] = f;
@@ -183,16 +188,18 @@ TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, acc_t* __restrict a, acc_t
   }
 }
 
-// gru, gates r, z, n: `a` = W·x + bW (all three) on entry; rec = R·h + bR; the reset gate scales
-// rec_n (linear before reset). h: the state, updated; rec_n saved for the backward.
+// gru, gates r, z, n: rec = R·h + bR; the reset gate scales rec_n (linear before reset).
+// h: the state, updated; rec_n saved for the backward.
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, acc_t* __restrict a,
+TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, const acc_t* __restrict p,
+                                          const acc_t* __restrict bias, acc_t* __restrict a,
                                           const acc_t* __restrict rec, acc_t* __restrict h,
                                           acc_t* __restrict rec_n, acc_t* __restrict out) {
   TLG_NO_ALIAS_LOOP
   for (int64_t j = 0; j < H; ++j) {
-    const acc_t r = cpu::sigmoid(a[j] + rec[j]), z = cpu::sigmoid(a[H + j] + rec[H + j]);
-    const acc_t n = cpu::tanh(a[2 * H + j] + r * rec[2 * H + j]);
+    const acc_t r = cpu::sigmoid((p[j] + bias[j]) + rec[j]);
+    const acc_t z = cpu::sigmoid((p[H + j] + bias[H + j]) + rec[H + j]);
+    const acc_t n = cpu::tanh((p[2 * H + j] + bias[2 * H + j]) + r * rec[2 * H + j]);
     const acc_t hn = (1 - z) * n + z * h[j];
     a[j] = r;
     a[H + j] = z;
@@ -204,12 +211,13 @@ TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, acc_t* __restrict a,
 }
 
 template <typename acc_t, bool kRelu>
-TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, acc_t* __restrict a,
+TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, const acc_t* __restrict p,
+                                          const acc_t* __restrict bias, acc_t* __restrict a,
                                           const acc_t* __restrict rec, acc_t* __restrict h,
                                           acc_t* __restrict out) {
   TLG_NO_ALIAS_LOOP
   for (int64_t j = 0; j < H; ++j) {
-    const acc_t z = a[j] + rec[j];
+    const acc_t z = (p[j] + bias[j]) + rec[j];
     const acc_t v = kRelu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
     a[j] = v;
     out[j] = v;
@@ -277,16 +285,13 @@ template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
                        const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
-  at::Tensor pre = r.acts.view({T * B, GH});
-  if (w.W.defined()) {
-    cpu::matmul_out(pre, X, w.W.t(), w.bW);
-  } else {  // skip_input: identity input matrices
-    pre.view({T * B, G, H}).copy_(X.unsqueeze(1));
-    pre.add_(w.bW);
-  }
   // LSTM adds R·h + bR straight onto the pre-activations; GRU keeps it apart (reset gate).
   const bool separate_rec = c.mode != RNNMode::kLSTM;
-  if (!separate_rec) pre.add_(w.bR);
+  const at::Tensor bias = (separate_rec ? w.bW : w.bW + w.bR).contiguous();
+  // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h.
+  const at::Tensor pre = (w.W.defined() ? cpu::matmul(X, w.W.t())
+                                        : X.reshape({T * B, 1, H}).expand({T * B, G, H}).contiguous())
+                             .view({T, B, GH});
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
   for (int64_t t = 0; t < T; ++t) {
@@ -298,9 +303,11 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
         rec_n.copy_(w.bR.expand({n, GH}));
         recurrent(rec_n, h_n, /*accumulate=*/true);
       } else {
-        at::Tensor a_n = r.acts[t].narrow(0, 0, n);
-        recurrent(a_n, h_n, /*accumulate=*/true);
+        at::Tensor p_n = pre[t].narrow(0, 0, n);
+        recurrent(p_n, h_n, /*accumulate=*/true);
       }
+      const acc_t* p = pre[t].const_data_ptr<acc_t>();
+      const acc_t* bp = bias.const_data_ptr<acc_t>();
       acc_t* a = r.acts[t].data_ptr<acc_t>();
       const acc_t* rc = separate_rec ? rec.const_data_ptr<acc_t>() : nullptr;
       acc_t* hp = h.data_ptr<acc_t>();
@@ -310,21 +317,22 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       acc_t* hs = r.hseq[t].data_ptr<acc_t>();
       at::parallel_for(0, n, cpu::row_grain(GH), [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
+          const acc_t* pb = p + b * GH;
           acc_t* ab = a + b * GH;
           switch (c.mode) {
             case RNNMode::kLSTM:
-              lstm_forward_row(H, ab, cp + b * H, cells + b * H,
+              lstm_forward_row(H, pb, bp, ab, cp + b * H, cells + b * H,
                                c.proj() ? extra + b * H : hs + b * P);
               if (!c.proj()) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
               break;
             case RNNMode::kGRU:
-              gru_forward_row(H, ab, rc + b * GH, hp + b * H, extra + b * H, hs + b * H);
+              gru_forward_row(H, pb, bp, ab, rc + b * GH, hp + b * H, extra + b * H, hs + b * H);
               break;
             case RNNMode::kTanh:
-              rnn_forward_row<acc_t, false>(H, ab, rc + b * GH, hp + b * H, hs + b * H);
+              rnn_forward_row<acc_t, false>(H, pb, bp, ab, rc + b * GH, hp + b * H, hs + b * H);
               break;
             case RNNMode::kRelu:
-              rnn_forward_row<acc_t, true>(H, ab, rc + b * GH, hp + b * H, hs + b * H);
+              rnn_forward_row<acc_t, true>(H, pb, bp, ab, rc + b * GH, hp + b * H, hs + b * H);
               break;
           }
         }
@@ -420,17 +428,38 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   const at::Tensor dr2 = d_rec.view({T * B, GH});
   if (w.W.defined()) {
     cpu::matmul_out(dX, dp2, w.W);
-    at::Tensor gWt = g.W.t();  // dWᵀ = Xᵀ·dpre: the faster orientation for oneDNN (N = G·H)
-    cpu::matmul_out(gWt, X.t(), dp2);
   } else {
     at::sum_out(dX, dp2.view({T * B, G, H}), 1);
   }
+  // dWᵀ = Xᵀ·dpre and dRᵀ = h_beforeᵀ·drec, on the inputs transposed into contiguous rows
+  // [in + P, T·B] (a transposed view as the left operand costs oneDNN a one-thread copy), in one
+  // product where drec is dpre (LSTM, RNN); the results transposed into the params' [GH, ·].
+  const int64_t in = w.W.defined() ? X.size(1) : 0;
+  at::Tensor xh_t = at::empty({in + P, T * B}, opts);
+  if (in > 0) {
+    at::Tensor x_t = xh_t.narrow(0, 0, in);
+    cpu::transpose_into(x_t, X);
+  }
+  at::Tensor h_t = xh_t.narrow(0, in, P);
+  at::Tensor first = h_t.narrow(1, 0, B);
+  cpu::transpose_into(first, h0);
+  if (T > 1) {
+    at::Tensor rest = h_t.narrow(1, B, (T - 1) * B);
+    cpu::transpose_into(rest, r.hseq.narrow(0, 0, T - 1).view({(T - 1) * B, P}));
+  }
+  const bool shared = c.mode != RNNMode::kGRU;
+  const at::Tensor prod = cpu::matmul(shared ? xh_t : h_t, dr2);  // [in + P or P, GH]
+  cpu::transpose_into(g.R, prod.narrow(0, shared ? in : 0, P));
+  if (in > 0) {
+    cpu::transpose_into(g.W, shared ? prod.narrow(0, 0, in)
+                                    : cpu::matmul(xh_t.narrow(0, 0, in), dp2));
+  }
   at::sum_out(g.bW, dp2, 0);
-  const at::Tensor h_before_all =
-      at::cat({h0.unsqueeze(0), r.hseq.narrow(0, 0, T - 1)}).view({T * B, P});
-  at::Tensor gRt = g.R.t();
-  cpu::matmul_out(gRt, h_before_all.t(), dr2);
-  at::sum_out(g.bR, dr2, 0);
+  if (shared) {
+    g.bR.copy_(g.bW);
+  } else {
+    at::sum_out(g.bR, dr2, 0);
+  }
   if (c.proj()) cpu::matmul_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
 }
 

@@ -307,6 +307,20 @@ void transpose(const T* src, int64_t m, int64_t n, int64_t lds, T* dst, int64_t 
   });
 }
 
+// dst = srcᵀ (src [m, n], dst an [n, m] view): float32/64 and bfloat16 with unit-stride rows in
+// tiles over the threads (ATen's transposing copy runs on one thread), anything else by ATen.
+inline void transpose_into(at::Tensor& dst, const at::Tensor& src) {
+  if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
+      src.scalar_type() == at::kHalf) {
+    dst.copy_(src.t());
+    return;
+  }
+  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, src.scalar_type(), "transpose_into", [&] {
+    transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
+              dst.data_ptr<scalar_t>(), dst.stride(0));
+  });
+}
+
 // Width of the column blocks a parallel region splits the n columns of a product of `macs`
 // multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
 // one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).

@@ -257,18 +257,8 @@ struct CpuBackend {
   // unit's sums are only ever added to by the thread that owns the unit's block.
   static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
 
-  // dst = srcᵀ: float32/64 and bfloat16 in tiles over the threads (ATen's transposing copy is
-  // one thread).
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
-    if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
-        src.scalar_type() == at::kHalf) {
-      dst.copy_(src.t());
-      return;
-    }
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, src.scalar_type(), "transpose_into", [&] {
-      cpu::transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
-                     dst.data_ptr<scalar_t>(), dst.stride(0));
-    });
+    cpu::transpose_into(dst, src);
   }
 
   // Blocks form (weight Whᵀ, [4H, H]): each thread makes its units' columns of dh = next·Whᵀ
