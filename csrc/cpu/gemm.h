@@ -1,8 +1,9 @@
 // The GEMMs of the CPU kernels, on the fastest engine PyTorch's own build carries.
 //
-// Whole-sequence products (the input projection of every step, dx, dW): `matmul`, oneDNN's
-// matmul where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes
-// of benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen.
+// Whole-sequence products (the input projection of every step, dx, dW): `matmul`, tiled over
+// the threads on PyTorch's brgemm micro-kernel where it runs (below), else oneDNN's matmul
+// where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes of
+// benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen.
 //
 // The recurrent product of a time loop: the same weight multiplies a small [m, K] block once
 // per step, so whatever the weight can be prepared into once is worth preparing. Two prepared
@@ -125,37 +126,6 @@ inline at::Tensor linear(const at::Tensor& x, const at::Tensor& weight) {
 
 }  // namespace onednn
 
-// Whether a[M, K] · b[K, N] goes to oneDNN: float32 from 2^23 multiply-adds. Below, its fixed
-// cost per call (tens of µs, the weight reordered each time) outweighs its faster kernel
-// (measured on [M, 128] x [128, 512] and [M, 256] x [256, 1024]).
-inline bool use_onednn(const at::Tensor& a, const at::Tensor& b) {
-  constexpr int64_t kMinOneDnnMacs = int64_t{1} << 23;
-  return a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
-         a.size(0) * a.size(1) * b.size(1) >= kMinOneDnnMacs && onednn::ops();
-}
-
-// a · b as a new contiguous tensor of a's dtype; any strides.
-inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
-  return use_onednn(a, b) ? onednn::linear(a, b.t()) : at::mm(a, b);
-}
-
-// out = a · b (+ bias, broadcast over rows, when defined), into an existing tensor such as a
-// view of a larger buffer: a oneDNN product is written over in one more pass.
-inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                       const at::Tensor& bias = {}) {
-  if (use_onednn(a, b)) {
-    if (bias.defined()) {
-      at::add_out(out, onednn::linear(a, b.t()), bias);
-    } else {
-      out.copy_(onednn::linear(a, b.t()));
-    }
-  } else if (bias.defined()) {
-    at::addmm_out(out, bias, a, b);
-  } else {
-    at::mm_out(out, a, b);
-  }
-}
-
 // A float32 weight in oneDNN's own layout, for the recurrent products.
 class OneDnnWeight {
  public:
@@ -265,30 +235,6 @@ inline void block_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, i
   at::native::cpublas::brgemm_release(/*is_vnni=*/true);
 }
 
-// a · b as a new float32 [M, N] tensor for bfloat16 a [M, K] and b [K, N] (any strides), on
-// brgemm's bf16 kernel in [64, 128] tiles shared out over the threads: 2.3-2.7x oneDNN's
-// float32 matmul on the LSTM shapes of benchmarks/results (2 Zen 4 cores).
-inline at::Tensor bf16_matmul(const at::Tensor& a, const at::Tensor& b) {
-  constexpr int64_t kTileM = 64, kTileN = 128;
-  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  at::Tensor c = at::empty({M, N}, a.options().dtype(at::kFloat));
-  if (K == 0) return c.zero_();
-  const VnniMatrix bv(b);
-  const at::Tensor ac = a.stride(1) == 1 ? a : a.contiguous();
-  const auto* ap = ac.const_data_ptr<at::BFloat16>();
-  float* cp = c.data_ptr<float>();
-  const int64_t lda = ac.stride(0), tiles_n = (N + kTileN - 1) / kTileN;
-  const int64_t tiles = (M + kTileM - 1) / kTileM * tiles_n;
-  at::parallel_for(0, tiles, 1, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) {
-      const int64_t m0 = t / tiles_n * kTileM, n0 = t % tiles_n * kTileN;
-      block_gemm(std::min(kTileM, M - m0), std::min(kTileN, N - n0), K, ap + m0 * lda, lda, bv,
-                 n0, cp + m0 * N + n0, N, /*accumulate=*/false);
-    }
-  });
-  return c;
-}
-
 // dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd; in
 // square tiles (both sides stay in cache), split over the threads by dst rows.
 template <typename T>
@@ -319,6 +265,108 @@ inline void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
               dst.data_ptr<scalar_t>(), dst.stride(0));
   });
+}
+
+// t as a row-major matrix (unit column stride) and its leading dimension: t itself, or a copy
+// (a transposed view is transposed back in parallel tiles).
+inline std::pair<at::Tensor, int64_t> row_major(const at::Tensor& t) {
+  if (t.is_contiguous()) return {t, t.size(1)};
+  if (t.stride(1) == 1 && t.stride(0) >= t.size(1)) return {t, t.stride(0)};
+  at::Tensor out = at::empty(t.sizes(), t.options());
+  if (t.stride(0) == 1) {
+    transpose_into(out, t.t());
+  } else {
+    out.copy_(t);
+  }
+  return {out, t.size(1)};
+}
+
+// c[M, N] = a[M, K] · b[K, N] on brgemm: float32, or bfloat16 a and b (b packed into VNNI pairs
+// once) with c float32. c: unit column stride. [64, 128] tiles of c shared out over the threads,
+// column panels outermost so a thread's tiles reuse b's panel from cache; float32 sums K in
+// 256-deep slices. Against oneDNN's matmul through mkldnn::_linear_pointwise (which reorders
+// the weight on every call) on the LSTM products of the benchmark shapes (2 Zen 4 cores, fresh
+// outputs, best of 4 interleaved rounds): 0.69-0.96x the time, float32; bfloat16 2.3-2.7x
+// faster than float32 oneDNN.
+inline void tiled_gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 256;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  TORCH_INTERNAL_ASSERT(c.scalar_type() == at::kFloat && (c.stride(1) == 1 || N <= 1));
+  if (M == 0 || N == 0) return;
+  if (K == 0) {
+    c.zero_();
+    return;
+  }
+  const bool bf16 = a.scalar_type() == at::kBFloat16;
+  const auto [A, lda] = row_major(a);
+  std::optional<VnniMatrix> bv;
+  at::Tensor Bf;
+  int64_t ldb = 0;
+  if (bf16) {
+    bv.emplace(b);
+  } else {
+    std::tie(Bf, ldb) = row_major(b);
+  }
+  float* cp = c.data_ptr<float>();
+  const int64_t ldc = M == 1 ? N : c.stride(0);
+  const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
+  at::parallel_for(0, tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t m0 = t % tiles_m * kTileM, n0 = t / tiles_m * kTileN;
+      const int64_t m = std::min(kTileM, M - m0), n = std::min(kTileN, N - n0);
+      float* ct = cp + m0 * ldc + n0;
+      if (bf16) {
+        block_gemm(m, n, K, A.const_data_ptr<at::BFloat16>() + m0 * lda, lda, *bv, n0, ct, ldc,
+                   /*accumulate=*/false);
+        continue;
+      }
+      for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
+        block_gemm(m, n, std::min(kTileK, K - k0), A.const_data_ptr<float>() + m0 * lda + k0, lda,
+                   Bf.const_data_ptr<float>() + k0 * ldb + n0, ldb, ct, ldc,
+                   /*accumulate=*/k0 > 0);
+      }
+    }
+  });
+}
+
+// Whether a[M, K] · b[K, N] goes to tiled_gemm: float32 where brgemm's kernel runs, bfloat16
+// where its bf16 kernel does.
+inline bool use_tiled(const at::Tensor& a, const at::Tensor& b) {
+  const auto t = a.scalar_type();
+  if (b.scalar_type() != t) return false;
+  return t == at::kFloat ? brgemm_available() : t == at::kBFloat16 && bf16_brgemm_available();
+}
+
+// Whether a[M, K] · b[K, N] goes to oneDNN (without brgemm): float32 from 2^23 multiply-adds.
+// Below, its fixed cost per call (tens of µs, the weight reordered each time) outweighs its
+// faster kernel (measured on [M, 128] x [128, 512] and [M, 256] x [256, 1024]).
+inline bool use_onednn(const at::Tensor& a, const at::Tensor& b) {
+  constexpr int64_t kMinOneDnnMacs = int64_t{1} << 23;
+  return a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
+         a.size(0) * a.size(1) * b.size(1) >= kMinOneDnnMacs && onednn::ops();
+}
+
+// a · b as a new contiguous tensor, any strides: of a's dtype, float32 for bfloat16 a and b
+// multiplied by tiled_gemm (the callers' product_type).
+inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
+  if (use_tiled(a, b)) {
+    at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kFloat));
+    tiled_gemm(a, b, c);
+    return c;
+  }
+  return use_onednn(a, b) ? onednn::linear(a, b.t()) : at::mm(a, b);
+}
+
+// out = a · b into an existing float tensor such as a view of a larger buffer (a oneDNN
+// product is written over in one more pass).
+inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
+  if (use_tiled(a, b) && out.stride(1) == 1) {
+    tiled_gemm(a, b, out);
+  } else if (use_onednn(a, b)) {
+    out.copy_(onednn::linear(a, b.t()));
+  } else {
+    at::mm_out(out, a, b);
+  }
 }
 
 // Width of the column blocks a parallel region splits the n columns of a product of `macs`

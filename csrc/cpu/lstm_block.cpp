@@ -213,9 +213,7 @@ struct CpuBackend {
     return {b, m, steps, /*allow_blocks=*/true};
   }
 
-  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
-    return a.scalar_type() == at::kBFloat16 ? cpu::bf16_matmul(a, b) : cpu::matmul(a, b);
-  }
+  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
 
   // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
   // blocks of g for those units get h·Wh (block_gemm onto the input projection already in g),
