@@ -1420,6 +1420,23 @@ def test_low_precision_vs_float64(c, dtype):
     assert got[0].reserve_space.dtype == dtype
 
 
+def test_float32_lstm_steps_split_over_threads_vs_float64():
+    """float32 LSTM large enough (B·H·4H >= 2^18) that each step's product and cells are split
+    into unit blocks over the threads (the fused steps of the CPU kernel), both directions,
+    varied lengths with a zero-length row; vs ours in float64."""
+    c = Cfg("lstm", 1, 2, I=5, H=96, T=6, B=16)
+    x, h0, c0, params = (t.float() for t in _fwd_inputs(c))
+    ups = [t.float() for t in upstream(c)]
+    lengths = [6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 6, 0, 3, 5]
+    got = ours_run(c, x, h0, c0, params, lengths, ups)
+    want = ours_run(c, x.double(), h0.double(), c0.double(), params.double(), lengths,
+                    [t.double() for t in ups])  # fmt: skip
+    names = ["output", "output_h", "output_c", "input_backprop", "input_h_backprop",
+             "input_c_backprop", "params_backprop"]  # fmt: skip
+    for name, g, w in zip(names, got[1:], want[1:], strict=True):
+        _close(g, w, F32, name)
+
+
 # ---------------------------------------------------------------------------------------------
 # opcheck and torch.compile
 
