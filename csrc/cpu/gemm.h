@@ -1,9 +1,9 @@
 // The GEMMs of the CPU kernels, on the fastest engine PyTorch's own build carries.
 //
-// Whole-sequence products (the input projection of every step, dx, dW): `matmul`, tiled over
-// the threads on PyTorch's brgemm micro-kernel where it runs (below), else oneDNN's matmul
-// where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes of
-// benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen.
+// Whole-sequence products (the input projection of every step, dx, dW): `matmul`, oneDNN's
+// matmul where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes
+// of benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen; bfloat16
+// operands tiled over the threads on PyTorch's brgemm bf16 kernel (bf16_tiled_gemm).
 //
 // The recurrent product of a time loop: the same weight multiplies a small [m, K] block once
 // per step, so whatever the weight can be prepared into once is worth preparing. Two prepared
@@ -281,15 +281,14 @@ inline std::pair<at::Tensor, int64_t> row_major(const at::Tensor& t) {
   return {out, t.size(1)};
 }
 
-// c[M, N] = a[M, K] · b[K, N] on brgemm: float32, or bfloat16 a and b (b packed into VNNI pairs
-// once) with c float32. c: unit column stride. [64, 128] tiles of c shared out over the threads,
-// column panels outermost so a thread's tiles reuse b's panel from cache; float32 sums K in
-// 256-deep slices. Against oneDNN's matmul through mkldnn::_linear_pointwise (which reorders
-// the weight on every call) on the LSTM products of the benchmark shapes (2 Zen 4 cores, fresh
-// outputs, best of 4 interleaved rounds): 0.69-0.96x the time, float32; bfloat16 2.3-2.7x
-// faster than float32 oneDNN.
-inline void tiled_gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
-  constexpr int64_t kTileM = 64, kTileN = 128, kTileK = 256;
+// c[M, N] (float32) = a[M, K] · b[K, N] for bfloat16 a and b on brgemm's bf16 kernel, b packed
+// into VNNI pairs once; c: unit column stride. [64, 128] tiles of c shared out over the threads,
+// column panels outermost so a thread's tiles reuse b's panel from cache. 2.3-2.7x faster than
+// oneDNN's float32 matmul on the LSTM products of the benchmark shapes (2 Zen 4 cores). (The
+// same tiling in float32 beat oneDNN's matmul op in isolation but not inside BlockLSTM's
+// forward + backward, benchmarks/results/README.md, so float32 stays on oneDNN.)
+inline void bf16_tiled_gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
+  constexpr int64_t kTileM = 64, kTileN = 128;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   TORCH_INTERNAL_ASSERT(c.scalar_type() == at::kFloat && (c.stride(1) == 1 || N <= 1));
   if (M == 0 || N == 0) return;
@@ -297,44 +296,25 @@ inline void tiled_gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) 
     c.zero_();
     return;
   }
-  const bool bf16 = a.scalar_type() == at::kBFloat16;
   const auto [A, lda] = row_major(a);
-  std::optional<VnniMatrix> bv;
-  at::Tensor Bf;
-  int64_t ldb = 0;
-  if (bf16) {
-    bv.emplace(b);
-  } else {
-    std::tie(Bf, ldb) = row_major(b);
-  }
+  const VnniMatrix bv(b);
+  const auto* ap = A.const_data_ptr<at::BFloat16>();
   float* cp = c.data_ptr<float>();
   const int64_t ldc = M == 1 ? N : c.stride(0);
   const int64_t tiles_m = (M + kTileM - 1) / kTileM, tiles_n = (N + kTileN - 1) / kTileN;
   at::parallel_for(0, tiles_m * tiles_n, 1, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m0 = t % tiles_m * kTileM, n0 = t / tiles_m * kTileN;
-      const int64_t m = std::min(kTileM, M - m0), n = std::min(kTileN, N - n0);
-      float* ct = cp + m0 * ldc + n0;
-      if (bf16) {
-        block_gemm(m, n, K, A.const_data_ptr<at::BFloat16>() + m0 * lda, lda, *bv, n0, ct, ldc,
-                   /*accumulate=*/false);
-        continue;
-      }
-      for (int64_t k0 = 0; k0 < K; k0 += kTileK) {
-        block_gemm(m, n, std::min(kTileK, K - k0), A.const_data_ptr<float>() + m0 * lda + k0, lda,
-                   Bf.const_data_ptr<float>() + k0 * ldb + n0, ldb, ct, ldc,
-                   /*accumulate=*/k0 > 0);
-      }
+      block_gemm(std::min(kTileM, M - m0), std::min(kTileN, N - n0), K, ap + m0 * lda, lda, bv,
+                 n0, cp + m0 * ldc + n0, ldc, /*accumulate=*/false);
     }
   });
 }
 
-// Whether a[M, K] · b[K, N] goes to tiled_gemm: float32 where brgemm's kernel runs, bfloat16
-// where its bf16 kernel does.
-inline bool use_tiled(const at::Tensor& a, const at::Tensor& b) {
-  const auto t = a.scalar_type();
-  if (b.scalar_type() != t) return false;
-  return t == at::kFloat ? brgemm_available() : t == at::kBFloat16 && bf16_brgemm_available();
+// Whether a[M, K] · b[K, N] goes to bf16_tiled_gemm: bfloat16 where brgemm's bf16 kernel runs.
+inline bool use_bf16_tiled(const at::Tensor& a, const at::Tensor& b) {
+  return a.scalar_type() == at::kBFloat16 && b.scalar_type() == at::kBFloat16 &&
+         bf16_brgemm_available();
 }
 
 // Whether a[M, K] · b[K, N] goes to oneDNN (without brgemm): float32 from 2^23 multiply-adds.
@@ -347,11 +327,11 @@ inline bool use_onednn(const at::Tensor& a, const at::Tensor& b) {
 }
 
 // a · b as a new contiguous tensor, any strides: of a's dtype, float32 for bfloat16 a and b
-// multiplied by tiled_gemm (the callers' product_type).
+// multiplied in bf16 (the callers' product_type).
 inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
-  if (use_tiled(a, b)) {
+  if (use_bf16_tiled(a, b)) {
     at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options().dtype(at::kFloat));
-    tiled_gemm(a, b, c);
+    bf16_tiled_gemm(a, b, c);
     return c;
   }
   return use_onednn(a, b) ? onednn::linear(a, b.t()) : at::mm(a, b);
@@ -360,8 +340,8 @@ inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
 // out = a · b into an existing float tensor such as a view of a larger buffer (a oneDNN
 // product is written over in one more pass).
 inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-  if (use_tiled(a, b) && out.stride(1) == 1) {
-    tiled_gemm(a, b, out);
+  if (use_bf16_tiled(a, b) && out.stride(1) == 1) {
+    bf16_tiled_gemm(a, b, out);
   } else if (use_onednn(a, b)) {
     out.copy_(onednn::linear(a, b.t()));
   } else {
