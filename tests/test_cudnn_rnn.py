@@ -1421,9 +1421,9 @@ def test_low_precision_vs_float64(c, dtype):
 
 
 def test_float32_lstm_steps_split_over_threads_vs_float64():
-    """float32 LSTM large enough (B·H·4H >= 2^18) that each step's product and cells are split
-    into unit blocks over the threads (the fused steps of the CPU kernel), both directions,
-    varied lengths with a zero-length row; vs ours in float64."""
+    """float32 LSTM large enough (B·H·4H >= 2^18) that each step's recurrent product is split
+    by columns over the threads, both directions, varied lengths with a zero-length row; vs ours
+    in float64."""
     c = Cfg("lstm", 1, 2, I=5, H=96, T=6, B=16)
     x, h0, c0, params = (t.float() for t in _fwd_inputs(c))
     ups = [t.float() for t in upstream(c)]

@@ -166,16 +166,14 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // Each forward row reads `p`, the step's products (W·x, plus R·h for lstm) and `bias` (bW, plus
 // bR for lstm) and writes the activations to `a`: the bias joins here rather than in a pass of
 // its own over the whole sequence.
-// lstm, cuDNN gate order i, f, g, o, units [j0, j1); c: the cell state, updated; h: where
-// o·tanh(c) goes.
+// lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, int64_t j0, int64_t j1,
-                                           const acc_t* __restrict p,
+TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, const acc_t* __restrict p,
                                            const acc_t* __restrict bias, acc_t* __restrict a,
                                            acc_t* __restrict c, acc_t* __restrict cells,
                                            acc_t* __restrict h) {
   TLG_NO_ALIAS_LOOP
-  for (int64_t j = j0; j < j1; ++j) {
+  for (int64_t j = 0; j < H; ++j) {
     const acc_t i = cpu::sigmoid(p[j] + bias[j]), f = cpu::sigmoid(p[H + j] + bias[H + j]);
     const acc_t g = cpu::tanh(p[2 * H + j] + bias[2 * H + j]);
     const acc_t o = cpu::sigmoid(p[3 * H + j] + bias[3 * H + j]);
@@ -280,47 +278,6 @@ TLG_CPU_MULTIVERSION void rnn_backward_row(int64_t H, const acc_t* __restrict a,
 }
 
 // ---------------------------------------------------------------------------------------------
-// LSTM without projection, float32, brgemm blocks (cpu::RecurrentGemm::blocks()): each step in
-// one parallel region, as the block ops do (csrc/cpu/lstm_block.cpp), each thread making the
-// four gates' columns of R·h for a block of units and then those units' cells while the block
-// is in cache. The products read the previous step's output (hseq[t - 1]: its first n rows are
-// the running rows' h, the rows being sorted by length) or a copy of the initial state, as the
-// rows overwrite h during the step.
-void lstm_forward_fused(const RNNConfig& c, const Schedule& s, const at::Tensor& pre,
-                        const at::Tensor& bias, const cpu::RecurrentGemm& recurrent, at::Tensor& h,
-                        at::Tensor& cst, DirState& r) {
-  const int64_t T = c.T, B = c.B, H = c.H, GH = 4 * H;
-  const at::Tensor h_init = h.clone();
-  const float* wp = recurrent.b_data();  // Rᵀ, [H, 4H]
-  const float* bp = bias.const_data_ptr<float>();
-  float* hp = h.data_ptr<float>();
-  float* cp = cst.data_ptr<float>();
-  for (int64_t t = 0; t < T; ++t) {
-    const int64_t n = s.active[t];
-    if (n > 0) {
-      const float* h_in = t == 0 ? h_init.const_data_ptr<float>() : r.hseq[t - 1].const_data_ptr<float>();
-      float* p = pre[t].data_ptr<float>();
-      float* a = r.acts[t].data_ptr<float>();
-      float* cells = r.cells[t].data_ptr<float>();
-      float* hs = r.hseq[t].data_ptr<float>();
-      cpu::for_column_blocks(H, n * H * GH, [&](int64_t j0, int64_t w) {
-        for (int64_t q = 0; q < 4; ++q) {
-          cpu::block_gemm(n, w, H, h_in, H, wp + q * H + j0, GH, p + q * H + j0, GH,
-                          /*accumulate=*/true);
-        }
-        for (int64_t b = 0; b < n; ++b) {
-          lstm_forward_row(H, j0, j0 + w, p + b * GH, bp, a + b * GH, cp + b * H,
-                           cells + b * H, hs + b * H);
-          std::copy(hs + b * H + j0, hs + b * H + j0 + w, hp + b * H + j0);
-        }
-      });
-    }
-    // Finished rows: no gates, zero outputs (cuDNN's paddingFill = 0).
-    for (const at::Tensor* v : {&r.acts, &r.cells, &r.hseq}) (*v)[t].narrow(0, n, B - n).zero_();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in].
 
@@ -337,10 +294,6 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
                              .view({T, B, GH});
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
-  if (c.mode == RNNMode::kLSTM && !c.proj() && recurrent.blocks() && !recurrent.bf16()) {
-    lstm_forward_fused(c, s, pre, bias, recurrent, h, cst, r);
-    return;
-  }
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = s.active[t];
     if (n > 0) {
@@ -368,7 +321,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
           acc_t* ab = a + b * GH;
           switch (c.mode) {
             case RNNMode::kLSTM:
-              lstm_forward_row(H, 0, H, pb, bp, ab, cp + b * H, cells + b * H,
+              lstm_forward_row(H, pb, bp, ab, cp + b * H, cells + b * H,
                                c.proj() ? extra + b * H : hs + b * P);
               if (!c.proj()) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
               break;
