@@ -284,6 +284,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   TORCH_INTERNAL_ASSERT(!lp || recurrent.operand_type() == cs_prev.scalar_type());
   if (lp) st.dgates_lp = at::empty({L, B, 4 * H}, cs_prev.options());
   if (Backend::sums_in_steps(recurrent)) st.sums = at::zeros({7, H}, opts.dtype(at::kDouble));
+  const at::Tensor& product_dgates = lp ? st.dgates_lp : st.dgates;  // what Whᵀ multiplies
   for (int64_t t = L - 1; t >= 0; --t) {
     BwdStep<scalar_t> step{H,
                            {},
@@ -301,11 +302,11 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                            layout,
                            st.sums.defined() ? st.sums.data_ptr<double>() : nullptr};
     for (int k = 0; k < 6; ++k) step.act[k] = act[k][t].const_data_ptr<scalar_t>();
-    const at::Tensor& next = lp ? st.dgates_lp : st.dgates;
-    Backend::backward_step(step, recurrent, wh.defined() && t + 1 < L ? next[t + 1] : at::Tensor(),
+    Backend::backward_step(step, recurrent,
+                           wh.defined() && t + 1 < L ? product_dgates[t + 1] : at::Tensor(),
                            st.dh_carry);
   }
-  if (wh.defined()) recurrent(st.dh_carry, (lp ? st.dgates_lp : st.dgates)[0], /*accumulate=*/false);
+  if (wh.defined()) recurrent(st.dh_carry, product_dgates[0], /*accumulate=*/false);
   return st;
 }
 

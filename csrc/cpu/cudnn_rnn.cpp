@@ -285,13 +285,15 @@ template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
                        const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
-  // LSTM adds R·h + bR straight onto the pre-activations; GRU keeps it apart (reset gate).
+  // LSTM adds R·h onto the step's products and bW + bR in its rows; GRU keeps R·h + bR apart
+  // (reset gate), as do the plain RNNs.
   const bool separate_rec = c.mode != RNNMode::kLSTM;
   const at::Tensor bias = (separate_rec ? w.bW : w.bW + w.bR).contiguous();
   // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h.
-  const at::Tensor pre = (w.W.defined() ? cpu::matmul(X, w.W.t())
-                                        : X.reshape({T * B, 1, H}).expand({T * B, G, H}).contiguous())
-                             .view({T, B, GH});
+  const at::Tensor x_products =
+      w.W.defined() ? cpu::matmul(X, w.W.t())
+                    : X.reshape({T * B, 1, H}).expand({T * B, G, H}).contiguous();
+  const at::Tensor pre = x_products.view({T, B, GH});
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
   for (int64_t t = 0; t < T; ++t) {

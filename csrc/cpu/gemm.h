@@ -187,54 +187,6 @@ inline void block_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
   at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c, /*is_vnni=*/false);
 }
 
-// A bfloat16 [K, N] right operand in the VNNI layout brgemm's bf16 kernel reads: rows in pairs,
-// [ceil(K/2), N, 2], each column's two rows side by side (a zero row pads an odd K; brgemm does
-// not read the left operand's matching column).
-class VnniMatrix {
- public:
-  VnniMatrix() = default;
-  // b: bfloat16 [K, N], any strides.
-  explicit VnniMatrix(const at::Tensor& b) : k_(b.size(0)), n_(b.size(1)) {
-    TORCH_INTERNAL_ASSERT(b.scalar_type() == at::kBFloat16 && b.dim() == 2);
-    const at::Tensor src = b.stride(1) == 1 ? b : b.contiguous();
-    packed_ = at::empty({(k_ + 1) / 2, n_, 2}, src.options());
-    const auto* in = src.const_data_ptr<at::BFloat16>();
-    auto* out = packed_.data_ptr<at::BFloat16>();
-    const int64_t ld = src.stride(0), n = n_, k = k_;
-    at::parallel_for(0, (k + 1) / 2, 16, [&](int64_t r0, int64_t r1) {
-      for (int64_t r = r0; r < r1; ++r) {
-        const at::BFloat16* __restrict even = in + 2 * r * ld;
-        const at::BFloat16* __restrict odd = 2 * r + 1 < k ? even + ld : nullptr;
-        at::BFloat16* __restrict o = out + 2 * r * n;
-        for (int64_t j = 0; j < n; ++j) {
-          o[2 * j] = even[j];
-          o[2 * j + 1] = odd != nullptr ? odd[j] : at::BFloat16(0.0f);
-        }
-      }
-    });
-  }
-  int64_t k() const { return k_; }
-  int64_t n() const { return n_; }
-  // Column j onwards, for block_gemm with ldb = n().
-  const at::BFloat16* column(int64_t j) const {
-    return packed_.const_data_ptr<at::BFloat16>() + 2 * j;
-  }
-
- private:
-  int64_t k_ = 0, n_ = 0;
-  at::Tensor packed_;
-};
-
-// c[m, n] (float32) = a[m, k] · b's columns [j0, j0 + n) (+ c): a bfloat16 row-major, on the
-// calling thread. Ends by releasing the kernel's hardware context (the AMX tile state; nothing
-// on AVX512-BF16), so that no tile configuration outlives the call on this thread.
-inline void block_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, int64_t lda,
-                       const VnniMatrix& b, int64_t j0, float* c, int64_t ldc, bool accumulate) {
-  at::native::cpublas::brgemm(m, n, k, lda, b.n(), ldc, accumulate, a, b.column(j0), c,
-                              /*is_vnni=*/true);
-  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
-}
-
 // dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd; in
 // square tiles (both sides stay in cache), split over the threads by dst rows.
 template <typename T>
@@ -279,6 +231,54 @@ inline std::pair<at::Tensor, int64_t> row_major(const at::Tensor& t) {
     out.copy_(t);
   }
   return {out, t.size(1)};
+}
+
+// A bfloat16 [K, N] right operand in the VNNI layout brgemm's bf16 kernel reads: rows in pairs,
+// [ceil(K/2), N, 2], each column's two rows side by side (a zero row pads an odd K; brgemm does
+// not read the left operand's matching column).
+class VnniMatrix {
+ public:
+  VnniMatrix() = default;
+  // b: bfloat16 [K, N], any strides.
+  explicit VnniMatrix(const at::Tensor& b) : k_(b.size(0)), n_(b.size(1)) {
+    TORCH_INTERNAL_ASSERT(b.scalar_type() == at::kBFloat16 && b.dim() == 2);
+    const auto [src, ld] = row_major(b);
+    packed_ = at::empty({(k_ + 1) / 2, n_, 2}, src.options());
+    const auto* in = src.const_data_ptr<at::BFloat16>();
+    auto* out = packed_.data_ptr<at::BFloat16>();
+    const int64_t n = n_, k = k_;
+    at::parallel_for(0, (k + 1) / 2, 16, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; ++r) {
+        const at::BFloat16* __restrict even = in + 2 * r * ld;
+        const at::BFloat16* __restrict odd = 2 * r + 1 < k ? even + ld : nullptr;
+        at::BFloat16* __restrict o = out + 2 * r * n;
+        for (int64_t j = 0; j < n; ++j) {
+          o[2 * j] = even[j];
+          o[2 * j + 1] = odd != nullptr ? odd[j] : at::BFloat16(0.0f);
+        }
+      }
+    });
+  }
+  int64_t k() const { return k_; }
+  int64_t n() const { return n_; }
+  // Column j onwards, for block_gemm with ldb = n().
+  const at::BFloat16* column(int64_t j) const {
+    return packed_.const_data_ptr<at::BFloat16>() + 2 * j;
+  }
+
+ private:
+  int64_t k_ = 0, n_ = 0;
+  at::Tensor packed_;
+};
+
+// c[m, n] (float32) = a[m, k] · b's columns [j0, j0 + n) (+ c): a bfloat16 row-major, on the
+// calling thread. Ends by releasing the kernel's hardware context (the AMX tile state; nothing
+// on AVX512-BF16), so that no tile configuration outlives the call on this thread.
+inline void block_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, int64_t lda,
+                       const VnniMatrix& b, int64_t j0, float* c, int64_t ldc, bool accumulate) {
+  at::native::cpublas::brgemm(m, n, k, lda, b.n(), ldc, accumulate, a, b.column(j0), c,
+                              /*is_vnni=*/true);
+  at::native::cpublas::brgemm_release(/*is_vnni=*/true);
 }
 
 // c[M, N] (float32) = a[M, K] · b[K, N] for bfloat16 a and b on brgemm's bf16 kernel, b packed
@@ -337,12 +337,10 @@ inline at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) {
   return use_onednn(a, b) ? onednn::linear(a, b.t()) : at::mm(a, b);
 }
 
-// out = a · b into an existing float tensor such as a view of a larger buffer (a oneDNN
+// out = a · b into an existing tensor of a's dtype such as a view of a larger buffer (a oneDNN
 // product is written over in one more pass).
 inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b) {
-  if (use_bf16_tiled(a, b) && out.stride(1) == 1) {
-    bf16_tiled_gemm(a, b, out);
-  } else if (use_onednn(a, b)) {
+  if (use_onednn(a, b)) {
     out.copy_(onednn::linear(a, b.t()));
   } else {
     at::mm_out(out, a, b);
