@@ -37,6 +37,8 @@
 #include <utility>
 #include <vector>
 
+#include "transpose.h"
+
 extern "C" {
 // MKL's CBLAS constants and LP64 prototypes (MKL_INT = int), declared here to avoid mkl.h.
 size_t cblas_sgemm_pack_get_size(int identifier, int m, int n, int k) __attribute__((weak));
@@ -141,13 +143,6 @@ class OneDnnWeight {
   at::Tensor packed_;
 };
 
-// Whether the CPU has the named feature, by PyTorch's own cpuinfo query ("avx2", "avx512_bf16").
-inline bool cpu_has(const char* feature) {
-  const auto caps = at::cpu::get_cpu_capabilities();
-  const auto it = caps.find(feature);
-  return it != caps.end() && it->second.isBool() && it->second.toBool();
-}
-
 // Whether at::native::cpublas::brgemm runs oneDNN's JIT kernel for float32 (else it falls back
 // to one plain sgemm per call, slower than the library GEMMs it would replace): the condition
 // PyTorch's CPUBlas.cpp checks (oneDNN enabled, an AVX2 CPU), on an x86 build with oneDNN.
@@ -185,38 +180,6 @@ inline at::ScalarType product_type(at::ScalarType t) {
 inline void block_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t lda,
                        const float* b, int64_t ldb, float* c, int64_t ldc, bool accumulate) {
   at::native::cpublas::brgemm(m, n, k, lda, ldb, ldc, accumulate, a, b, c, /*is_vnni=*/false);
-}
-
-// dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd; in
-// square tiles (both sides stay in cache), split over the threads by dst rows.
-template <typename T>
-void transpose(const T* src, int64_t m, int64_t n, int64_t lds, T* dst, int64_t ldd) {
-  constexpr int64_t kTile = 32;
-  at::parallel_for(0, (n + kTile - 1) / kTile, 1, [&](int64_t c0, int64_t c1) {
-    for (int64_t jb = c0 * kTile; jb < std::min(n, c1 * kTile); jb += kTile) {
-      const int64_t je = std::min(n, jb + kTile);
-      for (int64_t ib = 0; ib < m; ib += kTile) {
-        const int64_t ie = std::min(m, ib + kTile);
-        for (int64_t j = jb; j < je; ++j) {
-          for (int64_t i = ib; i < ie; ++i) dst[j * ldd + i] = src[i * lds + j];
-        }
-      }
-    }
-  });
-}
-
-// dst = srcᵀ (src [m, n], dst an [n, m] view): float32/64 and bfloat16 with unit-stride rows in
-// tiles over the threads (ATen's transposing copy runs on one thread), anything else by ATen.
-inline void transpose_into(at::Tensor& dst, const at::Tensor& src) {
-  if (src.scalar_type() != dst.scalar_type() || dst.stride(1) != 1 || src.stride(1) != 1 ||
-      src.scalar_type() == at::kHalf) {
-    dst.copy_(src.t());
-    return;
-  }
-  AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, src.scalar_type(), "transpose_into", [&] {
-    transpose(src.const_data_ptr<scalar_t>(), src.size(0), src.size(1), src.stride(0),
-              dst.data_ptr<scalar_t>(), dst.stride(0));
-  });
 }
 
 // t as a row-major matrix (unit column stride) and its leading dimension: t itself, or a copy
