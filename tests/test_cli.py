@@ -81,6 +81,9 @@ def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
     assert [r["pass"] for r in data["results"]] == ["fwd", "fwd+bwd"]
     assert all(r["ms"]["ours"] > 0 and r["ms"]["nn.LSTM"] > 0 for r in data["results"])
     assert all(r["ms"]["TF"] is None for r in data["results"])
+    # ours/nn.LSTM is the median of paired per-round ratios, not the ratio of the medians.
+    assert all(r["ratio"]["ours/nn.LSTM"] > 0 and r["paired_rounds"] >= 7 for r in data["results"])
+    assert all(r["ratio"]["ours/TF"] is None for r in data["results"])
 
 
 def test_bench_rejects_a_bad_shape(capsys):

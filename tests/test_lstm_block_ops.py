@@ -488,6 +488,24 @@ def test_numpy_inputs_and_int_seq_len_max(version):
             assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("version", ["cell", "V1", "V2"])
+@pytest.mark.parametrize("grad", [False, True], ids=["plain", "requires_grad"])
+def test_inference_mode_same_outputs(version, grad):
+    """Under torch.inference_mode the raw op (which then calls the op directly: no Autograd key
+    to go below) gives the outputs it gives under no_grad, as inference tensors."""
+    shape = "blocks"
+    L = None if version == "cell" else SHAPES[shape][0] - 2
+    inp = {k: v.requires_grad_(grad) for k, v in _inputs(version, shape, torch.float32).items()}
+    attrs = _attrs(version, SMALL_CLIP, True)
+    with torch.no_grad():
+        want = _ours_forward(version, inp, attrs, L)
+    with torch.inference_mode():
+        got = _ours_forward(version, inp, attrs, L)
+    for name, a, b in zip(LSTM_OUT, got, want, strict=True):
+        assert a.is_inference() and not a.requires_grad, name
+        assert torch.equal(a, b), name
+
+
 # ---------------------------------------------------------------------------------------------
 # Autograd: torch.autograd.grad through the raw ops vs TF's gradient of the same upstream grads.
 

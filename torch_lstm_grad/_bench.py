@@ -15,25 +15,33 @@ The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py`
 ``pad_packed_sequence``. TF has no CPU kernel for CudnnRNN.
 
 "fwd" is the training forward (inputs require grad, so autograd records and oneDNN saves its
-workspace), i.e. the forward part of "fwd+bwd". torch is timed with ``torch.utils.benchmark.Timer``
-at torch's default thread count; TF with a timeit-style loop (median of repeats) at its default
-intra-op threads. Thread counts are printed and saved with ``--json``.
+workspace), i.e. the forward part of "fwd+bwd". Thread counts are printed and saved with
+``--json``.
+
+Timing: ours and torch.nn.LSTM are timed *paired*: rounds of one call each, in a shuffled order,
+until each has had ``--min-run-time`` seconds per ``--rounds``; the times are the medians and
+ours/nn.LSTM is the median of the per-round ratios. On a shared VM whose speed drifts by ±20%
+between minutes this compares the two under the same conditions, where timing each for a second
+in turn did not (the same code measured 1.10x and 1.29x in two runs). TF runs in blocks of its
+own (median of repeats, timeit-style): interleaved with torch's calls, each library's idle
+worker threads would spin on the CPUs the other one is using.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import gc
 import importlib.util
 import json
 import os
 import platform
+import random
 import statistics
 import sys
 import time
 
 import torch
-import torch.utils.benchmark as benchmark
 
 from . import raw_ops
 
@@ -78,14 +86,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="S",
-        help="seconds of timing per measurement (default 1.0)",
+        help="seconds of timing per implementation and measurement (default 1.0)",
     )
     parser.add_argument(
         "--rounds",
         type=int,
         default=1,
         metavar="N",
-        help="time every implementation N times, interleaved, and keep the best (default 1)",
+        help="multiply the timing per measurement by N (default 1)",
     )
     parser.add_argument(
         "--threads",
@@ -222,11 +230,33 @@ def _tf_fns(tf, T, inputs):
     return (lambda: fwd(*args)), (lambda: fwd_bwd(*args))
 
 
-def _time_torch(fn, min_run_time: float) -> float:
-    fn()  # warm-up (oneDNN primitive creation, allocator)
-    # Timer defaults to one thread; keep torch's own default instead.
-    timer = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=torch.get_num_threads())
-    return timer.blocked_autorange(min_run_time=min_run_time).median
+def _time_paired(fns: dict, min_run_time: float) -> dict[str, list[float]]:
+    """Seconds per call of each of `fns`, timed in rounds that call every one once (a batch of
+    calls where one call is under 2 ms), in a shuffled order: list k of each is round k."""
+    number = {}
+    for name, fn in fns.items():
+        fn()  # warm-up (oneDNN primitive creation, allocator)
+        start = time.perf_counter()
+        fn()
+        number[name] = max(1, int(2e-3 / max(time.perf_counter() - start, 1e-9)))
+    per_call = {name: [] for name in fns}
+    order, rng = list(fns), random.Random(0)
+    deadline = time.perf_counter() + min_run_time * len(fns)
+    gc_was_enabled = gc.isenabled()
+    gc.disable()  # as timeit does: a collection would land in one member of a pair
+    try:
+        while len(per_call[order[0]]) < 7 or time.perf_counter() < deadline:
+            rng.shuffle(order)
+            for name in order:
+                fn, n = fns[name], number[name]
+                start = time.perf_counter()
+                for _ in range(n):
+                    fn()
+                per_call[name].append((time.perf_counter() - start) / n)
+    finally:
+        if gc_was_enabled:
+            gc.enable()
+    return per_call
 
 
 def _time_tf(fn, min_run_time: float) -> float:
@@ -259,15 +289,15 @@ def _fmt_ms(ms):
     return "-" if ms is None else f"{ms:.3f}"
 
 
-def _fmt_ratio(a, b):
-    return "-" if a is None or b is None else f"{a / b:.2f}x"
+def _fmt_ratio(ratio):
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def _print_table(results, out=None):
     head = ("shape T,B,I,H", "pass", "ours ms", "nn.LSTM ms", "TF ms", "ours/nn.LSTM", "ours/TF")
     lines = [head]
     for r in results:
-        ms = r["ms"]
+        ms, ratio = r["ms"], r["ratio"]
         lines.append(
             (
                 ",".join(map(str, r["shape"])),
@@ -275,8 +305,8 @@ def _print_table(results, out=None):
                 _fmt_ms(ms["ours"]),
                 _fmt_ms(ms["nn.LSTM"]),
                 _fmt_ms(ms["TF"]),
-                _fmt_ratio(ms["ours"], ms["nn.LSTM"]),
-                _fmt_ratio(ms["ours"], ms["TF"]),
+                _fmt_ratio(ratio["ours/nn.LSTM"]),
+                _fmt_ratio(ratio["ours/TF"]),
             )
         )
     widths = [max(len(row[c]) for row in lines) for c in range(len(head))]
@@ -361,9 +391,10 @@ def run(args: argparse.Namespace) -> int:
         f"TF intra-op {info['tf_intra_op_threads']} / inter-op {info['tf_inter_op_threads']} "
         f"(0 = TF default, one per CPU; {info['cpu_count']} CPUs: {info['cpu_model']})"
     )
-    impls = IMPLS if tf else IMPLS[:2]
     passes = ("fwd+bwd", "varied") if cudnn else PASSES
-    total, done, results = args.rounds * len(shapes) * len(impls) * len(passes), 0, []
+    steps = 2 if tf else 1  # per shape and pass: the ours/nn.LSTM pairs, then TF
+    total, done, results = len(shapes) * len(passes) * steps, 0, []
+    run_time = args.min_run_time * args.rounds
     for T, B, I, H in shapes:  # noqa: E741
         inputs = _inputs(T, B, I, H, args.seed)
         if cudnn:
@@ -376,20 +407,36 @@ def run(args: argparse.Namespace) -> int:
             fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
         if tf:
             fns["TF"] = _tf_fns(tf, T, inputs)
-        times = {p: dict.fromkeys(IMPLS) for p in passes}
-        # Rounds interleave the implementations, so a burst of load from other processes hits
-        # them alike; the best round's median is kept.
-        for _ in range(args.rounds):
-            for impl in impls:
-                for p, fn in zip(passes, fns[impl], strict=True):
-                    done += 1
-                    label = f"[{done}/{total}] T={T} B={B} I={I} H={H} {impl} {p}"
-                    print(label + " ...", end="", file=sys.stderr, flush=True)
-                    timer = _time_tf if impl == "TF" else _time_torch
-                    ms = timer(fn, args.min_run_time) * 1e3
-                    times[p][impl] = ms if times[p][impl] is None else min(times[p][impl], ms)
-                    print(f" {ms:.3f} ms", file=sys.stderr, flush=True)
-        results += [{"shape": [T, B, I, H], "pass": p, "ms": times[p]} for p in passes]
+        for k, p in enumerate(passes):
+            ms = dict.fromkeys(IMPLS)
+            done += 1
+            label = f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} ours vs nn.LSTM"
+            print(label + " ...", end="", file=sys.stderr, flush=True)
+            paired = _time_paired({impl: fns[impl][k] for impl in ("ours", "nn.LSTM")}, run_time)
+            for impl, secs in paired.items():
+                ms[impl] = statistics.median(secs) * 1e3
+            vs_nn = statistics.median(
+                a / b for a, b in zip(paired["ours"], paired["nn.LSTM"], strict=True)
+            )
+            print(f" {ms['ours']:.3f} / {ms['nn.LSTM']:.3f} ms", file=sys.stderr, flush=True)
+            if tf:
+                done += 1
+                print(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} TF ...", end="",
+                      file=sys.stderr, flush=True)  # fmt: skip
+                ms["TF"] = _time_tf(fns["TF"][k], run_time) * 1e3
+                print(f" {ms['TF']:.3f} ms", file=sys.stderr, flush=True)
+            results.append(
+                {
+                    "shape": [T, B, I, H],
+                    "pass": p,
+                    "ms": ms,
+                    "ratio": {
+                        "ours/nn.LSTM": vs_nn,
+                        "ours/TF": ms["ours"] / ms["TF"] if ms["TF"] else None,
+                    },
+                    "paired_rounds": len(paired["ours"]),
+                }
+            )
     _print_table(results)
     if args.json:
         with open(args.json, "w") as f:

@@ -291,6 +291,10 @@ def call(name: str, *args):
     on plain tensors, with grad recording it runs the op's Function directly and without it
     calls the kernel below the Autograd key; otherwise it is that op call."""
     op = _OVERLOADS[name]
+    if torch.is_inference_mode_enabled():
+        # No Autograd key to go below (inference mode excludes it): the plain call is the
+        # shortest path, for any tensor type.
+        return op(*args)
     if not _plain_eager(args):
         return op(*args)
     if torch.is_grad_enabled() and any(

@@ -30,13 +30,13 @@
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/dispatch/Dispatcher.h>
-#include <ATen/cpu/Utils.h>
 #include <ATen/native/CPUBlas.h>
 
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "cpu_features.h"
 #include "transpose.h"
 
 extern "C" {
