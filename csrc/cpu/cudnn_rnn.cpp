@@ -363,8 +363,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
 
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, backward. dY [T, B, P]: gradient reaching this direction's outputs;
-// dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Writes the
-// layer-input gradient dX [T·B, in] and this pseudo-layer's regions of dparams.
+// dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Sets dX to the
+// layer-input gradient [T·B, in] (a new tensor) and writes this pseudo-layer's regions of dparams.
 
 template <typename acc_t>
 void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
@@ -372,8 +372,11 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
                         const DirState& r, const at::Tensor& dY, at::Tensor& dh, at::Tensor& dc,
                         at::Tensor& dX, LayerWeights& g) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
-  if (T == 0) return;  // nothing ran: dX is empty, the parameter grads stay zero
   const auto opts = X.options();
+  if (T == 0) {  // nothing ran: dX is empty, the parameter grads stay zero
+    dX = at::empty({0, X.size(1)}, opts);
+    return;
+  }
   // Written for the running rows of every step; the finished rows are zeroed step by step.
   at::Tensor d_pre = at::empty({T, B, GH}, opts);
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
@@ -452,11 +455,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   }
   const at::Tensor dp2 = d_pre.view({T * B, GH});
   const at::Tensor dr2 = d_rec.view({T * B, GH});
-  if (w.W.defined()) {
-    cpu::matmul_out(dX, dp2, w.W);
-  } else {
-    at::sum_out(dX, dp2.view({T * B, G, H}), 1);
-  }
+  dX = w.W.defined() ? cpu::matmul(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
   // dWᵀ = Xᵀ·dpre and dRᵀ = h_beforeᵀ·drec, on the inputs transposed into contiguous rows
   // [in + P, T·B] (a transposed view as the left operand costs oneDNN a one-thread copy), in one
   // product where drec is dpre (LSTM, RNN); the results transposed into the params' [GH, ·].
@@ -512,9 +511,14 @@ at::Tensor to_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedu
   return sort_rows(tm.to(acc), 1, s).contiguous();
 }
 
+// `owned`: x is the call's own tensor, shared with nothing it returns, so it is returned as it
+// is where nothing needs reordering, transposing or casting (unsort_rows' result is new anyway).
 at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Schedule& s,
-                             at::ScalarType dtype) {
+                             at::ScalarType dtype, bool owned = false) {
   const at::Tensor y = unsort_rows(x, 1, s);
+  if (c.time_major && y.scalar_type() == dtype && y.is_contiguous() && (owned || !s.sorted)) {
+    return y;
+  }
   return fresh(c.time_major ? y : y.transpose(0, 1), dtype);
 }
 
@@ -614,9 +618,8 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
   for (int64_t l = c.L - 1; l >= 0; --l) {
     const at::Tensor x = l == 0 ? x0 : layer_input(c, s, r, l);
     const int64_t in = c.layer_input(l);
-    // One direction writes its input gradient straight into dx; two add theirs up.
-    at::Tensor dx = c.D == 1 ? at::empty({c.T * c.B, in}, x.options())
-                             : at::zeros({c.T * c.B, in}, x.options());
+    // One direction's input gradient is dx; two add theirs up.
+    at::Tensor dx = c.D == 1 ? at::Tensor() : at::zeros({c.T * c.B, in}, x.options());
     for (int64_t d = 0; d < c.D; ++d) {
       const int64_t k = l * c.D + d;
       const bool rev = d == 1;
@@ -624,15 +627,19 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
       at::Tensor dy = d_out.narrow(1, d * c.P, c.P);
       dy = (rev ? dy.index_select(0, s.rev) : dy.contiguous()).view({c.T, c.B, c.P});
       at::Tensor dh = dh_all[k], dc = c.lstm() ? dc_all[k] : at::Tensor();
-      at::Tensor dxd = c.D == 1 ? dx : at::empty({c.T * c.B, in}, x.options());
+      at::Tensor dxd;
       backward_direction<acc_t>(c, s, xd, weights[k], h_all[k], c.lstm() ? c_all[k] : at::Tensor(),
                                 r.dirs[k], dy, dh, dc, dxd, grads[k]);
-      if (c.D > 1) dx.add_(rev ? dxd.index_select(0, s.rev) : dxd);
+      if (c.D == 1) {
+        dx = dxd;
+      } else {
+        dx.add_(rev ? dxd.index_select(0, s.rev) : dxd);
+      }
     }
     if (l > 0 && r.masks[l].defined()) dx.mul_(r.masks[l].view({c.T * c.B, c.D * c.P}));
     d_out = dx;
   }
-  return {from_internal_seq(d_out.view({c.T, c.B, c.I}), c, s, dtype),
+  return {from_internal_seq(d_out.view({c.T, c.B, c.I}), c, s, dtype, /*owned=*/true),
           from_internal_state(dh_all, c, s, dtype),
           c.lstm() ? from_internal_state(dc_all, c, s, dtype) : at::zeros({}, input.options()),
           dparams.to(dtype)};
