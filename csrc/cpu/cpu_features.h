@@ -6,7 +6,8 @@
 
 namespace torch_lstm_grad::cpu {
 
-// Whether the CPU has the named feature ("avx2", "avx512f", "avx512_bf16", "amx_bf16").
+// Whether the CPU has the named feature, by cpuinfo's names as PyTorch reports them ("avx2",
+// "avx512_f", "avx512_bf16", "amx_bf16"; note the underscores): an unknown name is false.
 inline bool cpu_has(const char* feature) {
   const auto caps = at::cpu::get_cpu_capabilities();
   const auto it = caps.find(feature);
