@@ -355,6 +355,12 @@ inline std::array<at::Tensor, 3> aten_peephole_grads(const at::Tensor& dgates,
           (dg.select(1, layout.o) * cs_now).sum(0).to(out_type)};
 }
 
+// The peephole gradients of an op without peepholes (or with no step run): zeros.
+inline std::array<at::Tensor, 3> zero_peephole_grads(const at::Tensor& wci, const at::Tensor& wcf,
+                                                     const at::Tensor& wco) {
+  return {zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
+}
+
 inline std::array<at::Tensor, 3> peepholes_acc(const at::Tensor& wci, const at::Tensor& wcf,
                                         const at::Tensor& wco, bool use_peephole,
                                         at::ScalarType acc) {
@@ -372,11 +378,8 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const int64_t B = x.size(1), I = x.size(2), H = cs_prev.size(1);
   const auto dtype = x.scalar_type();
   const auto acc = acc_type(dtype);
-  auto zeros_peep = [&] {
-    return std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
-  };
   if (L == 0 || B == 0) {
-    auto p = zeros_peep();
+    auto p = zero_peephole_grads(wci, wcf, wco);
     return {zeros_of(x), zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
             p[0],        p[1],              p[2],             zeros_of(b)};
   }
@@ -412,7 +415,7 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const at::Tensor w_grad = Backend::matmul(xh_t, dg_mm);
   std::array<at::Tensor, 3> p;
   if (!use_peephole) {
-    p = zeros_peep();
+    p = zero_peephole_grads(wci, wcf, wco);
   } else if (st.sums.defined()) {
     // Copies: op outputs must not share storage (a float64 .to() would return a view).
     for (int k = 0; k < 3; ++k) p[k] = st.sums[4 + k].to(dtype, false, /*copy=*/true);
@@ -558,7 +561,7 @@ struct Ops {
     std::array<at::Tensor, 3> p =
         use_peephole
             ? Backend::peephole_grads(st.dgates, csp, act[1].unsqueeze(0), 1, kICFO, dtype)
-            : std::array<at::Tensor, 3>{zeros_of(wci), zeros_of(wcf), zeros_of(wco)};
+            : zero_peephole_grads(wci, wcf, wco);
     return {st.dcs_carry.to(dtype), st.dgates[0].to(dtype), p[0], p[1], p[2]};
   }
 };

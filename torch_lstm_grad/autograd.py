@@ -279,8 +279,8 @@ _OVERLOADS = {name: getattr(_ops, name.split("::")[1]).default for name in DIFFE
 
 def _plain_eager(args) -> bool:
     # Tensor subclasses (FakeTensor, FunctionalTensor, ...), functorch transforms and tracing
-    # need the dispatcher's full path (the registered autograd and fake kernels). Not called
-    # while compiling (call() asks first).
+    # need the dispatcher's full path (the registered autograd and fake kernels). Compiling is
+    # asked in call(), first.
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return False
     return all(type(a) is torch.Tensor for a in args if isinstance(a, torch.Tensor))
@@ -292,11 +292,10 @@ def call(name: str, *args):
     on plain tensors, with grad recording it runs the op's Function directly and without it
     calls the kernel below the Autograd key; otherwise it is that op call."""
     op = _OVERLOADS[name]
-    # Dynamo traces the op call itself (and cannot trace the inference-mode query). In inference
-    # mode there is no Autograd key to go below: the plain call is the shortest path there.
-    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
-        return op(*args)
-    if not _plain_eager(args):
+    # Dynamo traces the op call itself (and cannot trace the inference-mode query, hence the
+    # order). In inference mode there is no Autograd key to go below: the plain call is the
+    # shortest path there.
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or not _plain_eager(args):
         return op(*args)
     if torch.is_grad_enabled() and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in args

@@ -363,20 +363,17 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
 
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, backward. dY [T, B, P]: gradient reaching this direction's outputs;
-// dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Sets dX to the
-// layer-input gradient [T·B, in] (a new tensor) and writes this pseudo-layer's regions of dparams.
+// dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Writes this
+// pseudo-layer's regions of dparams and returns the layer-input gradient [T·B, in], a new tensor.
 
 template <typename acc_t>
-void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
-                        const LayerWeights& w, const at::Tensor& h0, const at::Tensor& c0,
-                        const DirState& r, const at::Tensor& dY, at::Tensor& dh, at::Tensor& dc,
-                        at::Tensor& dX, LayerWeights& g) {
+at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
+                              const LayerWeights& w, const at::Tensor& h0, const at::Tensor& c0,
+                              const DirState& r, const at::Tensor& dY, at::Tensor& dh,
+                              at::Tensor& dc, LayerWeights& g) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
   const auto opts = X.options();
-  if (T == 0) {  // nothing ran: dX is empty, the parameter grads stay zero
-    dX = at::empty({0, X.size(1)}, opts);
-    return;
-  }
+  if (T == 0) return at::empty({0, X.size(1)}, opts);  // the parameter grads stay zero
   // Written for the running rows of every step; the finished rows are zeroed step by step.
   at::Tensor d_pre = at::empty({T, B, GH}, opts);
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
@@ -455,7 +452,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
   }
   const at::Tensor dp2 = d_pre.view({T * B, GH});
   const at::Tensor dr2 = d_rec.view({T * B, GH});
-  dX = w.W.defined() ? cpu::matmul(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
+  const at::Tensor dX = w.W.defined() ? cpu::matmul(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
   // dWᵀ = Xᵀ·dpre and dRᵀ = h_beforeᵀ·drec, on the inputs transposed into contiguous rows
   // [in + P, T·B] (a transposed view as the left operand costs oneDNN a one-thread copy), in one
   // product where drec is dpre (LSTM, RNN); the results transposed into the params' [GH, ·].
@@ -486,6 +483,7 @@ void backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor&
     at::sum_out(g.bR, dr2, 0);
   }
   if (c.proj()) cpu::matmul_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  return dX;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -627,9 +625,10 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
       at::Tensor dy = d_out.narrow(1, d * c.P, c.P);
       dy = (rev ? dy.index_select(0, s.rev) : dy.contiguous()).view({c.T, c.B, c.P});
       at::Tensor dh = dh_all[k], dc = c.lstm() ? dc_all[k] : at::Tensor();
-      at::Tensor dxd;
-      backward_direction<acc_t>(c, s, xd, weights[k], h_all[k], c.lstm() ? c_all[k] : at::Tensor(),
-                                r.dirs[k], dy, dh, dc, dxd, grads[k]);
+      const at::Tensor dxd =
+          backward_direction<acc_t>(c, s, xd, weights[k], h_all[k],
+                                    c.lstm() ? c_all[k] : at::Tensor(), r.dirs[k], dy, dh, dc,
+                                    grads[k]);
       if (c.D == 1) {
         dx = dxd;
       } else {
