@@ -8,7 +8,7 @@ Subcommands:
 * ``bench``: CPU timings of BlockLSTM fwd and fwd+bwd against ``torch.nn.LSTM`` and TF
   (``_bench.py``; also ``benchmarks/bench_block_lstm.py``).
 * ``convert``: TF checkpoint / Keras file to a PyTorch file that ``porting.load`` reads
-  (``porting.py``).
+  (``porting/``): exact ports or exit 2 naming what cannot be reproduced.
 """
 
 from __future__ import annotations
@@ -111,11 +111,20 @@ def _convert(args: argparse.Namespace) -> int:
         print("torch-lstm-grad convert: -o/--output OUT.pt is required", file=sys.stderr)
         return 2
     try:
-        porting.convert(args.src, args.output, forget_bias=args.forget_bias)
+        porting.convert(
+            args.src,
+            args.output,
+            sets=args.set,
+            keras_version=args.keras_version,
+            config=args.config,
+            assume_defaults=args.assume_defaults,
+            approximate=args.approximate,
+            forget_bias=args.forget_bias,
+        )
     except (ValueError, NotImplementedError, OSError) as err:
         print(f"torch-lstm-grad convert: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {args.output} (load with torch_lstm_grad.porting.load)")
+    print(f"wrote {args.output} (load with torch_lstm_grad.load)")
     return 0
 
 
@@ -155,18 +164,57 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = sub.add_parser(
         "convert",
-        help="TF checkpoint or Keras file to PyTorch",
-        description="Reads a TF1/TF2 checkpoint prefix or a Keras .weights.h5/.h5/.keras file, "
-        "maps its LSTM/GRU variables to torch_lstm_grad modules (printing what each became) and "
-        "writes OUT.pt, which torch_lstm_grad.porting.load turns back into modules.",
+        help="TF checkpoint or Keras file to PyTorch, exactly or not at all",
+        description="Reads a Keras .keras/.weights.h5/.h5 file or a TF1/TF2 checkpoint prefix, "
+        "describes each recurrent layer from what the file stores (Keras config, keras_version, "
+        "TF2 object graph, TF1 meta graph), prints every attribute with its origin, and writes "
+        "modules that compute exactly what TF/Keras computed to OUT.pt (torch_lstm_grad.load "
+        "reads it). What the modules cannot reproduce exactly, or what the file does not store "
+        "and you did not state, stops the conversion with exit code 2 and a message naming the "
+        "layer, the attribute and the value.",
     )
     convert.add_argument("src", help="TF checkpoint prefix, .weights.h5, .h5 or .keras file")
     convert.add_argument("-o", "--output", help="the .pt file to write (required)")
     convert.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="[LAYER:]KEY=VALUE",
+        help="state what the file does not store, for one layer or all (repeatable): a Keras "
+        "config key (recurrent_activation=sigmoid, go_backwards=true) or a TF1 cell attribute "
+        "(forget_bias=1.0, cell_clip=3, activation=tanh, proj_clip=none, "
+        "clip_gradient=zero|straight_through)",
+    )
+    convert.add_argument(
+        "--config",
+        metavar="FILE",
+        help="the Keras model config of a weights-only file or checkpoint: model.to_json() "
+        "output, a .keras archive, or a legacy .h5 with model_config",
+    )
+    convert.add_argument(
+        "--keras-version",
+        metavar="V",
+        help="the Keras that wrote a file which does not say (its defaults and its "
+        "hard_sigmoid apply), e.g. 2.2.4 or 3.0",
+    )
+    convert.add_argument(
+        "--assume-defaults",
+        action="store_true",
+        help="for a TF1 checkpoint without its .meta graph: take the TF1 class defaults "
+        "(forget_bias 1.0, no clip, tanh) for what the checkpoint does not store",
+    )
+    convert.add_argument(
+        "--approximate",
+        action="store_true",
+        help="where an exact port is impossible but a close one exists (e.g. a straight-through "
+        "clip gradient for LSTMCell's zero one, float32 for a mixed-precision layer), build it "
+        "and print a WARNING naming the difference on stderr",
+    )
+    convert.add_argument(
         "--forget-bias",
         type=float,
-        default=1.0,
-        help="forget_bias of TF1 LSTMCell/LSTMBlockCell variables (not stored; default 1.0)",
+        default=None,
+        help="shorthand for --set forget_bias=F (TF1 LSTM cells: not stored in checkpoints)",
     )
     convert.set_defaults(func=_convert)
     return parser

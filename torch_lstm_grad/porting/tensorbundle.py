@@ -21,16 +21,17 @@ Format (as TF 2.21 writes it; checked against its files in tests/test_porting.py
   raw, in the header's byte order. `crc32c` is the **masked** crc32c of those bytes
   (`((c >> 15 | c << 17) + 0xa282ead8) mod 2**32`), as for the blocks.
 
-The protobuf wire format is decoded here by hand (varints, length-delimited fields, fixed32/64).
+The protobuf wire format is decoded by hand (`proto.py`).
 A partitioned variable (TF1 partitioners; TF2's `MaxShardSizePolicy` splits big variables too)
 has an entry with `slices` (TensorSliceProto: repeated extent = 1 {start = 1, length = 2;
 no length: the whole dimension}) and no data; each slice is its own entry under the key
 `OrderedCode(0, name, ndims, start_0, length_0, ...)` (TF's `EncodeTensorNameSlice`; length -1
 for a whole dimension), which `get_tensor` looks up and assembles. Snappy-compressed blocks
-(TF writes none) raise NotImplementedError; strings, resources and variants (e.g. TF2's
-`_CHECKPOINTABLE_OBJECT_GRAPH`) are listed but not read: `get_tensor` raises
-NotImplementedError for them. bfloat16 is returned widened to float32
-(exact).
+(TF writes none) raise NotImplementedError. String tensors (e.g. TF2's
+`_CHECKPOINTABLE_OBJECT_GRAPH`, a serialized TrackableObjectGraph) are read by `get_strings`:
+TF writes each element's length as a varint64, then a 4-byte checksum of the lengths, then the
+bytes (`WriteStringTensor`). Resources and variants are listed but not read: `get_tensor`
+raises NotImplementedError for them. bfloat16 is returned widened to float32 (exact).
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ import struct
 from dataclasses import dataclass
 
 import numpy as np
+
+from . import proto
 
 __all__ = ["TensorBundleReader", "crc32c", "masked_crc32c"]
 
@@ -60,7 +63,8 @@ DTYPES = {
     17: ("uint16", "u2"),
     19: ("float16", "f2"),
 }
-_UNREADABLE = {7: "string", 20: "resource", 21: "variant"}
+_STRING = 7
+_UNREADABLE = {_STRING: "string", 20: "resource", 21: "variant"}
 
 
 # -- crc32c (Castagnoli), pure Python: optional verification only -----------------------------
@@ -94,60 +98,6 @@ def masked_crc32c(data: bytes) -> int:
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
-# -- protobuf wire format -------------------------------------------------------------------
-
-
-def _varint(buf: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise ValueError("truncated varint")
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint longer than 10 bytes")
-
-
-def _proto_fields(buf: bytes) -> dict[int, list]:
-    """Field number -> list of values: ints for varint/fixed fields, bytes for length-delimited
-    ones (sub-messages are parsed by the caller)."""
-    out: dict[int, list] = {}
-    pos = 0
-    while pos < len(buf):
-        tag, pos = _varint(buf, pos)
-        field, wire = tag >> 3, tag & 7
-        if wire == 0:
-            value, pos = _varint(buf, pos)
-        elif wire == 1:
-            (value,) = struct.unpack_from("<Q", buf, pos)
-            pos += 8
-        elif wire == 2:
-            n, pos = _varint(buf, pos)
-            value = bytes(buf[pos : pos + n])
-            if len(value) != n:
-                raise ValueError("truncated length-delimited field")
-            pos += n
-        elif wire == 5:
-            (value,) = struct.unpack_from("<I", buf, pos)
-            pos += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire} (field {field})")
-        out.setdefault(field, []).append(value)
-    return out
-
-
-def _int64(v: int) -> int:
-    return v - (1 << 64) if v >= 1 << 63 else v
-
-
-def _last(fields: dict, n: int, default=0):
-    return fields[n][-1] if n in fields else default
-
-
 @dataclass(frozen=True)
 class BundleEntry:
     dtype: int
@@ -170,25 +120,25 @@ class BundleEntry:
 
 
 def _parse_entry(value: bytes) -> BundleEntry:
-    f = _proto_fields(value)
+    f = proto.fields(value)
     shape: tuple[int, ...] | None = ()
     if 2 in f:
-        sf = _proto_fields(f[2][-1])
-        if _last(sf, 3):
+        sf = proto.fields(f[2][-1])
+        if proto.last(sf, 3):
             shape = None
         else:
-            shape = tuple(_int64(_last(_proto_fields(d), 1)) for d in sf.get(2, []))
+            shape = tuple(proto.int64(proto.last(proto.fields(d), 1)) for d in sf.get(2, []))
     return BundleEntry(
-        dtype=_last(f, 1),
+        dtype=proto.last(f, 1),
         shape=shape,
-        shard_id=_last(f, 3),
-        offset=_int64(_last(f, 4)),
-        size=_int64(_last(f, 5)),
-        crc32c=_last(f, 6, None),
+        shard_id=proto.last(f, 3),
+        offset=proto.int64(proto.last(f, 4)),
+        size=proto.int64(proto.last(f, 5)),
+        crc32c=proto.last(f, 6, None),
         slices=tuple(
             tuple(
-                (_int64(_last(ef, 1)), _int64(ef[2][-1]) if 2 in ef else -1)
-                for ef in map(_proto_fields, _proto_fields(sp).get(1, []))
+                (proto.int64(proto.last(ef, 1)), proto.int64(ef[2][-1]) if 2 in ef else -1)
+                for ef in map(proto.fields, proto.fields(sp).get(1, []))
             )
             for sp in f.get(7, [])
         ),
@@ -235,8 +185,8 @@ def slice_key(name: str, extents) -> bytes:
 
 
 def _block(data: bytes, handle: bytes, where: str, verify: bool) -> bytes:
-    off, pos = _varint(handle, 0)
-    size, _ = _varint(handle, pos)
+    off, pos = proto.varint(handle, 0)
+    size, _ = proto.varint(handle, pos)
     if off + size + 5 > len(data):
         raise ValueError(f"{where}: block [{off}, +{size}) runs past the end of the file")
     contents, kind = data[off : off + size], data[off + size]
@@ -263,9 +213,9 @@ def _block_entries(block: bytes, where: str):
         raise ValueError(f"{where}: bad restart count {restarts}")
     pos, key = 0, b""
     while pos < end:
-        shared, pos = _varint(block, pos)
-        non_shared, pos = _varint(block, pos)
-        vlen, pos = _varint(block, pos)
+        shared, pos = proto.varint(block, pos)
+        non_shared, pos = proto.varint(block, pos)
+        vlen, pos = proto.varint(block, pos)
         if shared > len(key) or pos + non_shared + vlen > end:
             raise ValueError(f"{where}: corrupt block entry at {pos}")
         key = key[:shared] + block[pos : pos + non_shared]
@@ -284,8 +234,8 @@ def read_table(path: str, verify: bool = False) -> list[tuple[bytes, bytes]]:
     (magic,) = struct.unpack_from("<Q", footer, _FOOTER - 8)
     if magic != _MAGIC:
         raise ValueError(f"{path}: not an SSTable (bad magic {magic:#018x})")
-    _, pos = _varint(footer, 0)  # metaindex offset
-    _, pos = _varint(footer, pos)  # metaindex size
+    _, pos = proto.varint(footer, 0)  # metaindex offset
+    _, pos = proto.varint(footer, pos)  # metaindex size
     index = _block(data, footer[pos:], f"{path} (index block)", verify)
     out = []
     for _, handle in _block_entries(index, f"{path} (index block)"):
@@ -313,15 +263,15 @@ class TensorBundleReader:
         header = None
         for key, value in read_table(index, verify_crc):
             if key == b"":
-                header = _proto_fields(value)
+                header = proto.fields(value)
             elif key[:1] == b"\x00":
                 self._slices[key] = value  # a slice of a partitioned variable
             else:
                 self.entries[key.decode("utf-8")] = _parse_entry(value)
         if header is None:
             raise ValueError(f"{index}: no BundleHeaderProto (empty key) in the index")
-        self.num_shards = _last(header, 1, 1)
-        endianness = _last(header, 2, 0)
+        self.num_shards = proto.last(header, 1, 1)
+        endianness = proto.last(header, 2, 0)
         if endianness not in (0, 1):
             raise ValueError(f"{index}: unknown endianness {endianness}")
         self.byte_order = "<" if endianness == 0 else ">"
@@ -347,6 +297,30 @@ class TensorBundleReader:
         if e.sliced:
             return self._assemble(name, e)
         return self._read(name, e)
+
+    def get_strings(self, name: str) -> list[bytes]:
+        """The elements of a string tensor, flattened (a scalar gives one)."""
+        e = self.entries[name]
+        if e.dtype != _STRING or e.sliced or e.shape is None:
+            raise ValueError(f"{name}: not an unpartitioned string tensor ({e.dtype_name})")
+        count = int(np.prod(e.shape, dtype=np.int64))
+        data = self._shard(e.shard_id)
+        if e.offset < 0 or e.offset + e.size > len(data):
+            raise ValueError(f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
+                             f"{self.shard_path(e.shard_id)} ({len(data)} bytes)")  # fmt: skip
+        raw = data[e.offset : e.offset + e.size]
+        lengths, pos = [], 0
+        for _ in range(count):
+            n, pos = proto.varint(raw, pos)
+            lengths.append(n)
+        pos += 4  # the checksum of the lengths
+        if pos + sum(lengths) != len(raw):
+            raise ValueError(f"{name}: string lengths {lengths} do not fill its {len(raw)} bytes")
+        out = []
+        for n in lengths:
+            out.append(raw[pos : pos + n])
+            pos += n
+        return out
 
     def _assemble(self, name: str, e: BundleEntry) -> np.ndarray:
         """A partitioned variable: each slice's entry sits under its OrderedCode key."""

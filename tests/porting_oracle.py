@@ -1,0 +1,81 @@
+"""Test helper for the porting tests: models built and run by TF/Keras themselves, their files,
+and the comparison of a port with them (outputs, final states, and the gradients of one loss
+that uses all of them, with respect to the inputs and every weight).
+
+Not a test module. Every weight and bias is randomised before saving (never an initializer's
+zeros or ones), so a dropped bias or swapped gate block shows in the numbers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from tf_oracle import tf_module
+
+TOL = 1e-5  # scaled: max |ours - TF| / max(1, max |TF|), float32
+
+
+def rng(seed: int) -> np.random.Generator:
+    return np.random.default_rng(seed)
+
+
+def randomize(weights, seed: int) -> None:
+    """Uniform [-0.6, 0.6) into every Keras / TF variable (biases included)."""
+    r = rng(seed)
+    for w in weights:
+        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
+
+
+def loss_weights(arrays, seed: int) -> list[np.ndarray]:
+    r = rng(seed)
+    return [r.standard_normal(np.shape(a)).astype(np.float32) for a in arrays]
+
+
+def scaled_error(ours, theirs) -> float:
+    ours = ours.detach().cpu().numpy() if torch.is_tensor(ours) else np.asarray(ours)
+    theirs = np.asarray(theirs)
+    assert ours.shape == theirs.shape, f"shape {ours.shape} vs TF's {theirs.shape}"
+    if theirs.size == 0:
+        return 0.0
+    return float(np.abs(ours - theirs).max() / max(1.0, float(np.abs(theirs).max())))
+
+
+def assert_close(named: dict, tol: float = TOL) -> None:
+    """`named[name] = (ours, theirs)`: every pair within `tol` scaled; the message lists all."""
+    errs = {k: scaled_error(a, b) for k, (a, b) in named.items()}
+    bad = {k: f"{e:.2e}" for k, e in errs.items() if not e <= tol}
+    assert not bad, f"scaled errors above {tol}: {bad} (all: " + ", ".join(
+        f"{k} {e:.1e}" for k, e in errs.items()) + ")"
+
+
+def flat(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+def keras_run(model, inputs: list[np.ndarray], seed: int):
+    """Runs a Keras model on `inputs`; returns (outputs, loss weights, gradients of
+    Σ_k Σ out_k·R_k with respect to the float inputs and to each trainable weight, keyed by the
+    weight's path)."""
+    tf = tf_module()
+    ts = [tf.constant(x) for x in inputs]
+    with tf.GradientTape() as tape:
+        for t in ts:
+            if t.dtype.is_floating:
+                tape.watch(t)
+        outs = flat(model(ts if len(ts) > 1 else ts[0], training=False))
+        rs = loss_weights(outs, seed)
+        loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+    weights = model.trainable_weights
+    float_inputs = [t for t in ts if t.dtype.is_floating]
+    grads = tape.gradient(loss, float_inputs + list(weights))
+    in_grads = [g.numpy() for g in grads[: len(float_inputs)]]
+    w_grads = {w.path: g.numpy() for w, g in zip(weights, grads[len(float_inputs):], strict=True)}
+    return [o.numpy() for o in outs], rs, in_grads, w_grads
+
+
+def torch_loss(outs, rs) -> torch.Tensor:
+    return sum((o * torch.from_numpy(r)).sum() for o, r in zip(outs, rs, strict=True))
+
+
+def module_params(module: torch.nn.Module, prefix: str = "") -> dict[str, torch.nn.Parameter]:
+    return {f"{prefix}{n}": p for n, p in module.named_parameters()}

@@ -1,0 +1,278 @@
+"""Ports of Keras 3 files, checked against Keras itself (TF 2.21 backend, CPU): `.keras`, legacy
+`.h5`, `.weights.h5` (alone and with `--config`), and TF2 checkpoints of Keras models (with and
+without the optimizer, read with TF and without). Every weight is randomised before saving; each
+port is compared on outputs, final states and the gradients of one loss using all of them, with
+respect to the inputs and every weight; what the modules cannot compute is refused by name."""
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+import torch
+from porting_oracle import assert_close, keras_run, randomize, torch_loss
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import cli, keras_layers, porting
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+T, B, I = 6, 3, 4  # noqa: E741
+# Row 0 full, row 1 right-padded, row 2 holes anywhere (Keras skips masked steps wherever).
+MASK = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [0, 1, 0, 1, 1, 0]], bool)
+
+
+def _keras():
+    tf_module()
+    import keras
+
+    return keras
+
+
+def _chain_model(make_layers, mask: bool, seed: int):
+    """Input [B, T, I] (and a boolean mask input) through the layers in turn; the model's outputs
+    are every layer's outputs (its states too with return_state), so each is compared."""
+    keras = _keras()
+    x_in = keras.Input((T, I), name="x")
+    inputs = [x_in]
+    m_in = None
+    if mask:
+        m_in = keras.Input((T,), dtype="bool", name="m")
+        inputs.append(m_in)
+    y, outputs, layers = x_in, [], make_layers(keras)
+    for layer in layers:
+        out = layer(y, mask=m_in) if mask else layer(y)
+        out = out if isinstance(out, (list, tuple)) else [out]
+        outputs += list(out)
+        y = out[0]
+    model = keras.Model(inputs, outputs)
+    randomize(model.trainable_weights, seed)
+    return model, [layer.name for layer in layers]
+
+
+def _run_ours(mods, names, x, mask):
+    outs, y = [], torch.from_numpy(x).requires_grad_()
+    x_t = y
+    m = None if mask is None else torch.from_numpy(mask)
+    for name in names:
+        out = mods[name](y, mask=m)
+        out = list(out) if isinstance(out, (list, tuple)) else [out]
+        outs += out
+        y = out[0]
+    return x_t, outs
+
+
+def _param_for(mods, path: str):
+    """The module parameter holding Keras' weight `path` (`lstm/lstm_cell/kernel`,
+    `bidirectional/forward_lstm/lstm_cell/kernel`)."""
+    parts = path.split("/")
+    module, leaf = mods[parts[0]], parts[-1]
+    if isinstance(module, keras_layers.KerasBidirectional):
+        sub = "forward_layer" if parts[1].startswith("forward_") else "backward_layer"
+        module = getattr(module, sub)
+    return getattr(module, leaf)
+
+
+def _compare(model, names, mods, seed, mask: bool):
+    r = np.random.default_rng(seed)
+    x = r.standard_normal((B, T, I)).astype(np.float32)
+    inputs = [x, MASK] if mask else [x]
+    want, rs, (dx,), dw = keras_run(model, inputs, seed)
+    x_t, outs = _run_ours(mods, names, x, MASK if mask else None)
+    assert len(outs) == len(want)
+    params = {path: _param_for(mods, path) for path in dw}
+    grads = torch.autograd.grad(torch_loss(outs, rs), [x_t, *params.values()])
+    pairs = {f"output {k}": (o, w) for k, (o, w) in enumerate(zip(outs, want, strict=True))}
+    pairs["d inputs"] = (grads[0], dx)
+    pairs.update({f"d {p}": (g, dw[p]) for p, g in zip(params, grads[1:], strict=True)})
+    assert_close(pairs)
+
+
+def _convert(src, tmp_path, capsys, *extra, code=0):
+    out = tmp_path / "out.pt"
+    assert cli.main(["convert", str(src), "-o", str(out), *extra]) == code, capsys.readouterr()
+    captured = capsys.readouterr()
+    if code:
+        return captured.err
+    return porting.load(out), captured.out
+
+
+def _every_layer_kind(keras):
+    return [
+        keras.layers.LSTM(5, return_sequences=True, name="lstm_a"),
+        keras.layers.GRU(4, return_sequences=True, go_backwards=True, name="gru_after"),
+        keras.layers.GRU(3, return_sequences=True, reset_after=False, name="gru_before"),
+        keras.layers.SimpleRNN(4, activation="relu", return_sequences=True, name="rnn_relu"),
+        keras.layers.SimpleRNN(3, return_sequences=True, zero_output_for_mask=True),
+        keras.layers.Bidirectional(keras.layers.LSTM(3, return_sequences=True), merge_mode="sum"),
+        keras.layers.Bidirectional(keras.layers.GRU(2, return_state=True), name="bi_gru"),
+    ]
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
+@pytest.mark.parametrize("fmt", [".keras", "legacy.h5", "weights.h5+config", "ckpt+config"])
+def test_keras3_every_layer_kind(tmp_path, capsys, fmt, mask):
+    """LSTM, GRU (both reset positions, go_backwards), SimpleRNN (relu, tanh with
+    zero_output_for_mask), Bidirectional (sum; GRU with return_state): every format, with a mask
+    that skips steps anywhere and without."""
+    tf = tf_module()
+    model, names = _chain_model(_every_layer_kind, mask, seed=1)
+    config = tmp_path / "model.json"
+    config.write_text(model.to_json())
+    if fmt == ".keras":
+        src, extra = tmp_path / "m.keras", []
+        model.save(src)
+    elif fmt == "legacy.h5":
+        src, extra = tmp_path / "m.h5", []
+        model.save(src)
+    elif fmt == "weights.h5+config":
+        src, extra = tmp_path / "m.weights.h5", ["--config", str(config)]
+        model.save_weights(src)
+    else:
+        src = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+        extra = ["--config", str(config)]
+    mods, log = _convert(src, tmp_path, capsys, *extra)
+    assert set(mods) == set(names)
+    assert "gate_activation      = 'sigmoid'  <- " in log
+    _compare(model, names, mods, seed=2, mask=mask)
+
+
+def test_keras3_weights_only_uses_keras3_defaults(tmp_path, capsys):
+    """A `.weights.h5` stores no config: its layers get Keras 3's defaults, each printed as not
+    stored; a default-configured model ports exactly."""
+    keras = _keras()
+    model, names = _chain_model(lambda k: [k.layers.LSTM(4)], mask=False, seed=3)
+    model.save_weights(tmp_path / "m.weights.h5")
+    mods, log = _convert(tmp_path / "m.weights.h5", tmp_path, capsys)
+    assert "gate_activation      = 'sigmoid'  <- default of Keras 3  [not stored in the file]" in log
+    assert isinstance(mods[names[0]], keras_layers.KerasLSTM)
+    _compare(model, names, mods, seed=4, mask=False)
+    del keras
+
+
+def test_keras3_no_bias_stateful_and_zero_outputs(tmp_path, capsys):
+    """use_bias=False (no bias variable), zero_output_for_mask, and a stateful layer whose
+    second call starts from the first call's final states, as Keras' does."""
+    keras = _keras()
+    x_in = keras.Input(batch_shape=(B, T, I))
+    m_in = keras.Input(batch_shape=(B, T), dtype="bool")
+    a = keras.layers.LSTM(4, use_bias=False, return_sequences=True, zero_output_for_mask=True,
+                          name="nobias")  # fmt: skip
+    s = keras.layers.GRU(3, stateful=True, return_sequences=True, name="stateful")
+    y = s(a(x_in, mask=m_in), mask=m_in)
+    model = keras.Model([x_in, m_in], y)
+    randomize(model.trainable_weights, 5)
+    model.save(tmp_path / "m.keras")
+    mods, log = _convert(tmp_path / "m.keras", tmp_path, capsys)
+    assert "use_bias             = False  <- no bias variable" in log
+    r = np.random.default_rng(6)
+    xs = [r.standard_normal((B, T, I)).astype(np.float32) for _ in range(2)]
+    for call, x in enumerate(xs):  # Keras' stateful layer carries its states across calls
+        want = model([x, MASK], training=False).numpy()
+        got = mods["stateful"](mods["nobias"](torch.from_numpy(x), mask=torch.from_numpy(MASK)),
+                               mask=torch.from_numpy(MASK))  # fmt: skip
+        assert_close({f"call {call}": (got, want)})
+    mods["stateful"].reset_states()
+    s.reset_states()
+    assert_close({"after reset": (mods["stateful"](mods["nobias"](torch.from_numpy(xs[0]))),
+                                  model([xs[0], np.ones((B, T), bool)]).numpy())})  # fmt: skip
+
+
+def test_keras3_tf2_checkpoint_after_fit_with_optimizer(tmp_path, capsys):
+    """After `fit`, a Checkpoint with the optimizer stores the weights under
+    optimizer/_trainable_variables/N; the object graph names them (read with TF and without)."""
+    tf = tf_module()
+    keras = _keras()
+    model, names = _chain_model(
+        lambda k: [k.layers.LSTM(4, return_sequences=True, name="enc"), k.layers.GRU(3)], False, 7
+    )
+    model.compile(optimizer="adam", loss="mse")
+    r = np.random.default_rng(8)
+    model.fit(r.standard_normal((B, T, I)).astype(np.float32),
+              [r.standard_normal((B, T, 4)).astype(np.float32),
+               r.standard_normal((B, 3)).astype(np.float32)], epochs=2, verbose=0)  # fmt: skip
+    prefix = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
+        str(tmp_path / "ckpt")
+    )
+    config = tmp_path / "model.json"
+    config.write_text(model.to_json())
+    for reader in ("tensorflow", "tensorbundle"):
+        src = porting.read_source(prefix, reader=reader)
+        assert "enc/lstm_cell/kernel" in src.variables
+        assert src.keys["enc/lstm_cell/kernel"].startswith("optimizer/_trainable_variables/")
+        assert any("momentum" in why for why in src.ignored.values())
+    mods, log = _convert(prefix, tmp_path, capsys, "--config", str(config))
+    assert "stored as optimizer/_trainable_variables/" in log and "optimizer state" in log
+    _compare(model, names, mods, seed=9, mask=False)
+    del keras
+
+
+def test_keras3_activations_refused_by_name(tmp_path, capsys):
+    """Keras 3's hard_sigmoid gates and a relu GRU: refused naming the layer, the attribute and
+    the value, and nothing written; --approximate does not change that (nothing is close)."""
+    keras = _keras()
+    model, _ = _chain_model(lambda k: [
+        k.layers.LSTM(4, recurrent_activation="hard_sigmoid", name="hard"),
+    ], False, 10)  # fmt: skip
+    model.save(tmp_path / "a.keras")
+    err = _convert(tmp_path / "a.keras", tmp_path, capsys, code=2)
+    assert "hard: recurrent_activation = 'hard_sigmoid_keras3'" in err
+    assert not (tmp_path / "out.pt").exists()
+    model, _ = _chain_model(lambda k: [k.layers.GRU(3, activation="relu", name="g")], False, 11)
+    model.save(tmp_path / "b.keras")
+    err = _convert(tmp_path / "b.keras", tmp_path, capsys, "--approximate", code=2)
+    assert "g: activation = 'relu'" in err
+    del keras
+
+
+def _edit_config(src, dst, edit):
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for item in zin.namelist():
+            data = zin.read(item)
+            if item == "config.json":
+                cfg = json.loads(data)
+                edit(cfg)
+                data = json.dumps(cfg).encode()
+            zout.writestr(item, data)
+
+
+def test_keras3_unknown_key_and_dtype_policy(tmp_path, capsys):
+    """A config key the converter does not know, or a mixed-precision policy, is refused;
+    --approximate converts with a warning on stderr naming the difference."""
+    keras = _keras()
+    model, names = _chain_model(lambda k: [k.layers.LSTM(4, name="l")], False, 12)
+    model.save(tmp_path / "m.keras")
+
+    def add_key(cfg):
+        for layer in cfg["config"]["layers"]:
+            if layer["config"]["name"] == "l":
+                layer["config"]["peephole_magic"] = 2
+                layer["config"]["dtype"] = "mixed_float16"
+
+    _edit_config(tmp_path / "m.keras", tmp_path / "e.keras", add_key)
+    err = _convert(tmp_path / "e.keras", tmp_path, capsys, code=2)
+    assert "l: peephole_magic = 2: a config key this converter does not know" in err
+    assert "l: dtype = 'mixed_float16'" in err
+    mods, _ = _convert(tmp_path / "e.keras", tmp_path, capsys, "--approximate")
+    # (the warnings went to stderr, read by _convert's capsys call; the port is the float32 one)
+    _compare(model, names, mods, seed=13, mask=False)
+    with pytest.warns(UserWarning, match="converted with --approximate"):
+        porting.load(tmp_path / "out.pt")
+    del keras
+
+
+def test_keras3_config_that_contradicts_the_weights(tmp_path, capsys):
+    keras = _keras()
+    model, _ = _chain_model(lambda k: [k.layers.GRU(3, name="g")], False, 14)
+    model.save(tmp_path / "m.keras")
+
+    def flip(cfg):
+        for layer in cfg["config"]["layers"]:
+            if layer["config"]["name"] == "g":
+                layer["config"]["reset_after"] = False
+                layer["config"]["units"] = 7
+
+    _edit_config(tmp_path / "m.keras", tmp_path / "e.keras", flip)
+    err = _convert(tmp_path / "e.keras", tmp_path, capsys, code=2)
+    assert "g: reset_after = False" in err and "g: units = 7" in err
+    del keras

@@ -1,0 +1,365 @@
+"""Keras' recurrent layers as `nn.Module`s: Keras' weights, Keras' call, the fused kernels.
+
+`KerasLSTM`, `KerasGRU`, `KerasSimpleRNN` hold Keras' own parameters (`kernel [I, G·U]`,
+`recurrent_kernel [U, G·U]`, `bias`; gate orders i, f, c, o and z, r, h as Keras stores them),
+so a Keras file's weights load as they are and their gradients are Keras' gradients. A call
+does what the Keras layer's call does (Keras 3 and tf.keras 2, `keras/src/layers/rnn/rnn.py` and
+the TF backend's `rnn`), on the CPU path (the only one without cuDNN's restrictions):
+
+* `inputs [B, T, I]` (`[T, B, I]` with `time_major`), optional `initial_state` (LSTM `[h, c]`,
+  GRU/SimpleRNN `[h]`, each `[B, U]`), optional `mask [B, T]` (bool: True = a real step).
+* `go_backwards`: the sequence (and mask) is read in reverse and the outputs are returned in that
+  reversed order, as Keras returns them.
+* a mask skips steps: a masked step leaves the states as they were; its output is zero
+  (`zero_output_for_mask`) or the last unmasked step's output (zeros before the first one). Any
+  mask pattern is exact: the unmasked steps of each row are gathered to the front, the kernel
+  runs them with per-row lengths, and the outputs are scattered back.
+* returns `output` (`[B, T, U]` with `return_sequences`, else the last step's output `[B, U]`),
+  followed by the final states with `return_state`; `stateful` keeps the final states for the
+  next call (`reset_states()` clears them), as Keras' stateful layers do.
+
+The cores are the fused ops: LSTM = `BlockLSTMV2` (Keras' i, f, c, o order, no forget bias, no
+clip; tf_semantics §8.3), GRU(reset_after=True) = `CudnnRNNV3` gru (cuDNN's GRU is Keras'
+reset-after GRU), GRU(reset_after=False) = `GRUBlockCell` step by step, SimpleRNN =
+`CudnnRNNV3` rnn_tanh / rnn_relu. Activation names are `torch_lstm_grad`'s own, unambiguous
+ones (`porting` maps a file's strings to them): "sigmoid", "tanh", "relu", "linear",
+"hard_sigmoid_keras2" (Keras 2's `clip(0.2·x + 0.5, 0, 1)`), "hard_sigmoid_keras3" (Keras 3's
+`relu6(x + 3) / 6`). A combination the kernels do not compute raises NotImplementedError at
+construction. Keras' dropout and recurrent_dropout are training-time noise and are not applied
+(the modules compute Keras' `training=False` function).
+
+`KerasBidirectional(forward, backward, merge_mode)` is Keras' `Bidirectional` around two of them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import layouts, raw_ops
+
+__all__ = ["KerasBidirectional", "KerasGRU", "KerasLSTM", "KerasSimpleRNN"]
+
+ACTIVATIONS = ("sigmoid", "tanh", "relu", "linear", "hard_sigmoid_keras2", "hard_sigmoid_keras3")
+MASKED_OUTPUTS = ("previous", "zeros")
+
+
+def _check_choice(name: str, value: str, allowed, cls: str) -> None:
+    if value not in ACTIVATIONS:
+        raise ValueError(f"{name}: expected one of {', '.join(ACTIVATIONS)}, got {value!r}")
+    if value not in allowed:
+        raise NotImplementedError(
+            f"{cls}: {name}={value!r} is not computed by this version's kernels (they compute "
+            f"{name} in {{{', '.join(allowed)}}}); a port of such a layer is refused rather "
+            "than approximated"
+        )
+
+
+class _KerasRNN(nn.Module):
+    """Keras' RNN call around a core `_run(x [T, B, I] time-major, states, lengths or None) ->
+    (outputs [T, B, U], final states)`; subclasses define the weights and the core."""
+
+    gates = 1
+    num_states = 1
+
+    def __init__(
+        self,
+        units: int,
+        input_size: int,
+        *,
+        activation: str = "tanh",
+        recurrent_activation: str = "sigmoid",
+        use_bias: bool = True,
+        return_sequences: bool = False,
+        return_state: bool = False,
+        go_backwards: bool = False,
+        stateful: bool = False,
+        time_major: bool = False,
+        zero_output_for_mask: bool = False,
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        factory = {"device": device, "dtype": dtype}
+        self.units, self.input_size = int(units), int(input_size)
+        if self.units <= 0 or self.input_size < 0:
+            raise ValueError(
+                f"units, input_size: expected units > 0 and input_size >= 0, got "
+                f"{self.units} and {self.input_size}"
+            )
+        self.activation, self.recurrent_activation = activation, recurrent_activation
+        self.use_bias = bool(use_bias)
+        self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
+        self.go_backwards, self.stateful = bool(go_backwards), bool(stateful)
+        self.time_major, self.zero_output_for_mask = bool(time_major), bool(zero_output_for_mask)
+        G, U = self.gates, self.units
+        self.kernel = nn.Parameter(torch.empty(self.input_size, G * U, **factory))
+        self.recurrent_kernel = nn.Parameter(torch.empty(U, G * U, **factory))
+        if self.use_bias:
+            self.bias = nn.Parameter(torch.empty(self._bias_shape(), **factory))
+        else:
+            self.register_buffer("bias", torch.zeros(self._bias_shape(), **factory))
+        self._states: list[torch.Tensor] | None = None
+        self.reset_parameters()
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (self.gates * self.units,)
+
+    def reset_parameters(self) -> None:
+        """Keras' initialisers: glorot-uniform kernel, orthogonal recurrent kernel, zero bias
+        (the LSTM's forget block 1, `unit_forget_bias`)."""
+        nn.init.xavier_uniform_(self.kernel)
+        with torch.no_grad():
+            for g in range(self.gates):
+                block = self.recurrent_kernel[:, g * self.units : (g + 1) * self.units]
+                block.copy_(nn.init.orthogonal_(torch.empty_like(block)))
+            self.bias.zero_()
+
+    def reset_states(self) -> None:
+        """Forget the states a stateful layer kept from its last call."""
+        self._states = None
+
+    # -- Keras' call ---------------------------------------------------------------------------
+
+    def _initial_states(self, initial_state, B: int, like: torch.Tensor) -> list[torch.Tensor]:
+        if initial_state is None:
+            if self.stateful and self._states is not None:
+                return self._states
+            return [like.new_zeros(B, self.units) for _ in range(self.num_states)]
+        states = [initial_state] if torch.is_tensor(initial_state) else list(initial_state)
+        if len(states) != self.num_states:
+            raise ValueError(
+                f"initial_state: expected {self.num_states} tensor(s) of shape [{B}, "
+                f"{self.units}], got {len(states)}"
+            )
+        for k, s in enumerate(states):
+            if tuple(s.shape) != (B, self.units):
+                raise ValueError(
+                    f"initial_state[{k}]: expected shape [{B}, {self.units}], got "
+                    f"{list(s.shape)}"
+                )
+        return states
+
+    def forward(self, inputs: torch.Tensor, mask=None, initial_state=None):
+        if inputs.dim() != 3 or inputs.shape[2] != self.input_size:
+            layout = "[T, B, I]" if self.time_major else "[B, T, I]"
+            raise ValueError(
+                f"inputs: expected {layout} with I = {self.input_size}, got "
+                f"{list(inputs.shape)}"
+            )
+        x = inputs if self.time_major else inputs.transpose(0, 1)
+        T, B = x.shape[0], x.shape[1]
+        states = self._initial_states(initial_state, B, x)
+        if mask is not None:
+            mask = torch.as_tensor(mask, device=x.device)
+            if tuple(mask.shape) != (B, T):
+                raise ValueError(f"mask: expected shape [{B}, {T}] (batch, time), got "
+                                 f"{list(mask.shape)}")  # fmt: skip
+            mask = mask.to(torch.bool).t()  # [T, B]
+        if self.go_backwards:
+            x = x.flip(0)
+            mask = None if mask is None else mask.flip(0)
+        if T == 0:
+            raise ValueError("inputs: a sequence of 0 steps (Keras refuses it too)")
+        if mask is None:
+            outputs, finals = self._run(x, states, None)
+        else:
+            outputs, finals = self._run_masked(x, states, mask)
+        if self.stateful:
+            self._states = [s.detach() for s in finals]
+        if self.return_sequences:
+            output = outputs if self.time_major else outputs.transpose(0, 1)
+        else:
+            output = outputs[-1]
+        return (output, *finals) if self.return_state else output
+
+    def _run_masked(self, x, states, mask):
+        T, B = mask.shape
+        counts = mask.to(torch.int64).cumsum(0)  # unmasked steps up to and including t
+        lengths = counts[-1]
+        # Each row's unmasked steps first, in order (a stable sort of "masked" keys).
+        order = torch.sort((~mask).to(torch.int8), dim=0, stable=True).indices
+        packed = x.gather(0, order.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+        outputs, finals = self._run(packed, states, lengths)
+        index = (counts - 1).clamp(min=0)
+        out = outputs.gather(0, index.unsqueeze(-1).expand(-1, -1, outputs.shape[2]))
+        keep = mask if self.zero_output_for_mask else counts > 0
+        return out * keep.unsqueeze(-1).to(out.dtype), finals
+
+    @staticmethod
+    def _final(seq: torch.Tensor, initial: torch.Tensor, lengths) -> torch.Tensor:
+        """Each row's state after its own `lengths[b]` steps (the initial state for 0)."""
+        if lengths is None:
+            return seq[-1]
+        full = torch.cat([initial.unsqueeze(0), seq])
+        index = lengths.view(1, -1, 1).expand(1, -1, seq.shape[2])
+        return full.gather(0, index).squeeze(0)
+
+    def extra_repr(self) -> str:
+        flags = [
+            f"{k}={getattr(self, k)}"
+            for k in ("use_bias", "return_sequences", "return_state", "go_backwards",
+                      "stateful", "time_major", "zero_output_for_mask")
+            if getattr(self, k) != (k == "use_bias")
+        ]  # fmt: skip
+        return ", ".join(
+            [f"units={self.units}", f"input_size={self.input_size}",
+             f"activation={self.activation!r}",
+             f"recurrent_activation={self.recurrent_activation!r}", *flags]
+        )  # fmt: skip
+
+
+class KerasLSTM(_KerasRNN):
+    """Keras `LSTM` (Keras 2 and 3): `kernel [I, 4U]`, `recurrent_kernel [U, 4U]`, `bias [4U]`
+    in Keras' i, f, c, o order (the forget bias is in `bias`). States `[h, c]`."""
+
+    gates = 4
+    num_states = 2
+
+    def __init__(self, units: int, input_size: int, **kwargs) -> None:
+        _check_choice("recurrent_activation", kwargs.get("recurrent_activation", "sigmoid"),
+                      ("sigmoid",), "KerasLSTM")  # fmt: skip
+        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasLSTM")
+        super().__init__(units, input_size, **kwargs)
+
+    def reset_parameters(self) -> None:
+        super().reset_parameters()
+        if self.use_bias:  # unit_forget_bias; without a bias there is nothing to initialise
+            with torch.no_grad():
+                self.bias[self.units : 2 * self.units] = 1.0
+
+    def _run(self, x, states, lengths):
+        h0, c0 = states
+        U = self.units
+        w = torch.cat([self.kernel, self.recurrent_kernel], 0)
+        no_peep = x.new_zeros(U)
+        out = raw_ops.BlockLSTMV2(
+            torch.tensor(x.shape[0], dtype=torch.int64), x, c0, h0, w, no_peep, no_peep,
+            no_peep, self.bias, cell_clip=0.0, use_peephole=False,
+        )  # fmt: skip
+        return out.h, [self._final(out.h, h0, lengths), self._final(out.cs, c0, lengths)]
+
+
+class KerasGRU(_KerasRNN):
+    """Keras `GRU`: `kernel [I, 3U]`, `recurrent_kernel [U, 3U]` (z, r, h); `reset_after=True`
+    (Keras 3's and tf.keras 2's default, cuDNN's GRU) has `bias [2, 3U]` (input row, recurrent
+    row), `reset_after=False` (Keras <= 2.2's default, TF's GRUBlockCell) `bias [3U]`."""
+
+    gates = 3
+
+    def __init__(self, units: int, input_size: int, *, reset_after: bool = True,
+                 **kwargs) -> None:  # fmt: skip
+        self.reset_after = bool(reset_after)
+        _check_choice("recurrent_activation", kwargs.get("recurrent_activation", "sigmoid"),
+                      ("sigmoid",), "KerasGRU")  # fmt: skip
+        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasGRU")
+        super().__init__(units, input_size, **kwargs)
+
+    def _bias_shape(self) -> tuple[int, ...]:
+        return (2, 3 * self.units) if self.reset_after else (3 * self.units,)
+
+    def _run(self, x, states, lengths):
+        (h0,) = states
+        if self.reset_after:
+            return _cudnn_core(self, "gru", x, h0, lengths, *layouts.keras_gru_to_canonical(
+                self.kernel, self.recurrent_kernel, self.bias))  # fmt: skip
+        w_ru, b_ru, w_c, b_c = layouts.keras_gru_to_block(
+            self.kernel, self.recurrent_kernel, self.bias
+        )
+        h, hs = h0, []
+        for t in range(x.shape[0]):  # TF's GRUBlockCell is a single-step op
+            h = raw_ops.GRUBlockCell(x[t], h, w_ru, w_c, b_ru, b_c).h
+            hs.append(h)
+        seq = torch.stack(hs)
+        return seq, [self._final(seq, h0, lengths)]
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, reset_after={self.reset_after}"
+
+
+class KerasSimpleRNN(_KerasRNN):
+    """Keras `SimpleRNN`: `kernel [I, U]`, `recurrent_kernel [U, U]`, `bias [U]`;
+    `h' = activation(x·kernel + bias + h·recurrent_kernel)`, activation tanh or relu."""
+
+    def __init__(self, units: int, input_size: int, **kwargs) -> None:
+        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh", "relu"),
+                      "KerasSimpleRNN")  # fmt: skip
+        kwargs.setdefault("recurrent_activation", "sigmoid")  # unused: no gates
+        super().__init__(units, input_size, **kwargs)
+
+    def _run(self, x, states, lengths):
+        (h0,) = states
+        weights = [self.kernel.t(), self.recurrent_kernel.t()]
+        biases = [self.bias, torch.zeros_like(self.bias)]
+        mode = "rnn_tanh" if self.activation == "tanh" else "rnn_relu"
+        return _cudnn_core(self, mode, x, h0, lengths, weights, biases)
+
+
+def _cudnn_core(layer: _KerasRNN, mode: str, x, h0, lengths, weights, biases):
+    """One layer, one direction of `CudnnRNNV3` from canonical lists (differentiable into them),
+    with per-row lengths: outputs past a row's length are zero (overwritten by the masked
+    call's scatter), the final state is the row's own."""
+    params = raw_ops.CudnnRNNCanonicalToParams(
+        1, layer.units, layer.input_size, weights, biases, rnn_mode=mode
+    )
+    out = raw_ops.CudnnRNNV3(
+        x, h0.unsqueeze(0), x.new_zeros(()), params, lengths, rnn_mode=mode,
+        is_training=torch.is_grad_enabled(),
+    )  # fmt: skip
+    return out.output, [out.output_h.squeeze(0)]
+
+
+class KerasBidirectional(nn.Module):
+    """Keras `Bidirectional(layer, merge_mode)`: `forward` reads the sequence as it is,
+    `backward` (a copy with `go_backwards`) in reverse; with `return_sequences` the backward
+    outputs are flipped back into time order before merging ("concat" on the last axis, "sum",
+    "mul", "ave", or None: the two outputs as a list). With `return_state`, the forward layer's
+    states then the backward layer's follow the output. Keras forces `zero_output_for_mask =
+    return_sequences` on both layers; the converter builds them so."""
+
+    MERGE_MODES = ("concat", "sum", "mul", "ave", None)
+
+    def __init__(self, forward: _KerasRNN, backward: _KerasRNN, merge_mode="concat") -> None:
+        super().__init__()
+        if merge_mode not in self.MERGE_MODES:
+            raise ValueError(f"merge_mode: expected one of {self.MERGE_MODES}, got {merge_mode!r}")
+        if forward.return_sequences != backward.return_sequences or (
+            forward.return_state != backward.return_state
+        ):
+            raise ValueError("forward, backward: return_sequences and return_state must agree")
+        self.forward_layer, self.backward_layer, self.merge_mode = forward, backward, merge_mode
+
+    def forward(self, inputs: torch.Tensor, mask=None, initial_state=None):
+        fw, bw = self.forward_layer, self.backward_layer
+        init_f = init_b = None
+        if initial_state is not None:
+            n = fw.num_states
+            if len(initial_state) != 2 * n:
+                raise ValueError(f"initial_state: expected {2 * n} tensors (forward states then "
+                                 f"backward states), got {len(initial_state)}")  # fmt: skip
+            init_f, init_b = list(initial_state[:n]), list(initial_state[n:])
+        y = fw(inputs, mask=mask, initial_state=init_f)
+        y_rev = bw(inputs, mask=mask, initial_state=init_b)
+        states: list[torch.Tensor] = []
+        if fw.return_state:
+            y, *sf = y
+            y_rev, *sb = y_rev
+            states = [*sf, *sb]
+        if fw.return_sequences:
+            y_rev = y_rev.flip(0 if bw.time_major else 1)
+        if self.merge_mode == "concat":
+            out = torch.cat([y, y_rev], -1)
+        elif self.merge_mode == "sum":
+            out = y + y_rev
+        elif self.merge_mode == "mul":
+            out = y * y_rev
+        elif self.merge_mode == "ave":
+            out = (y + y_rev) / 2
+        else:
+            out = [y, y_rev]
+        if fw.return_state:
+            return (*out, *states) if isinstance(out, list) else (out, *states)
+        return out
+
+    def extra_repr(self) -> str:
+        return f"merge_mode={self.merge_mode!r}"

@@ -1,0 +1,34 @@
+"""Porting TF and Keras files to this package's modules, exactly or not at all.
+
+The flow, one module each:
+
+    keras_files.py, checkpoint.py      readers: a file's variables under uniform names, and what
+    (tensorbundle.py, object_graph.py,   the file says about its writer and layers (a Keras
+     tf1_graph.py, proto.py)             config, a TF2 object graph, a TF1 meta graph) -> Source
+    describe_keras.py, describe_tf1.py  Source -> one LayerDescription per recurrent layer
+    (description.py, statements.py)      (description.py): every attribute with its origin
+    builders.py, build_tf1.py           LayerDescription -> module, or Refused
+    convert.py                          convert(): all of it, with the log; load()
+
+`torch-lstm-grad convert` is `convert`; `torch_lstm_grad.load` is `load`.
+"""
+
+from .checkpoint import READER_ENV
+from .convert import FORMAT, convert, describe, load, read_source, read_variables
+from .description import Attr, LayerDescription, Refusal, Refused
+from .statements import Statements
+
+__all__ = [
+    "FORMAT",
+    "READER_ENV",
+    "Attr",
+    "LayerDescription",
+    "Refusal",
+    "Refused",
+    "Statements",
+    "convert",
+    "describe",
+    "load",
+    "read_source",
+    "read_variables",
+]

@@ -1,0 +1,199 @@
+"""TF1 cell descriptions -> this package's TF1-layout modules (`modules.py`), the TF1 half of
+`builders.py`.
+
+| description kind | module |
+|---|---|
+| tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell, tf1.BlockLSTMV2 | `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict for a sequence) |
+| tf1.LSTMBlockFusedCell | `LSTMBlockFusedCell` |
+| tf1.GRUCell, tf1.GRUBlockCell | `GRUBlockCell` |
+| tf1.CudnnLSTM, tf1.CudnnGRU | `CudnnLSTM`, `CudnnGRU` |
+
+The description's variants (an activation other than tanh, `clip_gradient="zero"`, a
+projection) are passed to the module's constructor only when they differ from the module's
+defaults; a module that does not take or compute one raises, and the builder turns that into a
+refusal naming the attribute.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from .. import layouts, modules
+from .description import LayerDescription
+
+__all__ = ["build", "module_from_entry"]
+
+_LSTM_CELLS = {"tf1.LSTMCell", "tf1.BasicLSTMCell", "tf1.LSTMBlockCell",
+               "tf1.CudnnCompatibleLSTMCell", "tf1.BlockLSTMV2"}  # fmt: skip
+_CLASSES = {"LSTMBlockCell": modules.LSTMBlockCell,
+            "LSTMBlockFusedCell": modules.LSTMBlockFusedCell,
+            "GRUBlockCell": modules.GRUBlockCell, "CudnnLSTM": modules.CudnnLSTM,
+            "CudnnGRU": modules.CudnnGRU}  # fmt: skip
+_CLIP_APPROXIMATION = ("the block kernels' straight-through clip gradient: forward exact, "
+                       "gradients differ where the cell state is clipped")  # fmt: skip
+
+
+def _t(v) -> torch.Tensor:
+    return torch.from_numpy(np.array(v, copy=True))
+
+
+def _ifco_to_icfo(t: torch.Tensor) -> torch.Tensor:
+    i, f, c, o = t.chunk(4, dim=-1)
+    return torch.cat([i, c, f, o], dim=-1)
+
+
+def _variants(d: LayerDescription) -> dict:
+    """The module keyword arguments for the description's non-default variants."""
+    kw = {}
+    activation = d.value("activation")
+    if activation != "tanh":
+        kw["activation"] = activation
+    if d.value("cell_clip") is not None and d.value("clip_gradient") == "zero":
+        kw["clip_gradient"] = "zero"
+    if d.value("num_proj") is not None:
+        kw["num_proj"] = d.value("num_proj")
+        if d.value("proj_clip") is not None:
+            kw["proj_clip"] = d.value("proj_clip")
+    return kw
+
+
+def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype):
+    """The module, or None after a refusal naming the variants it does not take (TypeError:
+    no such argument in this version) or compute (NotImplementedError)."""
+    try:
+        return cls(**config, **variants, dtype=dtype)
+    except (TypeError, NotImplementedError) as err:
+        if not variants:
+            b.refuse(d.name, "layer", d.kind, str(err))
+            return None
+        approx = _CLIP_APPROXIMATION if list(variants) == ["clip_gradient"] else None
+        value = next(iter(variants.values())) if len(variants) == 1 else variants
+        if b.refuse(d.name, ", ".join(variants), value, f"not computed by this version's "
+                    f"{cls.__name__} ({type(err).__name__}: {err})", approx):  # fmt: skip
+            return cls(**config, dtype=dtype)
+        return None
+
+
+def build(b, d: LayerDescription):
+    v = b.variables
+    if d.kind in _LSTM_CELLS or d.kind == "tf1.LSTMBlockFusedCell":
+        w = d.weights
+        kernel, bias = _t(v[w["kernel"]]), _t(v[w["bias"]])
+        if d.value("gate_order") == "ifco":
+            kernel, bias = _ifco_to_icfo(kernel), _ifco_to_icfo(bias)
+        peep = bool(d.value("use_peepholes"))
+        config = {"num_units": d.value("units"), "input_size": d.value("input_size"),
+                  "forget_bias": float(d.value("forget_bias")), "cell_clip": d.value("cell_clip"),
+                  "use_peephole": peep}  # fmt: skip
+        cls = modules.LSTMBlockFusedCell if d.kind == "tf1.LSTMBlockFusedCell" else (
+            modules.LSTMBlockCell)  # fmt: skip
+        variants = _variants(d)
+        m = _construct(b, d, cls, config, variants, kernel.dtype)
+        if m is None:
+            return None
+        config.update({k: val for k, val in variants.items() if hasattr(m, k)})
+        with torch.no_grad():
+            m.kernel.copy_(kernel)
+            m.bias.copy_(bias)
+            for k in ("w_i_diag", "w_f_diag", "w_o_diag") if peep else ():
+                getattr(m, k).copy_(_t(v[w[k]]))
+            if "projection/kernel" in w and hasattr(m, "projection_kernel"):
+                m.projection_kernel.copy_(_t(v[w["projection/kernel"]]))
+        return _entry(m, d, config)
+    if d.kind in ("tf1.GRUCell", "tf1.GRUBlockCell"):
+        w = d.weights
+        config = {"num_units": d.value("units"), "input_size": d.value("input_size")}
+        gk = _t(v[w["gates/kernel"]])
+        variants = _variants(d)
+        m = _construct(b, d, modules.GRUBlockCell, config, variants, gk.dtype)
+        if m is None:
+            return None
+        config.update({k: val for k, val in variants.items() if hasattr(m, k)})
+        with torch.no_grad():
+            for p, n in ((m.gates_kernel, "gates/kernel"), (m.gates_bias, "gates/bias"),
+                         (m.candidate_kernel, "candidate/kernel"),
+                         (m.candidate_bias, "candidate/bias")):  # fmt: skip
+                p.copy_(_t(v[w[n]]))
+        return _entry(m, d, config)
+    if d.kind in ("tf1.CudnnLSTM", "tf1.CudnnGRU"):
+        return _cudnn(b, d)
+    b.refuse(d.name, "kind", d.kind, "no module builder for this kind")
+    return None
+
+
+def _cudnn(b, d: LayerDescription):
+    v = b.variables
+    kind = "lstm" if d.kind == "tf1.CudnnLSTM" else "gru"
+    L, H, I = d.value("num_layers"), d.value("units"), d.value("input_size")
+    D = 2 if d.value("direction") == "bidirectional" else 1
+    cells: dict[tuple[int, int], dict[str, str]] = {}
+    for role, name in d.weights.items():
+        cell, leaf = role.split("/", 1)
+        _, layer, direction = cell.split("_")
+        cells.setdefault((int(layer), int(direction)), {})[leaf] = name
+    weights, biases = [], []
+    for layer in range(L):
+        for direction in range(D):
+            w, bs = _cudnn_cell_canonical(kind, v, cells[(layer, direction)],
+                                          I if layer == 0 else D * H, H)  # fmt: skip
+            weights += w
+            biases += bs
+    config = {"num_layers": L, "num_units": H, "input_size": I}
+    if D == 2:
+        config["direction"] = "bidirectional"
+    cls = modules.CudnnLSTM if kind == "lstm" else modules.CudnnGRU
+    m = cls(**config, dtype=weights[0].dtype)
+    m.set_canonical_weights(weights, biases)
+    return _entry(m, d, config)
+
+
+def _cudnn_cell_canonical(kind, v, names, in_size, H):
+    """One (layer, direction)'s canonical `(weights, biases)` lists (tf_semantics §7.1)."""
+    if kind == "lstm":
+        kernel = _t(v[names["kernel"]])
+        if kernel.shape != (in_size + H, 4 * H):
+            raise ValueError(f"{names['kernel']}: shape {list(kernel.shape)}, expected "
+                             f"{[in_size + H, 4 * H]}")  # fmt: skip
+        if {"bias_cudnn_0", "bias_cudnn_1"} <= names.keys():  # bW, bR kept apart (ICFO)
+            w, bw = layouts.block_lstm_to_canonical(
+                kernel, _t(v[names["bias_cudnn_0"]]), forget_bias=0.0, split="input"
+            )
+            _, br = layouts.block_lstm_to_canonical(
+                kernel, _t(v[names["bias_cudnn_1"]]), forget_bias=0.0, split="input"
+            )
+            return w, bw[:4] + br[:4]
+        bias = _t(v[names["bias"]])
+        return layouts.block_lstm_to_canonical(kernel, bias, forget_bias=0.0, split="half")
+    gk = _t(v[names["gates/kernel"]])
+    ik = _t(v[names["candidate/input_projection/kernel"]])
+    hk = _t(v[names["candidate/hidden_projection/kernel"]])
+    for n, t, shape in (("gates/kernel", gk, (in_size + H, 2 * H)),
+                        ("candidate/input_projection/kernel", ik, (in_size, H)),
+                        ("candidate/hidden_projection/kernel", hk, (H, H))):  # fmt: skip
+        if t.shape != shape:
+            raise ValueError(f"{names[n]}: shape {list(t.shape)}, expected {list(shape)}")
+    wx, wh = gk[:in_size].t(), gk[in_size:].t()  # [2H, in], [2H, H]: rows r then u (= z)
+    weights = [wx[:H], wx[H:], ik.t(), wh[:H], wh[H:], hk.t()]
+    weights = [w.contiguous() for w in weights]
+    ib = _t(v[names["candidate/input_projection/bias"]])
+    hb = _t(v[names["candidate/hidden_projection/bias"]])
+    if {"bias_cudnn_0", "bias_cudnn_1"} <= names.keys():  # [bW_r, bW_z], [bR_r, bR_z]
+        b0, b1 = _t(v[names["bias_cudnn_0"]]), _t(v[names["bias_cudnn_1"]])
+    else:
+        b0 = b1 = _t(v[names["gates/bias"]]) * 0.5  # TF1's restore: halves
+    return weights, [b0[:H], b0[H:], ib, b1[:H], b1[H:], hb]
+
+
+def _entry(m, d: LayerDescription, config: dict) -> dict:
+    from .builders import _entry as entry
+
+    return entry(m, d.kind, {"class": type(m).__name__, **config}, d, list(d.weights.values()))
+
+
+def module_from_entry(entry: dict, dtype) -> torch.nn.Module:
+    config = dict(entry["config"])
+    cls = _CLASSES.get(config.pop("class", None))
+    if cls is None:
+        raise ValueError(f"unknown module class in {entry['kind']!r}")
+    return cls(**config, dtype=dtype)

@@ -1,0 +1,170 @@
+"""`convert` and `load`: the whole flow, readers -> layer descriptions -> module builders -> a
+file, and back.
+
+`convert` reads the file (`keras_files`, `checkpoint`), describes every recurrent layer it holds
+(`describe_keras`, `describe_tf1`), builds the modules (`builders`) and writes them with their
+descriptions; the log shows each description attribute with its origin and what it became.
+Whatever the modules cannot reproduce exactly raises `Refused` (the CLI exits 2) and nothing is
+written, unless `approximate=True`, which builds the nearest module where one exists and
+returns the difference among the warnings. `load` rebuilds the modules and refuses a file
+whose descriptions this version cannot honour.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+
+import numpy as np
+import torch
+
+from .builders import build, module_from_entry
+from .checkpoint import read_checkpoint
+from .describe_keras import describe_keras, keras_rnn_scopes
+from .describe_tf1 import describe_tf1
+from .description import LayerDescription, Refused
+from .keras_files import is_keras_file, read_keras, read_keras_config
+from .source import Source, Writer, keras_version_tuple
+from .statements import Statements
+
+__all__ = ["FORMAT", "convert", "describe", "load", "read_source", "read_variables"]
+
+FORMAT = "torch_lstm_grad.convert/2"
+_OLD_FORMATS = ("torch_lstm_grad.convert/1",)
+
+
+def read_source(path, reader: str | None = None, config=None) -> Source:
+    """The file's variables and what it says about its layers; `config`: a Keras model config
+    for a file that stores none (`read_keras_config`)."""
+    path = os.fspath(path)
+    source = read_keras(path) if is_keras_file(path) else read_checkpoint(path, reader)
+    if config is not None:
+        layers, masks, version = read_keras_config(os.fspath(config))
+        source.layers, source.mask_layers = layers, masks
+        source.config_origin = f"--config {os.fspath(config)}"
+        if version and source.writer.keras_version is None:
+            source.writer = Writer("keras", version, keras_version_tuple(version)[0],
+                                   f"--config {os.fspath(config)}")  # fmt: skip
+    return source
+
+
+def read_variables(path, reader: str | None = None) -> dict[str, np.ndarray]:
+    """Every floating-point weight of a Keras file or TF checkpoint, by its uniform name
+    (`read_source(...).variables`): Keras `<layer>/<cell>/<weight>`, TF1 names as they are, TF2
+    variables by their own (Keras) names."""
+    return read_source(path, reader).variables
+
+
+def describe(source: Source, statements: Statements | None = None):
+    """`(descriptions, refusals, used --set keys)` of every recurrent layer of `source`."""
+    statements = statements or Statements()
+    keras_names = {n for w in keras_rnn_scopes(source.variables).values() for n in w.values()}
+    out, refusals, used = [], [], set()
+    if keras_names:
+        keras_source = source
+        if source.writer.family != "keras":  # Keras layers in a TF1/TF2 checkpoint
+            keras_source = Source(source.path, source.format, Writer(
+                "keras", None, None, f"Keras layers in a {source.format}; the Keras version is "
+                "not stored"), source.variables, source.keys, source.layers,
+                source.config_origin, mask_layers=source.mask_layers)  # fmt: skip
+        d, r, u = describe_keras(keras_source, statements)
+        out, refusals, used = out + d, refusals + r, used | u
+    if source.writer.family != "keras":
+        d, r, u = describe_tf1(source, statements, exclude=keras_names)
+        out, refusals, used = out + d, refusals + r, used | u
+    return out, refusals, used
+
+
+def _stderr(line: str) -> None:
+    print(line, file=sys.stderr)
+
+
+def convert(src, out, *, sets=(), keras_version: str | None = None, config=None,
+            assume_defaults: bool = False, approximate: bool = False,
+            forget_bias: float | None = None, reader: str | None = None, log=print,
+            warn=_stderr) -> dict:  # fmt: skip
+    """Reads `src`, describes and builds every recurrent layer, writes `out` (torch.save) and
+    logs each description and what it became. `sets`: `"[LAYER:]KEY=VALUE"` statements for
+    what the file does not store (`--set`); `keras_version`: the Keras that wrote a file that
+    does not say; `config`: a Keras model config for a weights-only file; `assume_defaults`:
+    take the class defaults for whatever a TF1 checkpoint without its meta graph does not store;
+    `forget_bias`: shorthand for `sets=["forget_bias=..."]`. Raises `Refused` (a ValueError)
+    listing every attribute it cannot reproduce, and writes nothing then. Returns the saved
+    dict."""
+    statements = Statements.from_args(sets, keras_version, assume_defaults, forget_bias)
+    source = read_source(src, reader, config)
+    log(f"read {source.path}: {source.format}")
+    log(f"written by: {source.writer.describe()}")
+    log(f"found {len(source.variables)} weight variables:")
+    for name, value in sorted(source.variables.items()):
+        key = source.keys.get(name, name)
+        shown = name if key == name else f"{name} (stored as {key})"
+        log(f"  {shown} {list(np.shape(value))} {np.asarray(value).dtype}")
+    if not source.variables:
+        raise ValueError(f"{source.path}: no weight variables found")
+    descriptions, refusals, used = describe(source, statements)
+    unused = statements.unused(used)
+    if unused:
+        raise ValueError(f"--set {', '.join(unused)}: no layer of {source.path} uses it "
+                         f"(layers: {', '.join(d.name for d in descriptions) or 'none'})")  # fmt: skip
+    if not descriptions and not refusals:
+        raise ValueError(f"{source.path}: no recurrent layer (LSTM/GRU/RNN variable set) "
+                         "recognised among: " + ", ".join(sorted(source.variables)))  # fmt: skip
+    log("layers (attribute = value <- where it came from):")
+    for d in descriptions:
+        for line in d.lines():
+            log("  " + line)
+    build_warnings = []
+    if refusals:
+        blocking = [r for r in refusals if not (approximate and r.approximation)]
+        if blocking:
+            raise Refused(blocking)
+        build_warnings = [f"approximate port: {r}" for r in refusals]
+    entries, more = build(descriptions, source.variables, approximate)
+    build_warnings += more
+    for w in build_warnings:
+        warn(f"WARNING: {w}")
+    used_vars = set()
+    for name, e in entries.items():
+        used_vars |= set(e["used"])
+        params = ", ".join(f"{k} {list(t.shape)}" for k, t in e["state_dict"].items())
+        log(f"{name}: {e['class']} <- {', '.join(e['used'])}; params: {params}")
+    for name in sorted(set(source.variables) - used_vars):
+        log(f"not a recurrent layer's weight (left out): {name}")
+    for name, why in sorted(source.ignored.items()):
+        log(f"ignored: {name} ({why})")
+    data = {"format": FORMAT, "source": source.path, "approximate": bool(build_warnings),
+            "modules": entries}  # fmt: skip
+    torch.save(data, out)
+    return data
+
+
+def load(path) -> dict[str, torch.nn.Module]:
+    """The modules of a file written by `convert` (`torch-lstm-grad convert`), by name. Each
+    carries its layer description as `module.port_description`. Raises ValueError for a file
+    this version cannot honour (an older format, which did not record what each layer
+    computed, or a layer variant this version's kernels lack)."""
+    data = torch.load(path, weights_only=True)
+    if not isinstance(data, dict) or "format" not in data:
+        raise ValueError(f"{path}: not a torch-lstm-grad convert file (format {FORMAT!r})")
+    if data["format"] in _OLD_FORMATS:
+        raise ValueError(
+            f"{path}: written by an earlier torch-lstm-grad ({data['format']}) that did not "
+            "record what each layer computed and may have guessed it: convert the source again"
+        )
+    if data["format"] != FORMAT:
+        raise ValueError(f"{path}: format {data['format']!r}, this version reads {FORMAT!r}")
+    if data.get("approximate"):
+        warnings.warn(f"{path} was converted with --approximate: its modules differ from the "
+                      "TF/Keras layers (see each module's port_description)", stacklevel=2)  # fmt: skip
+    out = {}
+    for name, e in data["modules"].items():
+        try:
+            module = module_from_entry(e)
+        except (NotImplementedError, ValueError, TypeError, KeyError) as err:
+            raise ValueError(f"{path}: layer {name!r} ({e.get('kind')}) cannot be built by "
+                             f"this version: {err}") from err  # fmt: skip
+        module.port_description = LayerDescription.from_dict(e["description"])
+        out[name] = module
+    return out

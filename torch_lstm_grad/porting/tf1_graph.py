@@ -1,0 +1,372 @@
+"""TF1 meta graphs (`<prefix>.meta`, written by `Saver.save`), read without TensorFlow, and the
+recurrent cells found in them.
+
+A MetaGraphDef (tensorflow/core/protobuf/meta_graph.proto: meta_info_def = 1 {tensorflow_version
+= 5}, graph_def = 2) holds a GraphDef (node = 1, library = 2 {function = 1}); a NodeDef has name
+= 1, op = 2, input = 3 ("node", "node:k", "^control"), attr = 5 (map<string, AttrValue>: s = 2,
+i = 3, f = 4, b = 5, tensor = 8, func = 10 {name = 1}). Functions (FunctionDef: signature = 1
+{input_arg = 2 {name = 1}}, node_def = 3) hold the bodies of TF2-style control flow: TF >= 2
+builds `dynamic_rnn`'s loop as a `While`/`StatelessWhile` node whose `body` function receives
+the loop's inputs as its arguments, in order; TF1 builds it in the main graph with `Enter`
+nodes. Both are followed to the variables they read.
+
+`read_meta_graph` returns a `TF1Graph`; `TF1Graph.cell_at(scope)` finds how the variables under
+`scope` are used and reads the cell's attributes from the ops around them:
+
+* fused ops (`BlockLSTM`, `BlockLSTMV2`, `LSTMBlockCell`, `GRUBlockCell`) state them as
+  attributes (`forget_bias`, `cell_clip`, `use_peephole`);
+* TF1's Python cells (`LSTMCell`, `BasicLSTMCell`, `GRUCell`) are op patterns: `MatMul(concat(x,
+  h), kernel)`, `BiasAdd`, `Split` into i, j, f, o; the forget bias is the constant added to f,
+  the activation the op applied to j (and to c), a `clip_by_value` (`Minimum`, `Maximum` with
+  constants) after the new c is the cell clip, a `MatMul` with `projection/kernel` the
+  projection, a clip after it the projection clip. Any op on those paths that is not what the
+  cell classes build makes the cell unreadable, and the converter refuses it by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import proto
+
+__all__ = ["GraphCell", "TF1Graph", "read_meta_graph"]
+
+_PASS_THROUGH = {"Identity", "ReadVariableOp", "Enter", "RefEnter", "Snapshot"}
+_VARIABLES = {"VarHandleOp", "VariableV2", "Variable"}
+_ADDS = {"Add", "AddV2"}
+_ACTIVATION_OPS = {"Tanh": "tanh", "Relu": "relu", "Identity": "linear", "Sigmoid": "sigmoid"}
+_UNARY = {"Tanh", "Relu", "Relu6", "Elu", "Selu", "Softsign", "Softplus", "Sigmoid", "LeakyRelu",
+          "Sin", "Exp"}  # elementwise ops a cell's activation may be
+_FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
+_FUSED_GRU = {"GRUBlockCell": 2}
+
+
+@dataclass
+class _Node:
+    name: str
+    op: str
+    inputs: list[tuple[str, int]]  # (node key, output index)
+    attrs: dict
+
+
+@dataclass
+class GraphCell:
+    """What the graph says about the cell whose variables live under one scope: `cls` (the TF
+    class or op: "LSTMCell", "BasicLSTMCell", "GRUCell", "BlockLSTM", "LSTMBlockCell",
+    "BlockLSTMV2", "GRUBlockCell"), `attrs` (name -> value), `where` (the ops read), `problem`
+    (why the pattern could not be read, else None)."""
+
+    cls: str | None
+    attrs: dict = field(default_factory=dict)
+    where: str = ""
+    problem: str | None = None
+
+
+def _attr_value(buf: bytes):
+    f = proto.fields(buf)
+    if 2 in f:
+        return proto.last(f, 2).decode(errors="replace")
+    if 3 in f:
+        return proto.int64(proto.last(f, 3))
+    if 4 in f:
+        return proto.packed_floats([proto.last(f, 4)], "f")[0]
+    if 5 in f:
+        return bool(proto.last(f, 5))
+    if 8 in f:
+        return proto.tensor_value(proto.last(f, 8))
+    if 10 in f:
+        return {"func": proto.last(proto.fields(proto.last(f, 10)), 1, b"").decode()}
+    return None
+
+
+def _parse_node(buf: bytes, prefix: str, args: set[str]) -> _Node:
+    f = proto.fields(buf)
+    name = proto.last(f, 1, b"").decode()
+    inputs = []
+    for raw in f.get(3, []):
+        ref = raw.decode()
+        if ref.startswith("^"):
+            continue
+        parts = ref.split(":")
+        if prefix and parts[0] in args:  # a function argument
+            inputs.append((f"{prefix}{parts[0]}", 0))
+        elif prefix:  # "node:out_arg:k" inside a function body
+            inputs.append((f"{prefix}{parts[0]}", int(parts[2]) if len(parts) == 3 else 0))
+        else:  # "node" or "node:k" in the main graph
+            inputs.append((parts[0], int(parts[1]) if len(parts) == 2 else 0))
+    attrs = {}
+    for entry in f.get(5, []):
+        e = proto.fields(entry)
+        attrs[proto.last(e, 1, b"").decode()] = _attr_value(proto.last(e, 2, b""))
+    return _Node(f"{prefix}{name}", proto.last(f, 2, b"").decode(), inputs, attrs)
+
+
+class TF1Graph:
+    """The nodes of a meta graph (main graph and function bodies; a body's node `n` of
+    function `F` is keyed `F::n`), with function arguments resolved to their callers' inputs."""
+
+    def __init__(self, nodes: dict[str, _Node], tf_version: str):
+        self.nodes, self.tf_version = nodes, tf_version
+        self.consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
+        for n in nodes.values():
+            for pos, ref in enumerate(n.inputs):
+                self.consumers.setdefault(self.resolve(ref), []).append((n.name, pos))
+
+    def resolve(self, ref: tuple[str, int], depth: int = 0) -> tuple[str, int]:
+        """Follows identities, variable reads, loop entries and function arguments back to the
+        node that produces the value."""
+        node = self.nodes.get(ref[0])
+        if node is None or depth > 64:
+            return ref
+        if node.op in _PASS_THROUGH and node.inputs:
+            return self.resolve(node.inputs[0], depth + 1)
+        if node.op == "_Arg" and "caller" in node.attrs:
+            caller, index = node.attrs["caller"]
+            return self.resolve(self.nodes[caller].inputs[index], depth + 1)
+        return ref
+
+    def users(self, name: str, index: int = 0, ops=None) -> list[_Node]:
+        """The nodes that read output `index` of `name` (through identities), optionally only
+        those whose op is in `ops`."""
+        out = []
+        seen = set()
+        stack = [(name, index)]
+        while stack:
+            ref = stack.pop()
+            for user, _ in self.consumers.get(ref, []):
+                n = self.nodes[user]
+                if n.op in _PASS_THROUGH or n.op == "_Arg":
+                    if (user, 0) not in seen:
+                        seen.add((user, 0))
+                        stack.append((user, 0))
+                elif ops is None or n.op in ops:
+                    out.append(n)
+        return sorted({n.name: n for n in out}.values(), key=lambda n: n.name)
+
+    def const(self, ref: tuple[str, int]) -> float | None:
+        node = self.nodes.get(self.resolve(ref)[0])
+        if node is None or node.op != "Const" or not isinstance(node.attrs.get("value"),
+                                                                 np.ndarray):  # fmt: skip
+            return None
+        value = node.attrs["value"]
+        return float(value) if value.size == 1 else None
+
+    def variable(self, name: str) -> _Node | None:
+        n = self.nodes.get(name)
+        return n if n is not None and n.op in _VARIABLES else None
+
+    def input_node(self, n: _Node, pos: int) -> _Node | None:
+        return self.nodes.get(self.resolve(n.inputs[pos])[0]) if pos < len(n.inputs) else None
+
+    def reads(self, n: _Node, pos: int, variable: str) -> bool:
+        return pos < len(n.inputs) and self.resolve(n.inputs[pos])[0] == variable
+
+    # -- cells ---------------------------------------------------------------------------------
+
+    def cell_at(self, scope: str, kind: str) -> GraphCell | None:
+        """The cell using the variables `<scope>/kernel` (kind "lstm") or `<scope>/gates/kernel`
+        (kind "gru", also contrib's `w_ru`), or None when the graph does not hold them."""
+        var = None
+        for leaf in (("kernel",) if kind == "lstm" else ("gates/kernel", "w_ru", "w_c")):
+            var = self.variable(f"{scope}/{leaf}")
+            if var is not None:
+                break
+        if var is None:
+            return None
+        users = self.users(var.name)
+        fused = [u for u in users if u.op in _FUSED_LSTM or u.op in _FUSED_GRU]
+        if fused:
+            return _fused_cell(self, fused, var.name)
+        matmuls = [u for u in users if u.op == "MatMul" and self.reads(u, 1, var.name)]
+        if not matmuls:
+            return GraphCell(None, problem=f"{var.name} is read by "
+                             f"{sorted({u.op for u in users}) or 'no op'}, not by a MatMul or "
+                             "a fused RNN op")  # fmt: skip
+        cells = [(_python_lstm if kind == "lstm" else _python_gru)(self, m, scope) for m in matmuls]
+        first = cells[0]
+        for c in cells[1:]:  # static_rnn: one copy of the cell per step; they must agree
+            if c.problem is None and first.problem is None and (c.cls, c.attrs) != (
+                first.cls, first.attrs
+            ):
+                return GraphCell(None, problem=f"the {len(cells)} uses of {var.name} disagree: "
+                                 f"{first.attrs} at {first.where}, {c.attrs} at {c.where}")  # fmt: skip
+        return next((c for c in cells if c.problem), first)
+
+
+def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
+    ops = {(u.op, tuple(sorted((k, v) for k, v in u.attrs.items()
+                               if k in ("forget_bias", "cell_clip", "use_peephole"))))
+           for u in uses}  # fmt: skip
+    if len(ops) != 1:
+        return GraphCell(None, problem=f"{var} feeds differently configured ops: {sorted(ops)}")
+    u = uses[0]
+    attrs = {k: u.attrs[k] for k in ("forget_bias", "cell_clip", "use_peephole") if k in u.attrs}
+    if u.op == "BlockLSTMV2":
+        attrs["forget_bias"] = 0.0
+    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})")
+
+
+def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
+    if len(users) != 1:
+        raise _Unreadable(f"expected one {what} after {at}, found "
+                          f"{[f'{u.name} ({u.op})' for u in users] or 'none'}")  # fmt: skip
+    return users[0]
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _const_add(g: TF1Graph, node: _Node) -> float | None:
+    """The constant of `x + c`, or None when neither input of an Add is a scalar constant."""
+    for pos in (0, 1):
+        c = g.const(node.inputs[pos]) if pos < len(node.inputs) else None
+        if c is not None:
+            return c
+    return None
+
+
+def _clip_after(g: TF1Graph, name: str, what: str) -> tuple[float | None, str]:
+    """`clip_by_value(x, -c, c)` applied to `name`'s output: `(c or None, op name)`."""
+    mins = g.users(name, 0, {"Minimum"})
+    if not mins:
+        return None, name
+    m = _single(g, mins, f"{what} clip", name)
+    hi = g.const(m.inputs[1])
+    mx = _single(g, g.users(m.name, 0, {"Maximum"}), f"{what} clip's Maximum", m.name)
+    lo = g.const(mx.inputs[1])
+    if hi is None or lo is None or lo != -hi:
+        raise _Unreadable(f"{m.name}/{mx.name} clip to [{lo}, {hi}], not clip_by_value(x, -c, c)")
+    return hi, mx.name
+
+
+def _activation_of(g: TF1Graph, node: _Node | None, what: str) -> str:
+    if node is None:
+        raise _Unreadable(f"no op computes the {what}")
+    return _ACTIVATION_OPS.get(node.op, node.op)
+
+
+def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list[_Node]]:
+    """Follows a gate's pre-activation through additions (bias, peephole) to its activation:
+    `(activation node, the Add nodes passed)`."""
+    adds, ref = [], start
+    for _ in range(4):
+        users = g.users(*ref)
+        acts = [u for u in users if u.op not in _ADDS and u.op != "Mul"]
+        add = [u for u in users if u.op in _ADDS]
+        if acts and not add:
+            return _single(g, acts, f"{what} activation", ref[0]), adds
+        if len(add) != 1:
+            raise _Unreadable(f"the {what} gate at {ref[0]} feeds {[u.op for u in users]}")
+        adds.append(add[0])
+        ref = (add[0].name, 0)
+    raise _Unreadable(f"the {what} gate at {start[0]}: too many additions")
+
+
+def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
+    """TF1 `LSTMCell` / `BasicLSTMCell` (rnn_cell_impl.py) around one `MatMul` of the kernel."""
+    try:
+        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd",
+                           matmul.name)  # fmt: skip
+        split = _single(g, g.users(bias_add.name, 0, {"Split"}), "Split", bias_add.name)
+        f_act, f_adds = _gate(g, (split.name, 2), "forget")
+        i_act, _ = _gate(g, (split.name, 0), "input")
+        o_act, _ = _gate(g, (split.name, 3), "output")
+        for name, act in (("input", i_act), ("forget", f_act), ("output", o_act)):
+            if act.op != "Sigmoid":
+                raise _Unreadable(f"the {name} gate's activation {act.name} is {act.op}, not the "
+                                  "Sigmoid TF1's LSTM cells apply")  # fmt: skip
+        forget_bias = _const_add(g, f_adds[0]) if f_adds else None
+        if forget_bias is None:
+            raise _Unreadable(f"no constant forget bias added to {split.name}:2")
+        j_node = _single(g, g.users(split.name, 1), "use of j", f"{split.name}:1")
+        if j_node.op == "Mul":  # activation=tf.identity: j is multiplied as it is
+            activation, i_mul = "linear", j_node
+        else:
+            activation = _activation_of(g, j_node, "activation of j")
+            i_mul = _single(g, g.users(j_node.name, 0, {"Mul"}), "i·act(j)", j_node.name)
+        # c = f·c_prev + i·act(j): the Add after i·act(j), then the optional clip
+        c_add = _single(g, g.users(i_mul.name, 0, _ADDS), "new c", i_mul.name)
+        cell_clip, c_name = _clip_after(g, c_add.name, "cell")
+        # m = o·act(c): act(c) must be the same function as act(j)
+        c_acts = [u for u in g.users(c_name, 0) if u.op in _UNARY]
+        if activation != "linear" and [_ACTIVATION_OPS.get(u.op, u.op) for u in c_acts] != [
+            activation
+        ]:
+            raise _Unreadable(f"act(j) is {activation} but the new c at {c_name} feeds "
+                              f"{[f'{u.name} ({u.op})' for u in c_acts]}")  # fmt: skip
+        attrs = {"forget_bias": forget_bias, "activation": activation, "cell_clip": cell_clip}
+        proj = g.variable(f"{scope}/projection/kernel")
+        cls = "BasicLSTMCell" if scope.rsplit("/", 1)[-1].startswith("basic_lstm_cell") else (
+            "LSTMCell")  # fmt: skip
+        if proj is not None:
+            pm = [u for u in g.users(proj.name, 0, {"MatMul"}) if g.reads(u, 1, proj.name)]
+            if not pm:
+                raise _Unreadable(f"{proj.name} is not multiplied by a MatMul")
+            attrs["proj_clip"] = _clip_after(g, pm[0].name, "projection")[0]
+        return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}")
+    except _Unreadable as err:
+        return GraphCell(None, where=matmul.name, problem=str(err))
+
+
+def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
+    """TF1 `GRUCell`: `sigmoid(concat(x, h)·gates/kernel + b)` split into r, u; the candidate
+    `act(concat(x, r·h)·candidate/kernel + b)`."""
+    try:
+        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd",
+                           matmul.name)  # fmt: skip
+        gate_act = _single(g, g.users(bias_add.name, 0), "gate activation", bias_add.name)
+        if gate_act.op != "Sigmoid":
+            raise _Unreadable(f"the gates' activation {gate_act.name} is {gate_act.op}, not "
+                              "Sigmoid")  # fmt: skip
+        cand = g.variable(f"{scope}/candidate/kernel")
+        if cand is None:
+            raise _Unreadable(f"no {scope}/candidate/kernel variable in the graph")
+        cm = [u for u in g.users(cand.name, 0, {"MatMul"}) if g.reads(u, 1, cand.name)]
+        if not cm:
+            raise _Unreadable(f"{cand.name} is not multiplied by a MatMul")
+        cb = _single(g, g.users(cm[0].name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd",
+                     cm[0].name)  # fmt: skip
+        act = _single(g, g.users(cb.name, 0), "candidate activation", cb.name)
+        return GraphCell("GRUCell", {"activation": _activation_of(g, act, "candidate")},
+                         where=f"ops {matmul.name}, {cm[0].name}")  # fmt: skip
+    except _Unreadable as err:
+        return GraphCell(None, where=matmul.name, problem=str(err))
+
+
+def read_meta_graph(path: str) -> TF1Graph:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    meta = proto.fields(data)
+    info = proto.fields(proto.last(meta, 1, b""))
+    tf_version = proto.last(info, 5, b"").decode() or "?"
+    graph = proto.fields(proto.last(meta, 2, b""))
+    nodes: dict[str, _Node] = {}
+    for buf in graph.get(1, []):
+        n = _parse_node(buf, "", set())
+        nodes[n.name] = n
+    bodies: dict[str, list[str]] = {}  # function -> argument node keys, in order
+    for lib in graph.get(2, []):
+        for fn in proto.fields(lib).get(1, []):
+            ff = proto.fields(fn)
+            sig = proto.fields(proto.last(ff, 1, b""))
+            fname = proto.last(sig, 1, b"").decode()
+            args = [proto.last(proto.fields(a), 1, b"").decode() for a in sig.get(2, [])]
+            prefix = f"{fname}::"
+            for a in args:
+                nodes[prefix + a] = _Node(prefix + a, "_Arg", [], {})
+            for buf in ff.get(3, []):
+                n = _parse_node(buf, prefix, set(args))
+                nodes[n.name] = n
+            bodies[fname] = [prefix + a for a in args]
+    # A loop or call passes its inputs to its function's arguments, in order.
+    for n in list(nodes.values()):
+        for key in ("body", "cond", "f"):
+            fn = n.attrs.get(key)
+            if isinstance(fn, dict) and fn.get("func") in bodies:
+                for index, arg in enumerate(bodies[fn["func"]]):
+                    if index < len(n.inputs):
+                        nodes[arg].attrs["caller"] = (n.name, index)
+    return TF1Graph(nodes, tf_version)
