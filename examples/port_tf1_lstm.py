@@ -3,9 +3,12 @@
 The TF model: a TF1-style LSTM cell with peepholes and cell clipping (variables named as
 `tf.nn.rnn_cell.LSTMCell` / contrib `LSTMBlockCell` name them), run by `tf.raw_ops.BlockLSTM`,
 then a dense layer on the last output. It is trained for a few SGD steps in TF (graph mode), saved
-with a TF1 `Saver`, converted with `torch-lstm-grad convert`'s library function, loaded into
-`torch_lstm_grad.LSTMBlockCell`, and run in PyTorch. Outputs and the gradients of a loss with
-respect to the input and every weight are compared with TF's.
+with a TF1 `Saver` (which writes the `.meta` graph next to the checkpoint), converted with
+`torch-lstm-grad convert`'s library function, which reads the cell's `forget_bias`,
+`cell_clip` and peepholes from the BlockLSTM op in that graph, loaded into
+`torch_lstm_grad.LSTMBlockFusedCell` (the module of the BlockLSTM op), and run in PyTorch.
+Outputs and the gradients of a loss with respect to the input and every weight are compared
+with TF's.
 
 Run:  python examples/port_tf1_lstm.py        (needs tensorflow-cpu; exits 1 on a mismatch)
 """
@@ -21,7 +24,7 @@ import torch_lstm_grad
 from torch_lstm_grad import porting
 
 T, B, I, H, OUT = 12, 4, 6, 8, 3
-FORGET_BIAS, CELL_CLIP = 1.0, 3.0  # cell attributes: TF1 checkpoints do not store them
+FORGET_BIAS, CELL_CLIP = 0.5, 3.0  # stored in the meta graph (the BlockLSTM op's attributes)
 TOL = 2e-5  # float32: TF's Eigen activations and GEMM order vs ours (see tests/)
 
 
@@ -69,18 +72,17 @@ def main() -> int:
         ckpt, out_pt = os.path.join(tmp, "model.ckpt"), os.path.join(tmp, "model.pt")
         tf_logits, tf_loss, tf_grads = train_and_save_in_tf(ckpt, x, y)
 
-        # The LSTM converts to a module; the dense layer is read as plain variables.
-        porting.convert(ckpt, out_pt, forget_bias=FORGET_BIAS)
+        # The LSTM converts to a module (its attributes read from the meta graph, printed with
+        # their origin); the dense layer is read as plain variables.
+        porting.convert(ckpt, out_pt)
         cell = torch_lstm_grad.load(out_pt)["rnn.lstm_cell"]
-        cell.cell_clip = CELL_CLIP
+        assert (cell.forget_bias, cell.cell_clip) == (FORGET_BIAS, CELL_CLIP)
         variables = porting.read_variables(ckpt)
     dense_k = torch.from_numpy(variables["dense/kernel"]).requires_grad_()
     dense_b = torch.from_numpy(variables["dense/bias"]).requires_grad_()
 
     xt = torch.from_numpy(x).requires_grad_()
-    state, h = None, None
-    for t in range(T):  # the cell one step at a time; LSTMBlockFusedCell would run all at once
-        h, state = cell(xt[t], state)
+    _, (_, h) = cell(xt)  # the whole sequence at once, as TF's BlockLSTM op; h of the last step
     logits = h @ dense_k + dense_b
     loss = ((logits - torch.from_numpy(y)) ** 2).mean()
     weights = [xt, cell.kernel, cell.bias, cell.w_i_diag, cell.w_f_diag, cell.w_o_diag,

@@ -44,8 +44,11 @@ def assert_close(named: dict, tol: float = TOL) -> None:
     """`named[name] = (ours, theirs)`: every pair within `tol` scaled; the message lists all."""
     errs = {k: scaled_error(a, b) for k, (a, b) in named.items()}
     bad = {k: f"{e:.2e}" for k, e in errs.items() if not e <= tol}
-    assert not bad, f"scaled errors above {tol}: {bad} (all: " + ", ".join(
-        f"{k} {e:.1e}" for k, e in errs.items()) + ")"
+    assert not bad, (
+        f"scaled errors above {tol}: {bad} (all: "
+        + ", ".join(f"{k} {e:.1e}" for k, e in errs.items())
+        + ")"
+    )
 
 
 def flat(out) -> list:
@@ -69,7 +72,7 @@ def keras_run(model, inputs: list[np.ndarray], seed: int):
     float_inputs = [t for t in ts if t.dtype.is_floating]
     grads = tape.gradient(loss, float_inputs + list(weights))
     in_grads = [g.numpy() for g in grads[: len(float_inputs)]]
-    w_grads = {w.path: g.numpy() for w, g in zip(weights, grads[len(float_inputs):], strict=True)}
+    w_grads = {w.path: g.numpy() for w, g in zip(weights, grads[len(float_inputs) :], strict=True)}
     return [o.numpy() for o in outs], rs, in_grads, w_grads
 
 

@@ -144,7 +144,9 @@ def test_keras3_weights_only_uses_keras3_defaults(tmp_path, capsys):
     model, names = _chain_model(lambda k: [k.layers.LSTM(4)], mask=False, seed=3)
     model.save_weights(tmp_path / "m.weights.h5")
     mods, log = _convert(tmp_path / "m.weights.h5", tmp_path, capsys)
-    assert "gate_activation      = 'sigmoid'  <- default of Keras 3  [not stored in the file]" in log
+    assert (
+        "gate_activation      = 'sigmoid'  <- default of Keras 3  [not stored in the file]" in log
+    )
     assert isinstance(mods[names[0]], keras_layers.KerasLSTM)
     _compare(model, names, mods, seed=4, mask=False)
     del keras
@@ -156,8 +158,9 @@ def test_keras3_no_bias_stateful_and_zero_outputs(tmp_path, capsys):
     keras = _keras()
     x_in = keras.Input(batch_shape=(B, T, I))
     m_in = keras.Input(batch_shape=(B, T), dtype="bool")
-    a = keras.layers.LSTM(4, use_bias=False, return_sequences=True, zero_output_for_mask=True,
-                          name="nobias")  # fmt: skip
+    a = keras.layers.LSTM(
+        4, use_bias=False, return_sequences=True, zero_output_for_mask=True, name="nobias"
+    )
     s = keras.layers.GRU(3, stateful=True, return_sequences=True, name="stateful")
     y = s(a(x_in, mask=m_in), mask=m_in)
     model = keras.Model([x_in, m_in], y)
@@ -169,13 +172,21 @@ def test_keras3_no_bias_stateful_and_zero_outputs(tmp_path, capsys):
     xs = [r.standard_normal((B, T, I)).astype(np.float32) for _ in range(2)]
     for call, x in enumerate(xs):  # Keras' stateful layer carries its states across calls
         want = model([x, MASK], training=False).numpy()
-        got = mods["stateful"](mods["nobias"](torch.from_numpy(x), mask=torch.from_numpy(MASK)),
-                               mask=torch.from_numpy(MASK))  # fmt: skip
+        got = mods["stateful"](
+            mods["nobias"](torch.from_numpy(x), mask=torch.from_numpy(MASK)),
+            mask=torch.from_numpy(MASK),
+        )
         assert_close({f"call {call}": (got, want)})
     mods["stateful"].reset_states()
     s.reset_states()
-    assert_close({"after reset": (mods["stateful"](mods["nobias"](torch.from_numpy(xs[0]))),
-                                  model([xs[0], np.ones((B, T), bool)]).numpy())})  # fmt: skip
+    assert_close(
+        {
+            "after reset": (
+                mods["stateful"](mods["nobias"](torch.from_numpy(xs[0]))),
+                model([xs[0], np.ones((B, T), bool)]).numpy(),
+            )
+        }
+    )
 
 
 def test_keras3_tf2_checkpoint_after_fit_with_optimizer(tmp_path, capsys):
@@ -188,9 +199,15 @@ def test_keras3_tf2_checkpoint_after_fit_with_optimizer(tmp_path, capsys):
     )
     model.compile(optimizer="adam", loss="mse")
     r = np.random.default_rng(8)
-    model.fit(r.standard_normal((B, T, I)).astype(np.float32),
-              [r.standard_normal((B, T, 4)).astype(np.float32),
-               r.standard_normal((B, 3)).astype(np.float32)], epochs=2, verbose=0)  # fmt: skip
+    model.fit(
+        r.standard_normal((B, T, I)).astype(np.float32),
+        [
+            r.standard_normal((B, T, 4)).astype(np.float32),
+            r.standard_normal((B, 3)).astype(np.float32),
+        ],
+        epochs=2,
+        verbose=0,
+    )
     prefix = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(
         str(tmp_path / "ckpt")
     )
@@ -211,9 +228,13 @@ def test_keras3_activations_refused_by_name(tmp_path, capsys):
     """Keras 3's hard_sigmoid gates and a relu GRU: refused naming the layer, the attribute and
     the value, and nothing written; --approximate does not change that (nothing is close)."""
     keras = _keras()
-    model, _ = _chain_model(lambda k: [
-        k.layers.LSTM(4, recurrent_activation="hard_sigmoid", name="hard"),
-    ], False, 10)  # fmt: skip
+    model, _ = _chain_model(
+        lambda k: [
+            k.layers.LSTM(4, recurrent_activation="hard_sigmoid", name="hard"),
+        ],
+        False,
+        10,
+    )
     model.save(tmp_path / "a.keras")
     err = _convert(tmp_path / "a.keras", tmp_path, capsys, code=2)
     assert "hard: recurrent_activation = 'hard_sigmoid_keras3'" in err

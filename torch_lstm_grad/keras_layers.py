@@ -135,8 +135,7 @@ class _KerasRNN(nn.Module):
         for k, s in enumerate(states):
             if tuple(s.shape) != (B, self.units):
                 raise ValueError(
-                    f"initial_state[{k}]: expected shape [{B}, {self.units}], got "
-                    f"{list(s.shape)}"
+                    f"initial_state[{k}]: expected shape [{B}, {self.units}], got {list(s.shape)}"
                 )
         return states
 
@@ -144,8 +143,7 @@ class _KerasRNN(nn.Module):
         if inputs.dim() != 3 or inputs.shape[2] != self.input_size:
             layout = "[T, B, I]" if self.time_major else "[B, T, I]"
             raise ValueError(
-                f"inputs: expected {layout} with I = {self.input_size}, got "
-                f"{list(inputs.shape)}"
+                f"inputs: expected {layout} with I = {self.input_size}, got {list(inputs.shape)}"
             )
         x = inputs if self.time_major else inputs.transpose(0, 1)
         T, B = x.shape[0], x.shape[1]
@@ -153,8 +151,9 @@ class _KerasRNN(nn.Module):
         if mask is not None:
             mask = torch.as_tensor(mask, device=x.device)
             if tuple(mask.shape) != (B, T):
-                raise ValueError(f"mask: expected shape [{B}, {T}] (batch, time), got "
-                                 f"{list(mask.shape)}")  # fmt: skip
+                raise ValueError(
+                    f"mask: expected shape [{B}, {T}] (batch, time), got {list(mask.shape)}"
+                )
             mask = mask.to(torch.bool).t()  # [T, B]
         if self.go_backwards:
             x = x.flip(0)
@@ -198,15 +197,26 @@ class _KerasRNN(nn.Module):
     def extra_repr(self) -> str:
         flags = [
             f"{k}={getattr(self, k)}"
-            for k in ("use_bias", "return_sequences", "return_state", "go_backwards",
-                      "stateful", "time_major", "zero_output_for_mask")
+            for k in (
+                "use_bias",
+                "return_sequences",
+                "return_state",
+                "go_backwards",
+                "stateful",
+                "time_major",
+                "zero_output_for_mask",
+            )
             if getattr(self, k) != (k == "use_bias")
-        ]  # fmt: skip
+        ]
         return ", ".join(
-            [f"units={self.units}", f"input_size={self.input_size}",
-             f"activation={self.activation!r}",
-             f"recurrent_activation={self.recurrent_activation!r}", *flags]
-        )  # fmt: skip
+            [
+                f"units={self.units}",
+                f"input_size={self.input_size}",
+                f"activation={self.activation!r}",
+                f"recurrent_activation={self.recurrent_activation!r}",
+                *flags,
+            ]
+        )
 
 
 class KerasLSTM(_KerasRNN):
@@ -217,8 +227,12 @@ class KerasLSTM(_KerasRNN):
     num_states = 2
 
     def __init__(self, units: int, input_size: int, **kwargs) -> None:
-        _check_choice("recurrent_activation", kwargs.get("recurrent_activation", "sigmoid"),
-                      ("sigmoid",), "KerasLSTM")  # fmt: skip
+        _check_choice(
+            "recurrent_activation",
+            kwargs.get("recurrent_activation", "sigmoid"),
+            ("sigmoid",),
+            "KerasLSTM",
+        )
         _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasLSTM")
         super().__init__(units, input_size, **kwargs)
 
@@ -234,9 +248,18 @@ class KerasLSTM(_KerasRNN):
         w = torch.cat([self.kernel, self.recurrent_kernel], 0)
         no_peep = x.new_zeros(U)
         out = raw_ops.BlockLSTMV2(
-            torch.tensor(x.shape[0], dtype=torch.int64), x, c0, h0, w, no_peep, no_peep,
-            no_peep, self.bias, cell_clip=0.0, use_peephole=False,
-        )  # fmt: skip
+            torch.tensor(x.shape[0], dtype=torch.int64),
+            x,
+            c0,
+            h0,
+            w,
+            no_peep,
+            no_peep,
+            no_peep,
+            self.bias,
+            cell_clip=0.0,
+            use_peephole=False,
+        )
         return out.h, [self._final(out.h, h0, lengths), self._final(out.cs, c0, lengths)]
 
 
@@ -247,11 +270,14 @@ class KerasGRU(_KerasRNN):
 
     gates = 3
 
-    def __init__(self, units: int, input_size: int, *, reset_after: bool = True,
-                 **kwargs) -> None:  # fmt: skip
+    def __init__(self, units: int, input_size: int, *, reset_after: bool = True, **kwargs) -> None:
         self.reset_after = bool(reset_after)
-        _check_choice("recurrent_activation", kwargs.get("recurrent_activation", "sigmoid"),
-                      ("sigmoid",), "KerasGRU")  # fmt: skip
+        _check_choice(
+            "recurrent_activation",
+            kwargs.get("recurrent_activation", "sigmoid"),
+            ("sigmoid",),
+            "KerasGRU",
+        )
         _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasGRU")
         super().__init__(units, input_size, **kwargs)
 
@@ -261,8 +287,14 @@ class KerasGRU(_KerasRNN):
     def _run(self, x, states, lengths):
         (h0,) = states
         if self.reset_after:
-            return _cudnn_core(self, "gru", x, h0, lengths, *layouts.keras_gru_to_canonical(
-                self.kernel, self.recurrent_kernel, self.bias))  # fmt: skip
+            return _cudnn_core(
+                self,
+                "gru",
+                x,
+                h0,
+                lengths,
+                *layouts.keras_gru_to_canonical(self.kernel, self.recurrent_kernel, self.bias),
+            )
         w_ru, b_ru, w_c, b_c = layouts.keras_gru_to_block(
             self.kernel, self.recurrent_kernel, self.bias
         )
@@ -282,8 +314,9 @@ class KerasSimpleRNN(_KerasRNN):
     `h' = activation(x·kernel + bias + h·recurrent_kernel)`, activation tanh or relu."""
 
     def __init__(self, units: int, input_size: int, **kwargs) -> None:
-        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh", "relu"),
-                      "KerasSimpleRNN")  # fmt: skip
+        _check_choice(
+            "activation", kwargs.get("activation", "tanh"), ("tanh", "relu"), "KerasSimpleRNN"
+        )
         kwargs.setdefault("recurrent_activation", "sigmoid")  # unused: no gates
         super().__init__(units, input_size, **kwargs)
 
@@ -303,9 +336,14 @@ def _cudnn_core(layer: _KerasRNN, mode: str, x, h0, lengths, weights, biases):
         1, layer.units, layer.input_size, weights, biases, rnn_mode=mode
     )
     out = raw_ops.CudnnRNNV3(
-        x, h0.unsqueeze(0), x.new_zeros(()), params, lengths, rnn_mode=mode,
+        x,
+        h0.unsqueeze(0),
+        x.new_zeros(()),
+        params,
+        lengths,
+        rnn_mode=mode,
         is_training=torch.is_grad_enabled(),
-    )  # fmt: skip
+    )
     return out.output, [out.output_h.squeeze(0)]
 
 
@@ -335,8 +373,10 @@ class KerasBidirectional(nn.Module):
         if initial_state is not None:
             n = fw.num_states
             if len(initial_state) != 2 * n:
-                raise ValueError(f"initial_state: expected {2 * n} tensors (forward states then "
-                                 f"backward states), got {len(initial_state)}")  # fmt: skip
+                raise ValueError(
+                    f"initial_state: expected {2 * n} tensors (forward states then "
+                    f"backward states), got {len(initial_state)}"
+                )
             init_f, init_b = list(initial_state[:n]), list(initial_state[n:])
         y = fw(inputs, mask=mask, initial_state=init_f)
         y_rev = bw(inputs, mask=mask, initial_state=init_b)

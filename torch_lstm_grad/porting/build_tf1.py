@@ -1,12 +1,12 @@
 """TF1 cell descriptions -> this package's TF1-layout modules (`modules.py`), the TF1 half of
 `builders.py`.
 
-| description kind | module |
-|---|---|
-| tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell, tf1.BlockLSTMV2 | `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict for a sequence) |
-| tf1.LSTMBlockFusedCell | `LSTMBlockFusedCell` |
-| tf1.GRUCell, tf1.GRUBlockCell | `GRUBlockCell` |
-| tf1.CudnnLSTM, tf1.CudnnGRU | `CudnnLSTM`, `CudnnGRU` |
+* tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell,
+  tf1.BlockLSTMV2 -> `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict
+  for a whole sequence); BlockLSTMV2's i, f, c, o columns are reordered to i, c, f, o;
+* tf1.LSTMBlockFusedCell (the BlockLSTM op) -> `LSTMBlockFusedCell`;
+* tf1.GRUCell, tf1.GRUBlockCell -> `GRUBlockCell`;
+* tf1.CudnnLSTM, tf1.CudnnGRU -> `CudnnLSTM`, `CudnnGRU`.
 
 The description's variants (an activation other than tanh, `clip_gradient="zero"`, a
 projection) are passed to the module's constructor only when they differ from the module's
@@ -24,14 +24,24 @@ from .description import LayerDescription
 
 __all__ = ["build", "module_from_entry"]
 
-_LSTM_CELLS = {"tf1.LSTMCell", "tf1.BasicLSTMCell", "tf1.LSTMBlockCell",
-               "tf1.CudnnCompatibleLSTMCell", "tf1.BlockLSTMV2"}  # fmt: skip
-_CLASSES = {"LSTMBlockCell": modules.LSTMBlockCell,
-            "LSTMBlockFusedCell": modules.LSTMBlockFusedCell,
-            "GRUBlockCell": modules.GRUBlockCell, "CudnnLSTM": modules.CudnnLSTM,
-            "CudnnGRU": modules.CudnnGRU}  # fmt: skip
-_CLIP_APPROXIMATION = ("the block kernels' straight-through clip gradient: forward exact, "
-                       "gradients differ where the cell state is clipped")  # fmt: skip
+_LSTM_CELLS = {
+    "tf1.LSTMCell",
+    "tf1.BasicLSTMCell",
+    "tf1.LSTMBlockCell",
+    "tf1.CudnnCompatibleLSTMCell",
+    "tf1.BlockLSTMV2",
+}
+_CLASSES = {
+    "LSTMBlockCell": modules.LSTMBlockCell,
+    "LSTMBlockFusedCell": modules.LSTMBlockFusedCell,
+    "GRUBlockCell": modules.GRUBlockCell,
+    "CudnnLSTM": modules.CudnnLSTM,
+    "CudnnGRU": modules.CudnnGRU,
+}
+_CLIP_APPROXIMATION = (
+    "the block kernels' straight-through clip gradient: forward exact, "
+    "gradients differ where the cell state is clipped"
+)
 
 
 def _t(v) -> torch.Tensor:
@@ -69,8 +79,13 @@ def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype)
             return None
         approx = _CLIP_APPROXIMATION if list(variants) == ["clip_gradient"] else None
         value = next(iter(variants.values())) if len(variants) == 1 else variants
-        if b.refuse(d.name, ", ".join(variants), value, f"not computed by this version's "
-                    f"{cls.__name__} ({type(err).__name__}: {err})", approx):  # fmt: skip
+        if b.refuse(
+            d.name,
+            ", ".join(variants),
+            value,
+            f"not computed by this version's {cls.__name__} ({type(err).__name__}: {err})",
+            approx,
+        ):
             return cls(**config, dtype=dtype)
         return None
 
@@ -83,11 +98,18 @@ def build(b, d: LayerDescription):
         if d.value("gate_order") == "ifco":
             kernel, bias = _ifco_to_icfo(kernel), _ifco_to_icfo(bias)
         peep = bool(d.value("use_peepholes"))
-        config = {"num_units": d.value("units"), "input_size": d.value("input_size"),
-                  "forget_bias": float(d.value("forget_bias")), "cell_clip": d.value("cell_clip"),
-                  "use_peephole": peep}  # fmt: skip
-        cls = modules.LSTMBlockFusedCell if d.kind == "tf1.LSTMBlockFusedCell" else (
-            modules.LSTMBlockCell)  # fmt: skip
+        config = {
+            "num_units": d.value("units"),
+            "input_size": d.value("input_size"),
+            "forget_bias": float(d.value("forget_bias")),
+            "cell_clip": d.value("cell_clip"),
+            "use_peephole": peep,
+        }
+        cls = (
+            modules.LSTMBlockFusedCell
+            if d.kind == "tf1.LSTMBlockFusedCell"
+            else (modules.LSTMBlockCell)
+        )
         variants = _variants(d)
         m = _construct(b, d, cls, config, variants, kernel.dtype)
         if m is None:
@@ -111,9 +133,12 @@ def build(b, d: LayerDescription):
             return None
         config.update({k: val for k, val in variants.items() if hasattr(m, k)})
         with torch.no_grad():
-            for p, n in ((m.gates_kernel, "gates/kernel"), (m.gates_bias, "gates/bias"),
-                         (m.candidate_kernel, "candidate/kernel"),
-                         (m.candidate_bias, "candidate/bias")):  # fmt: skip
+            for p, n in (
+                (m.gates_kernel, "gates/kernel"),
+                (m.gates_bias, "gates/bias"),
+                (m.candidate_kernel, "candidate/kernel"),
+                (m.candidate_bias, "candidate/bias"),
+            ):
                 p.copy_(_t(v[w[n]]))
         return _entry(m, d, config)
     if d.kind in ("tf1.CudnnLSTM", "tf1.CudnnGRU"):
@@ -135,8 +160,9 @@ def _cudnn(b, d: LayerDescription):
     weights, biases = [], []
     for layer in range(L):
         for direction in range(D):
-            w, bs = _cudnn_cell_canonical(kind, v, cells[(layer, direction)],
-                                          I if layer == 0 else D * H, H)  # fmt: skip
+            w, bs = _cudnn_cell_canonical(
+                kind, v, cells[(layer, direction)], I if layer == 0 else D * H, H
+            )
             weights += w
             biases += bs
     config = {"num_layers": L, "num_units": H, "input_size": I}
@@ -153,8 +179,9 @@ def _cudnn_cell_canonical(kind, v, names, in_size, H):
     if kind == "lstm":
         kernel = _t(v[names["kernel"]])
         if kernel.shape != (in_size + H, 4 * H):
-            raise ValueError(f"{names['kernel']}: shape {list(kernel.shape)}, expected "
-                             f"{[in_size + H, 4 * H]}")  # fmt: skip
+            raise ValueError(
+                f"{names['kernel']}: shape {list(kernel.shape)}, expected {[in_size + H, 4 * H]}"
+            )
         if {"bias_cudnn_0", "bias_cudnn_1"} <= names.keys():  # bW, bR kept apart (ICFO)
             w, bw = layouts.block_lstm_to_canonical(
                 kernel, _t(v[names["bias_cudnn_0"]]), forget_bias=0.0, split="input"
@@ -168,9 +195,11 @@ def _cudnn_cell_canonical(kind, v, names, in_size, H):
     gk = _t(v[names["gates/kernel"]])
     ik = _t(v[names["candidate/input_projection/kernel"]])
     hk = _t(v[names["candidate/hidden_projection/kernel"]])
-    for n, t, shape in (("gates/kernel", gk, (in_size + H, 2 * H)),
-                        ("candidate/input_projection/kernel", ik, (in_size, H)),
-                        ("candidate/hidden_projection/kernel", hk, (H, H))):  # fmt: skip
+    for n, t, shape in (
+        ("gates/kernel", gk, (in_size + H, 2 * H)),
+        ("candidate/input_projection/kernel", ik, (in_size, H)),
+        ("candidate/hidden_projection/kernel", hk, (H, H)),
+    ):
         if t.shape != shape:
             raise ValueError(f"{names[n]}: shape {list(t.shape)}, expected {list(shape)}")
     wx, wh = gk[:in_size].t(), gk[in_size:].t()  # [2H, in], [2H, H]: rows r then u (= z)

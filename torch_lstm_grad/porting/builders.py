@@ -22,8 +22,11 @@ from .description import LayerDescription, Refusal, Refused
 
 __all__ = ["build", "module_from_entry"]
 
-_KERAS = {"keras.LSTM": keras_layers.KerasLSTM, "keras.GRU": keras_layers.KerasGRU,
-          "keras.SimpleRNN": keras_layers.KerasSimpleRNN}  # fmt: skip
+_KERAS = {
+    "keras.LSTM": keras_layers.KerasLSTM,
+    "keras.GRU": keras_layers.KerasGRU,
+    "keras.SimpleRNN": keras_layers.KerasSimpleRNN,
+}
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
 
@@ -71,8 +74,9 @@ class _Build:
         try:
             module = cls(**config, dtype=dtype)
         except NotImplementedError as err:
-            key = next((k for k in ("recurrent_activation", "activation") if f"{k}=" in str(err)),
-                       "layer")  # fmt: skip
+            key = next(
+                (k for k in ("recurrent_activation", "activation") if f"{k}=" in str(err)), "layer"
+            )
             self.refuse(d.name, key, config.get(key), str(err))
             return None
         except ValueError as err:
@@ -98,8 +102,10 @@ class _Build:
             module = keras_layers.KerasBidirectional(
                 parts["forward"][0], parts["backward"][0], d.value("merge_mode")
             )
-            config = {role: {"kind": d.children[role].kind, "config": parts[role][1]}
-                      for role in ("forward", "backward")}  # fmt: skip
+            config = {
+                role: {"kind": d.children[role].kind, "config": parts[role][1]}
+                for role in ("forward", "backward")
+            }
             config["merge_mode"] = d.value("merge_mode")
             used = [n for c in d.children.values() for n in c.weights.values()]
             return _entry(module, d.kind, config, d, used)
@@ -110,8 +116,14 @@ class _Build:
 
 def _entry(module, kind: str, config: dict, d: LayerDescription, used: list[str]) -> dict:
     state = {k: v.detach().clone() for k, v in module.state_dict().items()}
-    return {"kind": kind, "class": type(module).__name__, "config": config,
-            "state_dict": state, "description": d.to_dict(), "used": used}  # fmt: skip
+    return {
+        "kind": kind,
+        "class": type(module).__name__,
+        "config": config,
+        "state_dict": state,
+        "description": d.to_dict(),
+        "used": used,
+    }
 
 
 def build(descriptions, variables, approximate: bool = False):
@@ -136,8 +148,10 @@ def module_from_entry(entry: dict) -> torch.nn.Module:
     if kind in _KERAS:
         module = _KERAS[kind](**config, dtype=dtype)
     elif kind == "keras.Bidirectional":
-        fw, bw = (_KERAS[config[r]["kind"]](**config[r]["config"], dtype=dtype)
-                  for r in ("forward", "backward"))  # fmt: skip
+        fw, bw = (
+            _KERAS[config[r]["kind"]](**config[r]["config"], dtype=dtype)
+            for r in ("forward", "backward")
+        )
         module = keras_layers.KerasBidirectional(fw, bw, config["merge_mode"])
     else:
         from . import build_tf1

@@ -43,8 +43,10 @@ class _Reader:
                 self.r = tf.train.load_checkpoint(path)
             except (tf.errors.OpError, ValueError) as err:
                 first = str(err).splitlines()[0] if str(err) else ""
-                raise ValueError(f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
-                                 f"checkpoint prefix ({type(err).__name__}: {first})") from err  # fmt: skip
+                raise ValueError(
+                    f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
+                    f"checkpoint prefix ({type(err).__name__}: {first})"
+                ) from err
             self.shapes = self.r.get_variable_to_shape_map()
         else:
             from .tensorbundle import TensorBundleReader
@@ -52,15 +54,16 @@ class _Reader:
             try:
                 self.r = TensorBundleReader(path)
             except (OSError, ValueError) as err:
-                raise ValueError(f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
-                                 f"checkpoint prefix (TF-free reader: {type(err).__name__}: "
-                                 f"{err})") from err  # fmt: skip
+                raise ValueError(
+                    f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
+                    f"checkpoint prefix (TF-free reader: {type(err).__name__}: "
+                    f"{err})"
+                ) from err
             self.shapes = self.r.get_variable_to_shape_map()
             self.dtypes = self.r.get_variable_to_dtype_map()
 
     def float_tensor(self, name: str) -> np.ndarray | None:
-        if self.kind == "tensorbundle" and self.dtypes[name] in ("string", "resource",
-                                                                  "variant"):  # fmt: skip
+        if self.kind == "tensorbundle" and self.dtypes[name] in ("string", "resource", "variant"):
             return None
         value = np.asarray(self.r.get_tensor(name))
         if value.dtype.name == "bfloat16":  # TF's (ml_dtypes) bfloat16: widened exactly
@@ -93,8 +96,9 @@ def _tf2_writer(paths: list[str]) -> Writer:
     if parts & set(_KERAS3_OBJECTS):
         return Writer("keras", None, 3, "Keras 3's object names in the checkpoint")
     if any(p.startswith(_TF_KERAS_OBJECTS) for p in parts):
-        return Writer("keras", None, 2, "tf.keras' object names in the checkpoint; its version "
-                      "is not stored")  # fmt: skip
+        return Writer(
+            "keras", None, 2, "tf.keras' object names in the checkpoint; its version is not stored"
+        )
     return Writer("tf2", how="a TF2 object checkpoint")
 
 
@@ -108,8 +112,14 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
                 ignored[name] = "not a floating-point tensor"
             else:
                 variables[name] = value
-        source = Source(path, "TF1 checkpoint (Saver)", Writer("tf1", how="a TF1 Saver checkpoint"),
-                        variables, {n: n for n in variables}, ignored=ignored)  # fmt: skip
+        source = Source(
+            path,
+            "TF1 checkpoint (Saver)",
+            Writer("tf1", how="a TF1 Saver checkpoint"),
+            variables,
+            {n: n for n in variables},
+            ignored=ignored,
+        )
         meta = path + ".meta"
         if os.path.isfile(meta):
             from .tf1_graph import read_meta_graph
@@ -126,9 +136,11 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
             ignored[key] = f"optimizer state ({g.full_name or 'unnamed'})"
             continue
         # A variable's own name is its Keras name; a path stands in where names repeat.
-        name = g.full_name if g.full_name and full_names.count(g.full_name) == 1 else (
-            g.path or key.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE")
-        )  # fmt: skip
+        name = (
+            g.full_name
+            if g.full_name and full_names.count(g.full_name) == 1
+            else (g.path or key.removesuffix("/.ATTRIBUTES/VARIABLE_VALUE"))
+        )
         value = r.float_tensor(key) if key in r.shapes else None
         if value is None:
             ignored[key] = "not a floating-point tensor" if key in r.shapes else "not in the file"
@@ -138,5 +150,6 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
         if name != OBJECT_GRAPH_KEY and name not in keys.values() and name not in ignored:
             ignored[name] = "not a variable of the object graph"
     writer = _tf2_writer([g.path or "" for g in graph] + [g.checkpoint_key for g in graph])
-    return Source(path, "TF2 object checkpoint (object graph read)", writer, variables, keys,
-                  ignored=ignored)  # fmt: skip
+    return Source(
+        path, "TF2 object checkpoint (object graph read)", writer, variables, keys, ignored=ignored
+    )

@@ -44,8 +44,9 @@ def read_source(path, reader: str | None = None, config=None) -> Source:
         source.layers, source.mask_layers = layers, masks
         source.config_origin = f"--config {os.fspath(config)}"
         if version and source.writer.keras_version is None:
-            source.writer = Writer("keras", version, keras_version_tuple(version)[0],
-                                   f"--config {os.fspath(config)}")  # fmt: skip
+            source.writer = Writer(
+                "keras", version, keras_version_tuple(version)[0], f"--config {os.fspath(config)}"
+            )
     return source
 
 
@@ -64,10 +65,21 @@ def describe(source: Source, statements: Statements | None = None):
     if keras_names:
         keras_source = source
         if source.writer.family != "keras":  # Keras layers in a TF1/TF2 checkpoint
-            keras_source = Source(source.path, source.format, Writer(
-                "keras", None, None, f"Keras layers in a {source.format}; the Keras version is "
-                "not stored"), source.variables, source.keys, source.layers,
-                source.config_origin, mask_layers=source.mask_layers)  # fmt: skip
+            keras_source = Source(
+                source.path,
+                source.format,
+                Writer(
+                    "keras",
+                    None,
+                    None,
+                    f"Keras layers in a {source.format}; the Keras version is not stored",
+                ),
+                source.variables,
+                source.keys,
+                source.layers,
+                source.config_origin,
+                mask_layers=source.mask_layers,
+            )
         d, r, u = describe_keras(keras_source, statements)
         out, refusals, used = out + d, refusals + r, used | u
     if source.writer.family != "keras":
@@ -80,10 +92,20 @@ def _stderr(line: str) -> None:
     print(line, file=sys.stderr)
 
 
-def convert(src, out, *, sets=(), keras_version: str | None = None, config=None,
-            assume_defaults: bool = False, approximate: bool = False,
-            forget_bias: float | None = None, reader: str | None = None, log=print,
-            warn=_stderr) -> dict:  # fmt: skip
+def convert(
+    src,
+    out,
+    *,
+    sets=(),
+    keras_version: str | None = None,
+    config=None,
+    assume_defaults: bool = False,
+    approximate: bool = False,
+    forget_bias: float | None = None,
+    reader: str | None = None,
+    log=print,
+    warn=_stderr,
+) -> dict:
     """Reads `src`, describes and builds every recurrent layer, writes `out` (torch.save) and
     logs each description and what it became. `sets`: `"[LAYER:]KEY=VALUE"` statements for
     what the file does not store (`--set`); `keras_version`: the Keras that wrote a file that
@@ -106,11 +128,15 @@ def convert(src, out, *, sets=(), keras_version: str | None = None, config=None,
     descriptions, refusals, used = describe(source, statements)
     unused = statements.unused(used)
     if unused:
-        raise ValueError(f"--set {', '.join(unused)}: no layer of {source.path} uses it "
-                         f"(layers: {', '.join(d.name for d in descriptions) or 'none'})")  # fmt: skip
+        raise ValueError(
+            f"--set {', '.join(unused)}: no layer of {source.path} uses it "
+            f"(layers: {', '.join(d.name for d in descriptions) or 'none'})"
+        )
     if not descriptions and not refusals:
-        raise ValueError(f"{source.path}: no recurrent layer (LSTM/GRU/RNN variable set) "
-                         "recognised among: " + ", ".join(sorted(source.variables)))  # fmt: skip
+        raise ValueError(
+            f"{source.path}: no recurrent layer (LSTM/GRU/RNN variable set) "
+            "recognised among: " + ", ".join(sorted(source.variables))
+        )
     log("layers (attribute = value <- where it came from):")
     for d in descriptions:
         for line in d.lines():
@@ -134,8 +160,12 @@ def convert(src, out, *, sets=(), keras_version: str | None = None, config=None,
         log(f"not a recurrent layer's weight (left out): {name}")
     for name, why in sorted(source.ignored.items()):
         log(f"ignored: {name} ({why})")
-    data = {"format": FORMAT, "source": source.path, "approximate": bool(build_warnings),
-            "modules": entries}  # fmt: skip
+    data = {
+        "format": FORMAT,
+        "source": source.path,
+        "approximate": bool(build_warnings),
+        "modules": entries,
+    }
     torch.save(data, out)
     return data
 
@@ -156,15 +186,19 @@ def load(path) -> dict[str, torch.nn.Module]:
     if data["format"] != FORMAT:
         raise ValueError(f"{path}: format {data['format']!r}, this version reads {FORMAT!r}")
     if data.get("approximate"):
-        warnings.warn(f"{path} was converted with --approximate: its modules differ from the "
-                      "TF/Keras layers (see each module's port_description)", stacklevel=2)  # fmt: skip
+        warnings.warn(
+            f"{path} was converted with --approximate: its modules differ from the "
+            "TF/Keras layers (see each module's port_description)",
+            stacklevel=2,
+        )
     out = {}
     for name, e in data["modules"].items():
         try:
             module = module_from_entry(e)
         except (NotImplementedError, ValueError, TypeError, KeyError) as err:
-            raise ValueError(f"{path}: layer {name!r} ({e.get('kind')}) cannot be built by "
-                             f"this version: {err}") from err  # fmt: skip
+            raise ValueError(
+                f"{path}: layer {name!r} ({e.get('kind')}) cannot be built by this version: {err}"
+            ) from err
         module.port_description = LayerDescription.from_dict(e["description"])
         out[name] = module
     return out

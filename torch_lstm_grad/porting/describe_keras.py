@@ -39,8 +39,14 @@ _GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}
 _CLASSES = {"LSTM", "GRU", "SimpleRNN", "Bidirectional", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1"}
 
 # Config keys, by what they do to the computation of an inference or a gradient step.
-_CALL_KEYS = ("return_sequences", "return_state", "go_backwards", "stateful", "time_major",
-              "zero_output_for_mask")  # fmt: skip
+_CALL_KEYS = (
+    "return_sequences",
+    "return_state",
+    "go_backwards",
+    "stateful",
+    "time_major",
+    "zero_output_for_mask",
+)
 _TRAINING_ONLY = {
     "dropout": "dropout masks are training-time noise; the module computes training=False",
     "recurrent_dropout": "dropout masks are training-time noise; the module computes "
@@ -55,12 +61,35 @@ _TRAINING_ONLY = {
     "trainable": "freezing is the training loop's business (requires_grad)",
 }
 _NO_EFFECT = {
-    "name", "unroll", "implementation", "use_cudnn", "seed", "kernel_initializer",
-    "recurrent_initializer", "bias_initializer", "unit_forget_bias", "input_shape",
-    "batch_input_shape", "batch_shape", "batch_size", "input_dim", "input_length", "units",
-    "activation", "recurrent_activation", "use_bias", "reset_after", "dtype", "layer",
-    "backward_layer", "merge_mode", "weights", "sparse", "ragged", "cell",
-}  # fmt: skip
+    "name",
+    "unroll",
+    "implementation",
+    "use_cudnn",
+    "seed",
+    "kernel_initializer",
+    "recurrent_initializer",
+    "bias_initializer",
+    "unit_forget_bias",
+    "input_shape",
+    "batch_input_shape",
+    "batch_shape",
+    "batch_size",
+    "input_dim",
+    "input_length",
+    "units",
+    "activation",
+    "recurrent_activation",
+    "use_bias",
+    "reset_after",
+    "dtype",
+    "layer",
+    "backward_layer",
+    "merge_mode",
+    "weights",
+    "sparse",
+    "ragged",
+    "cell",
+}
 
 
 def _layer_and_rest(scope: str) -> tuple[str, list[str]]:
@@ -181,23 +210,45 @@ class _Describer:
             return True, value, "--set", False
         return False, None, "", False
 
-    def describe_rnn(self, name: str, cls: str, scope: str, weights: dict[str, str],
-                     config: dict | None, config_name: str | None,
-                     go_backwards_by_structure: bool | None = None) -> LayerDescription:  # fmt: skip
+    def describe_rnn(
+        self,
+        name: str,
+        cls: str,
+        scope: str,
+        weights: dict[str, str],
+        config: dict | None,
+        config_name: str | None,
+        go_backwards_by_structure: bool | None = None,
+    ) -> LayerDescription:
         v = self.source.variables
-        where = f"config of layer {config_name!r}" if config is not None else (
-            f"variables {scope}/*" + (" (no config in the file)" if not self.source.layers else
-                                      " (no config for this layer)")
-        )  # fmt: skip
+        where = (
+            f"config of layer {config_name!r}"
+            if config is not None
+            else (
+                f"variables {scope}/*"
+                + (
+                    " (no config in the file)"
+                    if not self.source.layers
+                    else " (no config for this layer)"
+                )
+            )
+        )
         d = LayerDescription(name, f"keras.{cls}", where)
         d.weights = dict(weights)
         names = [n for n in (config_name, name) if n]
         kernel, rk = v[weights["kernel"]], v[weights["recurrent_kernel"]]
         units, gates = rk.shape[0], _GATES[cls]
-        if kernel.ndim != 2 or rk.shape != (units, gates * units) or kernel.shape[1] != gates * units:
-            self.refuse(name, "weights", f"kernel {list(kernel.shape)}, recurrent_kernel "
-                        f"{list(rk.shape)}", f"not the shapes of a Keras {cls} "
-                        f"([I, {gates}U], [U, {gates}U])")  # fmt: skip
+        if (
+            kernel.ndim != 2
+            or rk.shape != (units, gates * units)
+            or kernel.shape[1] != gates * units
+        ):
+            self.refuse(
+                name,
+                "weights",
+                f"kernel {list(kernel.shape)}, recurrent_kernel {list(rk.shape)}",
+                f"not the shapes of a Keras {cls} ([I, {gates}U], [U, {gates}U])",
+            )
             return d
         d.set("units", units, "recurrent_kernel's shape")
         d.set("input_size", kernel.shape[0], "kernel's shape")
@@ -205,29 +256,51 @@ class _Describer:
             self.refuse(name, "units", config["units"], f"the weights have {units} units")
         # bias and the GRU's reset position: by shape, checked against the config
         bias = v[weights["bias"]] if "bias" in weights else None
-        d.set("use_bias", bias is not None, "a bias variable is present" if bias is not None
-              else "no bias variable")  # fmt: skip
+        d.set(
+            "use_bias",
+            bias is not None,
+            "a bias variable is present" if bias is not None else "no bias variable",
+        )
         found, use_bias, origin, _ = self._config_value(d, names, config, "use_bias")
         if found and bool(use_bias) != (bias is not None):
-            self.refuse(name, "use_bias", use_bias, f"{origin} says so, but the file "
-                        f"{'has' if bias is not None else 'has no'} bias variable")  # fmt: skip
+            self.refuse(
+                name,
+                "use_bias",
+                use_bias,
+                f"{origin} says so, but the file "
+                f"{'has' if bias is not None else 'has no'} bias variable",
+            )
         if cls == "GRU" and bias is not None:
             reset_after = bias.shape == (2, 3 * units)
             if not reset_after and bias.shape != (3 * units,):
-                self.refuse(name, "bias", list(bias.shape), f"neither [{3 * units}] "
-                            f"(reset_after=False) nor [2, {3 * units}] (reset_after=True)")  # fmt: skip
+                self.refuse(
+                    name,
+                    "bias",
+                    list(bias.shape),
+                    f"neither [{3 * units}] "
+                    f"(reset_after=False) nor [2, {3 * units}] (reset_after=True)",
+                )
             d.set("reset_after", reset_after, "the bias shape")
             found, ra, origin, _ = self._config_value(d, names, config, "reset_after")
             if found and bool(ra) != reset_after:
-                self.refuse(name, "reset_after", ra, f"{origin} says so, but the bias has "
-                            f"shape {list(bias.shape)}")  # fmt: skip
+                self.refuse(
+                    name,
+                    "reset_after",
+                    ra,
+                    f"{origin} says so, but the bias has shape {list(bias.shape)}",
+                )
         elif cls == "GRU":
             found, ra, origin, stored = self._config_value(d, names, config, "reset_after")
             if found:
                 d.set("reset_after", bool(ra), origin, stored)
             else:
-                self.refuse(name, "reset_after", "(not stored)", "a GRU without bias does not "
-                            "show its reset position: give --set reset_after=true/false")  # fmt: skip
+                self.refuse(
+                    name,
+                    "reset_after",
+                    "(not stored)",
+                    "a GRU without bias does not "
+                    "show its reset position: give --set reset_after=true/false",
+                )
         elif bias is not None and bias.shape != (gates * units,):
             self.refuse(name, "bias", list(bias.shape), f"expected [{gates * units}]")
         # activations
@@ -236,8 +309,13 @@ class _Describer:
         for key in _CALL_KEYS:
             found, value, origin, stored = self._config_value(d, names, config, key)
             if key == "go_backwards" and go_backwards_by_structure is not None and not found:
-                d.set(key, go_backwards_by_structure, "the Bidirectional's "
-                      + ("backward" if go_backwards_by_structure else "forward") + " layer")
+                d.set(
+                    key,
+                    go_backwards_by_structure,
+                    "the Bidirectional's "
+                    + ("backward" if go_backwards_by_structure else "forward")
+                    + " layer",
+                )
             elif key == "time_major" and not found and self.writer.major == 3:
                 d.set(key, False, "Keras 3's recurrent layers are batch-major")
             elif found:
@@ -245,14 +323,25 @@ class _Describer:
             else:
                 d.set(key, False, f"default of {self.writer.how}", stored=False)
         if not self.writer.masks_verified():
-            d.set("zero_output_for_mask", None, f"{self.writer.how}: masked-step outputs of "
-                  "Keras <= 2.2 are not reproduced (calls with a mask raise)", stored=False)  # fmt: skip
+            d.set(
+                "zero_output_for_mask",
+                None,
+                f"{self.writer.how}: masked-step outputs of "
+                "Keras <= 2.2 are not reproduced (calls with a mask raise)",
+                stored=False,
+            )
         found, dtype, origin, stored = self._config_value(d, names, config, "dtype")
         policy = _dtype_policy(dtype) if found else str(kernel.dtype)
         d.set("dtype", policy, origin if found else "the weights' dtype", stored or not found)
         if policy not in ("float32", "float64"):
-            self.refuse(name, "dtype", policy, "the layer computes in a reduced precision; the "
-                        "module computes in the weights' dtype", "compute in float32")  # fmt: skip
+            self.refuse(
+                name,
+                "dtype",
+                policy,
+                "the layer computes in a reduced precision; the "
+                "module computes in the weights' dtype",
+                "compute in float32",
+            )
         self._notes(d, name, config)
         return d
 
@@ -266,9 +355,14 @@ class _Describer:
             if found:
                 value = _activation(raw, major)
                 if value is None:
-                    self.refuse(d.name, key, raw, "hard_sigmoid differs between Keras 2 "
-                                "(0.2x + 0.5) and Keras 3 (relu6(x + 3) / 6) and the file does "
-                                "not say which Keras wrote it: give --keras-version")  # fmt: skip
+                    self.refuse(
+                        d.name,
+                        key,
+                        raw,
+                        "hard_sigmoid differs between Keras 2 "
+                        "(0.2x + 0.5) and Keras 3 (relu6(x + 3) / 6) and the file does "
+                        "not say which Keras wrote it: give --keras-version",
+                    )
                     continue
                 if raw == "hard_sigmoid":
                     origin += f" ({raw!r} of Keras {major})"
@@ -278,8 +372,13 @@ class _Describer:
             else:
                 value, why = self.writer.recurrent_activation_default()
                 if value is None:
-                    self.refuse(d.name, key, "(not stored in the file)", f"{why}: give --set "
-                                f"{key}=sigmoid|hard_sigmoid, --keras-version or --config")  # fmt: skip
+                    self.refuse(
+                        d.name,
+                        key,
+                        "(not stored in the file)",
+                        f"{why}: give --set "
+                        f"{key}=sigmoid|hard_sigmoid, --keras-version or --config",
+                    )
                     continue
                 d.set(attr, value, why, stored=False)
 
@@ -291,8 +390,14 @@ class _Describer:
                 if value not in (None, 0, 0.0, True) or (key == "trainable" and value is False):
                     d.notes.append(f"not ported: {key}={value!r} ({_TRAINING_ONLY[key]})")
             elif key not in _NO_EFFECT and key not in _CALL_KEYS:
-                self.refuse(name, key, value, "a config key this converter does not know; it "
-                            "may change what the layer computes", "ignore it")  # fmt: skip
+                self.refuse(
+                    name,
+                    key,
+                    value,
+                    "a config key this converter does not know; it "
+                    "may change what the layer computes",
+                    "ignore it",
+                )
 
     # -- the whole file ---------------------------------------------------------------------------
 
@@ -306,17 +411,31 @@ class _Describer:
         for layer, scopes in by_layer.items():
             cfg = layers.get(layer)
             if layers and cfg is None:
-                self.refuse(layer, "config", "(missing)", f"the file's config has no layer "
-                            f"named {layer!r}, but the weights {scopes[0][0]}/* exist")  # fmt: skip
+                self.refuse(
+                    layer,
+                    "config",
+                    "(missing)",
+                    f"the file's config has no layer "
+                    f"named {layer!r}, but the weights {scopes[0][0]}/* exist",
+                )
                 continue
             cls = cfg.class_name if cfg else None
-            if cls == "Bidirectional" or (cls is None and len(scopes) == 2 and all(
-                    rest and rest[0].startswith(("forward_", "backward_"))
-                    for _, rest, _ in scopes)):  # fmt: skip
+            if cls == "Bidirectional" or (
+                cls is None
+                and len(scopes) == 2
+                and all(
+                    rest and rest[0].startswith(("forward_", "backward_")) for _, rest, _ in scopes
+                )
+            ):
                 d = self._bidirectional(layer, cfg, scopes)
             elif len(scopes) != 1:
-                self.refuse(layer, "weights", [s for s, _, _ in scopes], "several recurrent "
-                            "cells under one layer (e.g. a stacked RNN cell): not supported")  # fmt: skip
+                self.refuse(
+                    layer,
+                    "weights",
+                    [s for s, _, _ in scopes],
+                    "several recurrent "
+                    "cells under one layer (e.g. a stacked RNN cell): not supported",
+                )
                 continue
             else:
                 scope, rest, weights = scopes[0]
@@ -332,16 +451,27 @@ class _Describer:
         if cls in ("LSTMV1", "GRUV1"):  # tf.keras' TF1-era classes: the same math
             cls = cls[:-2]
         if cls not in _CLASSES:
-            self.refuse(name, "class", cls or "(unknown)", "not a Keras recurrent layer this "
-                        "converter ports (LSTM, GRU, SimpleRNN, Bidirectional)")  # fmt: skip
+            self.refuse(
+                name,
+                "class",
+                cls or "(unknown)",
+                "not a Keras recurrent layer this "
+                "converter ports (LSTM, GRU, SimpleRNN, Bidirectional)",
+            )
             return None
         if cls in ("CuDNNLSTM", "CuDNNGRU"):
-            self.refuse(name, "class", cls, "Keras' legacy CuDNN layers (biases [8U]/[6U] in "
-                        "cuDNN's layout) are not ported yet")  # fmt: skip
+            self.refuse(
+                name,
+                "class",
+                cls,
+                "Keras' legacy CuDNN layers (biases [8U]/[6U] in "
+                "cuDNN's layout) are not ported yet",
+            )
             return None
         if cfg and inferred and inferred != cls and inferred not in ("CuDNNLSTM", "CuDNNGRU"):
-            self.refuse(name, "class", cls, f"the config says {cls}, the weights' shapes "
-                        f"are a {inferred}'s")  # fmt: skip
+            self.refuse(
+                name, "class", cls, f"the config says {cls}, the weights' shapes are a {inferred}'s"
+            )
             return None
         return cls
 
@@ -349,20 +479,33 @@ class _Describer:
         cls = self._resolve_class(layer, cfg, rest, weights)
         if cls is None:
             return None
-        return self.describe_rnn(layer, cls, scope, weights, cfg.config if cfg else None,
-                                 cfg.name if cfg else None)  # fmt: skip
+        return self.describe_rnn(
+            layer, cls, scope, weights, cfg.config if cfg else None, cfg.name if cfg else None
+        )
 
     def _bidirectional(self, layer, cfg: KerasLayer | None, scopes):
-        d = LayerDescription(layer, "keras.Bidirectional",
-                             f"config of layer {layer!r}" if cfg else f"variables {layer}/*")  # fmt: skip
+        d = LayerDescription(
+            layer,
+            "keras.Bidirectional",
+            f"config of layer {layer!r}" if cfg else f"variables {layer}/*",
+        )
         if cfg is not None and cfg.class_name != "Bidirectional":
-            self.refuse(layer, "class", cfg.class_name, "forward_/backward_ weights under a "
-                        "layer whose config is not a Bidirectional")  # fmt: skip
+            self.refuse(
+                layer,
+                "class",
+                cfg.class_name,
+                "forward_/backward_ weights under a layer whose config is not a Bidirectional",
+            )
             return None
-        found, merge, origin, stored = self._config_value(d, [layer], cfg.config if cfg else None,
-                                                          "merge_mode")  # fmt: skip
-        d.set("merge_mode", merge if found else "concat",
-              origin if found else f"default of {self.writer.how}", stored)  # fmt: skip
+        found, merge, origin, stored = self._config_value(
+            d, [layer], cfg.config if cfg else None, "merge_mode"
+        )
+        d.set(
+            "merge_mode",
+            merge if found else "concat",
+            origin if found else f"default of {self.writer.how}",
+            stored,
+        )
         sub_cfgs = {}
         if cfg is not None:
             fw = self.source.layers.get(f"{layer}/layer")
@@ -378,28 +521,44 @@ class _Describer:
             if cls is None:
                 return None
             sub_config = dict(sub.config) if sub else None
-            if sub_config is not None and role == "backward" and sub_cfgs["backward"] is \
-                    sub_cfgs["forward"]:  # fmt: skip
+            if (
+                sub_config is not None
+                and role == "backward"
+                and sub_cfgs["backward"] is sub_cfgs["forward"]
+            ):
                 sub_config["go_backwards"] = not sub_config.get("go_backwards", False)
             child = self.describe_rnn(
-                f"{layer}/{rest[0]}", cls, scope, weights, sub_config, sub.name if sub else None,
+                f"{layer}/{rest[0]}",
+                cls,
+                scope,
+                weights,
+                sub_config,
+                sub.name if sub else None,
                 go_backwards_by_structure=(role == "backward"),
             )
             # Keras' Bidirectional forces zero_output_for_mask = return_sequences.
             if child.value("zero_output_for_mask", False) is not None:
-                child.set("zero_output_for_mask", child.value("return_sequences"),
-                          "Bidirectional forces it to return_sequences")  # fmt: skip
+                child.set(
+                    "zero_output_for_mask",
+                    child.value("return_sequences"),
+                    "Bidirectional forces it to return_sequences",
+                )
             d.children[role] = child
         if set(d.children) != {"forward", "backward"}:
-            self.refuse(layer, "weights", sorted(d.children), "a Bidirectional needs a forward "
-                        "and a backward layer")  # fmt: skip
+            self.refuse(
+                layer,
+                "weights",
+                sorted(d.children),
+                "a Bidirectional needs a forward and a backward layer",
+            )
             return None
         return d
 
     def _mask_note(self, d: LayerDescription, cfg: KerasLayer | None) -> None:
         if cfg is not None and cfg.mask_from:
-            d.notes.append(f"called with a mask (from {cfg.mask_from!r}): pass the same mask= "
-                           "to the module")  # fmt: skip
+            d.notes.append(
+                f"called with a mask (from {cfg.mask_from!r}): pass the same mask= to the module"
+            )
         elif self.source.mask_layers:
             d.notes.append(
                 f"the model has mask-producing layers ({', '.join(self.source.mask_layers)}): "

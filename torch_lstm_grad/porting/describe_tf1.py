@@ -40,8 +40,12 @@ _LSTM_LEAVES = {"kernel", "bias", *_PEEPHOLES, "projection/kernel"}
 _GRU_LEAVES = {"gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"}
 _GRU_V1_LEAVES = {"w_ru", "w_c", "b_ru", "b_c"}
 _TF1_DEFAULTS = {"forget_bias": 1.0, "cell_clip": None, "activation": "tanh", "proj_clip": None}
-_FUSED_CLASS = {"BlockLSTM": "LSTMBlockFusedCell", "BlockLSTMV2": "BlockLSTMV2",
-                "LSTMBlockCell": "LSTMBlockCell", "GRUBlockCell": "GRUBlockCell"}  # fmt: skip
+_FUSED_CLASS = {
+    "BlockLSTM": "LSTMBlockFusedCell",
+    "BlockLSTMV2": "BlockLSTMV2",
+    "LSTMBlockCell": "LSTMBlockCell",
+    "GRUBlockCell": "GRUBlockCell",
+}
 
 # TF1 contrib CudnnLSTM / CudnnGRU canonical names (tf_semantics §7.5): `<outer>/` then
 # `[rnn/]multi_rnn_cell/cell_<l>/` or `stack_bidirectional_rnn/cell_<l>/bidirectional_rnn/<fw|bw>/`
@@ -53,10 +57,17 @@ _CUDNN_NAME = re.compile(
 )
 _CUDNN_LEAVES = {
     "lstm": {"kernel", "bias", "bias_cudnn_0", "bias_cudnn_1"},
-    "gru": {"gates/kernel", "gates/bias", "candidate/input_projection/kernel",
-            "candidate/input_projection/bias", "candidate/hidden_projection/kernel",
-            "candidate/hidden_projection/bias", "bias_cudnn_0", "bias_cudnn_1"},
-}  # fmt: skip
+    "gru": {
+        "gates/kernel",
+        "gates/bias",
+        "candidate/input_projection/kernel",
+        "candidate/input_projection/bias",
+        "candidate/hidden_projection/kernel",
+        "candidate/hidden_projection/bias",
+        "bias_cudnn_0",
+        "bias_cudnn_1",
+    },
+}
 _CUDNN_NEED = {
     "lstm": {"kernel", "bias"},
     "gru": _CUDNN_LEAVES["gru"] - {"bias_cudnn_0", "bias_cudnn_1"},
@@ -110,20 +121,27 @@ class _Describer:
             if found:
                 d.set(key, value, "--set", stored=False)
             elif self.statements.assume_defaults:
-                d.set(key, _TF1_DEFAULTS[key], "TF1 class default (--assume-defaults)",
-                      stored=False)  # fmt: skip
+                d.set(
+                    key, _TF1_DEFAULTS[key], "TF1 class default (--assume-defaults)", stored=False
+                )
             else:
                 missing.append(key)
         if missing:
-            self.refuse(d.name, ", ".join(missing), "(not stored)", f"{why}: give "
-                        + " ".join(f"--set {k}=..." for k in missing) + " or --assume-defaults "
-                        "for TF1's class defaults " + str({k: _TF1_DEFAULTS[k] for k in missing}))  # fmt: skip
+            self.refuse(
+                d.name,
+                ", ".join(missing),
+                "(not stored)",
+                f"{why}: give "
+                + " ".join(f"--set {k}=..." for k in missing)
+                + " or --assume-defaults "
+                "for TF1's class defaults " + str({k: _TF1_DEFAULTS[k] for k in missing}),
+            )
 
     # -- LSTM cells ----------------------------------------------------------------------------
 
     def lstm(self, scope: str, names: dict[str, str]) -> LayerDescription | None:
         v = self.v
-        kernel, bias = v[names["kernel"]], v[names["bias"]]
+        kernel = v[names["kernel"]]
         leaf = scope.rsplit("/", 1)[-1]
         d = LayerDescription(scope.replace("/", "."), "tf1.LSTMCell", f"variables {scope}/*")
         d.weights = dict(names)
@@ -144,8 +162,9 @@ class _Describer:
                 self.refuse(d.name, k, list(v[names[k]].shape), f"expected [{H}]")
         d.set("gate_activation", "sigmoid", "TF1's LSTM cells always use sigmoid gates")
         cell = self.graph.cell_at(scope, "lstm") if self.graph is not None else None
-        unstored = ["forget_bias", "cell_clip", "activation"] + (["proj_clip"] if proj is not None
-                                                                   else [])  # fmt: skip
+        unstored = ["forget_bias", "cell_clip", "activation"] + (
+            ["proj_clip"] if proj is not None else []
+        )
         if leaf == "cudnn_compatible_lstm_cell":
             d.kind = "tf1.CudnnCompatibleLSTMCell"
             d.set("forget_bias", 0.0, "CudnnCompatibleLSTMCell adds none")
@@ -157,10 +176,17 @@ class _Describer:
                 d.kind = "tf1.LSTMBlockFusedCell"
             elif leaf.startswith("basic_lstm_cell"):
                 d.kind = "tf1.BasicLSTMCell"
-            why = ("no meta graph next to the checkpoint" if self.graph is None else
-                   f"the meta graph does not use {scope}/kernel")  # fmt: skip
-            self._unstored(d, [d.name, scope], unstored, f"{why}: TF1 checkpoints store weights, "
-                           "not the cell's arguments")  # fmt: skip
+            why = (
+                "no meta graph next to the checkpoint"
+                if self.graph is None
+                else f"the meta graph does not use {scope}/kernel"
+            )
+            self._unstored(
+                d,
+                [d.name, scope],
+                unstored,
+                f"{why}: TF1 checkpoints store weights, not the cell's arguments",
+            )
             if d.value("cell_clip") is not None:
                 found, rule = self._stated([d.name, scope], "clip_gradient")
                 if found:
@@ -168,15 +194,25 @@ class _Describer:
                 elif d.kind == "tf1.LSTMBlockFusedCell":
                     d.set("clip_gradient", "straight_through", "LSTMBlockFusedCell's kernel")
                 else:
-                    self.refuse(d.name, "clip_gradient", "(not stored)", "LSTMCell's "
-                                "clip_by_value has a zero gradient where it clips, LSTMBlockCell's "
-                                "kernel passes it through; the checkpoint does not say which "
-                                "class wrote it: give --set clip_gradient=zero (LSTMCell) or "
-                                "straight_through (LSTMBlockCell)")  # fmt: skip
+                    self.refuse(
+                        d.name,
+                        "clip_gradient",
+                        "(not stored)",
+                        "LSTMCell's "
+                        "clip_by_value has a zero gradient where it clips, LSTMBlockCell's "
+                        "kernel passes it through; the checkpoint does not say which "
+                        "class wrote it: give --set clip_gradient=zero (LSTMCell) or "
+                        "straight_through (LSTMBlockCell)",
+                    )
             return d
         if cell.problem:
-            self.refuse(d.name, "graph", cell.where, f"the meta graph's ops around {scope} are "
-                        f"not a cell this converter reads: {cell.problem}")  # fmt: skip
+            self.refuse(
+                d.name,
+                "graph",
+                cell.where,
+                f"the meta graph's ops around {scope} are "
+                f"not a cell this converter reads: {cell.problem}",
+            )
             return None
         where = f"meta graph, {cell.where}"
         d.where = f"variables {scope}/* and the meta graph ({cell.where})"
@@ -189,20 +225,31 @@ class _Describer:
             if clip > 0:
                 d.set("clip_gradient", "straight_through", f"{cell.cls}'s gradient kernel")
             if bool(cell.attrs.get("use_peephole", False)) != peep:
-                self.refuse(d.name, "use_peepholes", cell.attrs.get("use_peephole"), f"the graph's "
-                            f"{cell.cls} and the variables disagree")  # fmt: skip
+                self.refuse(
+                    d.name,
+                    "use_peepholes",
+                    cell.attrs.get("use_peephole"),
+                    f"the graph's {cell.cls} and the variables disagree",
+                )
             if cell.cls == "BlockLSTMV2":
                 d.set("gate_order", "ifco", "BlockLSTMV2's weights are in Keras' i, f, c, o order")
             if proj is not None:
-                self.refuse(d.name, "projection/kernel", list(proj.shape), f"{cell.cls} has no "
-                            "projection, yet the scope holds one")  # fmt: skip
+                self.refuse(
+                    d.name,
+                    "projection/kernel",
+                    list(proj.shape),
+                    f"{cell.cls} has no projection, yet the scope holds one",
+                )
             return d
         d.kind = f"tf1.{cell.cls}"
         for key in unstored:
             d.set(key, cell.attrs.get(key), where)
         if d.value("cell_clip") is not None:
-            d.set("clip_gradient", "zero", f"{cell.cls}'s clip_by_value (zero gradient where it "
-                  "clips)")  # fmt: skip
+            d.set(
+                "clip_gradient",
+                "zero",
+                f"{cell.cls}'s clip_by_value (zero gradient where it clips)",
+            )
         return d
 
     # -- GRU cells -----------------------------------------------------------------------------
@@ -211,21 +258,35 @@ class _Describer:
         v = self.v
         if v1:  # contrib v1's GRUBlockCell: names swapped, told apart by shape (§5.4)
             a, b = v[names["w_ru"]], v[names["w_c"]]
-            gk, ck = (names["w_ru"], names["w_c"]) if a.shape[1] == 2 * b.shape[1] else (
-                names["w_c"], names["w_ru"])  # fmt: skip
-            ga, gb = v[names["b_ru"]], v[names["b_c"]]
-            gbias, cbias = (names["b_ru"], names["b_c"]) if ga.shape[0] == v[gk].shape[1] else (
-                names["b_c"], names["b_ru"])  # fmt: skip
-            weights = {"gates/kernel": gk, "gates/bias": gbias, "candidate/kernel": ck,
-                       "candidate/bias": cbias}  # fmt: skip
+            gk, ck = (
+                (names["w_ru"], names["w_c"])
+                if a.shape[1] == 2 * b.shape[1]
+                else (names["w_c"], names["w_ru"])
+            )
+            ga = v[names["b_ru"]]
+            gbias, cbias = (
+                (names["b_ru"], names["b_c"])
+                if ga.shape[0] == v[gk].shape[1]
+                else (names["b_c"], names["b_ru"])
+            )
+            weights = {
+                "gates/kernel": gk,
+                "gates/bias": gbias,
+                "candidate/kernel": ck,
+                "candidate/bias": cbias,
+            }
         else:
             weights = dict(names)
         ck_shape = v[weights["candidate/kernel"]].shape
         H = ck_shape[1]
-        d = LayerDescription(scope.replace("/", "."), "tf1.GRUCell", f"variables {scope}/*",
-                             weights=weights)  # fmt: skip
-        for n, shape in (("gates/kernel", (ck_shape[0], 2 * H)), ("gates/bias", (2 * H,)),
-                         ("candidate/bias", (H,))):  # fmt: skip
+        d = LayerDescription(
+            scope.replace("/", "."), "tf1.GRUCell", f"variables {scope}/*", weights=weights
+        )
+        for n, shape in (
+            ("gates/kernel", (ck_shape[0], 2 * H)),
+            ("gates/bias", (2 * H,)),
+            ("candidate/bias", (H,)),
+        ):
             if v[weights[n]].shape != shape:
                 self.refuse(d.name, n, list(v[weights[n]].shape), f"expected {list(shape)}")
                 return None
@@ -238,14 +299,26 @@ class _Describer:
             return d
         cell = self.graph.cell_at(scope, "gru") if self.graph is not None else None
         if cell is None:
-            why = ("no meta graph next to the checkpoint" if self.graph is None else
-                   f"the meta graph does not use {scope}/gates/kernel")  # fmt: skip
-            self._unstored(d, [d.name, scope], ["activation"], f"{why}: TF1 checkpoints store "
-                           "weights, not the cell's arguments")  # fmt: skip
+            why = (
+                "no meta graph next to the checkpoint"
+                if self.graph is None
+                else f"the meta graph does not use {scope}/gates/kernel"
+            )
+            self._unstored(
+                d,
+                [d.name, scope],
+                ["activation"],
+                f"{why}: TF1 checkpoints store weights, not the cell's arguments",
+            )
             return d
         if cell.problem:
-            self.refuse(d.name, "graph", cell.where, f"the meta graph's ops around {scope} are "
-                        f"not a cell this converter reads: {cell.problem}")  # fmt: skip
+            self.refuse(
+                d.name,
+                "graph",
+                cell.where,
+                f"the meta graph's ops around {scope} are "
+                f"not a cell this converter reads: {cell.problem}",
+            )
             return None
         d.where = f"variables {scope}/* and the meta graph ({cell.where})"
         if cell.cls == "GRUBlockCell":
@@ -266,14 +339,21 @@ class _Describer:
         where = f"{outer or '(root)'} (TF1 Cudnn{kind.upper()} canonical names)"
         d = LayerDescription(name, f"tf1.Cudnn{kind.upper()}", where)
         if sorted(cells) != want:
-            have = ", ".join(f"cell_{lay}" + ("/" + "fb"[dd] + "w" if bidi else "")
-                             for lay, dd in sorted(cells))  # fmt: skip
-            self.refuse(name, "cells", have, "expected cell_0..cell_<L-1>" +
-                        (" each fw and bw" if bidi else ""))  # fmt: skip
+            have = ", ".join(
+                f"cell_{lay}" + ("/" + "fb"[dd] + "w" if bidi else "") for lay, dd in sorted(cells)
+            )
+            self.refuse(
+                name,
+                "cells",
+                have,
+                "expected cell_0..cell_<L-1>" + (" each fw and bw" if bidi else ""),
+            )
             return None
-        holes = [f"cell_{lay}{'/' + 'fb'[dd] + 'w' if bidi else ''} missing {sorted(miss)}"
-                 for (lay, dd), leaves in sorted(cells.items())
-                 if (miss := _CUDNN_NEED[kind] - leaves.keys())]  # fmt: skip
+        holes = [
+            f"cell_{lay}{'/' + 'fb'[dd] + 'w' if bidi else ''} missing {sorted(miss)}"
+            for (lay, dd), leaves in sorted(cells.items())
+            if (miss := _CUDNN_NEED[kind] - leaves.keys())
+        ]
         if holes:
             self.refuse(name, "variables", "; ".join(holes), "incomplete canonical variables")
             return None
@@ -287,15 +367,26 @@ class _Describer:
         d.set("num_layers", len(layers), "cell_<l> names")
         d.set("units", H, "kernel shapes")
         d.set("input_size", input_size, "kernel shapes")
-        d.set("direction", "bidirectional" if bidi else "unidirectional",
-              "stack_bidirectional_rnn names" if bidi else "multi_rnn_cell names")  # fmt: skip
+        d.set(
+            "direction",
+            "bidirectional" if bidi else "unidirectional",
+            "stack_bidirectional_rnn names" if bidi else "multi_rnn_cell names",
+        )
         separate = all({"bias_cudnn_0", "bias_cudnn_1"} <= c.keys() for c in cells.values())
-        d.set("bias_layout", "separate bW, bR (bias_cudnn_0/1)" if separate else
-              "summed bW + bR, split in halves as TF1's restore does", "variable names")  # fmt: skip
+        d.set(
+            "bias_layout",
+            "separate bW, bR (bias_cudnn_0/1)"
+            if separate
+            else "summed bW + bR, split in halves as TF1's restore does",
+            "variable names",
+        )
         d.set("input_mode", "linear_input", "the layer-0 kernel has input rows")
         d.set("activation", "tanh", f"cuDNN's {kind.upper()}")
-        d.weights = {f"cell_{lay}_{dd}/{leaf}": n for (lay, dd), leaves in sorted(cells.items())
-                     for leaf, n in sorted(leaves.items())}  # fmt: skip
+        d.weights = {
+            f"cell_{lay}_{dd}/{leaf}": n
+            for (lay, dd), leaves in sorted(cells.items())
+            for leaf, n in sorted(leaves.items())
+        }
         return d
 
     # -- the whole checkpoint ----------------------------------------------------------------------
@@ -322,10 +413,14 @@ class _Describer:
             keys = set(names)
             d = None
             if keys == {"opaque_kernel"}:
-                self.refuse(scope or "(root)", "opaque_kernel", list(v[names["opaque_kernel"]].shape),
-                            "an opaque cuDNN buffer alone does not store its model (mode, "
-                            "layers, units); convert the checkpoint that holds its canonical "
-                            "variables (TF1 CudnnLSTM saves both)")  # fmt: skip
+                self.refuse(
+                    scope or "(root)",
+                    "opaque_kernel",
+                    list(v[names["opaque_kernel"]].shape),
+                    "an opaque cuDNN buffer alone does not store its model (mode, "
+                    "layers, units); convert the checkpoint that holds its canonical "
+                    "variables (TF1 CudnnLSTM saves both)",
+                )
                 continue
             if keys & _GRU_LEAVES:
                 if missing := _GRU_LEAVES - keys:
@@ -341,8 +436,9 @@ class _Describer:
                 lstm_keys = keys & _LSTM_LEAVES
                 if {"kernel", "bias"} <= keys and not self._lstm_shaped(names):
                     continue  # a kernel/bias pair of another layer (e.g. dense): not ours
-                need = {"kernel", "bias"} | (set(_PEEPHOLES) if lstm_keys & set(_PEEPHOLES)
-                                             else set())  # fmt: skip
+                need = {"kernel", "bias"} | (
+                    set(_PEEPHOLES) if lstm_keys & set(_PEEPHOLES) else set()
+                )
                 if missing := need - keys:
                     self._incomplete(scope, keys, missing)
                     continue
@@ -363,8 +459,12 @@ class _Describer:
         return k[0] >= P
 
     def _incomplete(self, scope, keys, missing):
-        self.refuse(scope or "(root)", "variables", sorted(keys), f"an incomplete recurrent "
-                    f"cell: missing {sorted(missing)}")  # fmt: skip
+        self.refuse(
+            scope or "(root)",
+            "variables",
+            sorted(keys),
+            f"an incomplete recurrent cell: missing {sorted(missing)}",
+        )
 
 
 def describe_tf1(source: Source, statements: Statements, exclude: set[str] = frozenset()):

@@ -9,18 +9,19 @@ so `load` can refuse a file whose description this version cannot honour.
 
 Attribute names are this package's, one vocabulary for every source:
 
-| attribute | meaning |
-|---|---|
-| units, input_size | U (H), I |
-| gate_activation | on the gates (Keras `recurrent_activation`): sigmoid, hard_sigmoid_keras2 (`clip(0.2x + 0.5, 0, 1)`), hard_sigmoid_keras3 (`relu6(x + 3) / 6`), or a name we do not compute |
-| activation | on the candidate and the cell output (Keras `activation`): tanh, relu, linear, ... |
-| forget_bias | added to the forget gate at run time (TF1 cells; 0 for Keras, whose bias holds it) |
-| cell_clip, clip_gradient | clip of the cell state (None: none) and its gradient: "straight_through" (TF's block kernels) or "zero" (`clip_by_value`, TF1 `LSTMCell`) |
-| use_peepholes, num_proj, proj_clip | TF1 `LSTMCell`'s peepholes, projection and its clip |
-| use_bias, reset_after, bias_layout | Keras bias presence, GRU reset position, how the file stores the biases |
-| go_backwards, return_sequences, return_state, stateful, time_major, zero_output_for_mask, masked_outputs | Keras' call semantics |
-| num_layers, direction, merge_mode | cuDNN layers; Bidirectional merge |
-| dtype | the layer's compute dtype (Keras dtype policy) |
+* units, input_size: U (H), I.
+* gate_activation: on the gates (Keras `recurrent_activation`): sigmoid, hard_sigmoid_keras2
+  (`clip(0.2x + 0.5, 0, 1)`), hard_sigmoid_keras3 (`relu6(x + 3) / 6`), or a name not computed.
+* activation: on the candidate and the cell output (Keras `activation`): tanh, relu, linear, ...
+* forget_bias: added to the forget gate at run time (TF1 cells; Keras keeps it in the bias).
+* cell_clip, clip_gradient: the cell state's clip (None: none) and its gradient,
+  "straight_through" (TF's block kernels) or "zero" (`clip_by_value`, TF1 `LSTMCell`).
+* use_peepholes, num_proj, proj_clip: TF1 `LSTMCell`'s peepholes, projection and its clip.
+* use_bias, reset_after, bias_layout, gate_order: how the weights are stored.
+* go_backwards, return_sequences, return_state, stateful, time_major, zero_output_for_mask:
+  Keras' call semantics.
+* num_layers, direction, input_mode, merge_mode: cuDNN layers; Bidirectional's merge.
+* dtype: the layer's compute dtype (a Keras dtype policy).
 """
 
 from __future__ import annotations

@@ -90,8 +90,10 @@ def _walk_config(cfg: dict, out: dict[str, KerasLayer], masks: list[str]) -> Non
             sub = inner.get(key)
             if isinstance(sub, dict) and sub.get("config", {}).get("name"):
                 sub_name = sub["config"]["name"]
-                out.setdefault(f"{name}/{key}", KerasLayer(sub_name, sub.get("class_name", ""),
-                                                          sub["config"], mask_from))  # fmt: skip
+                out.setdefault(
+                    f"{name}/{key}",
+                    KerasLayer(sub_name, sub.get("class_name", ""), sub["config"], mask_from),
+                )
 
 
 def layers_from_config(cfg: dict) -> tuple[dict[str, KerasLayer], list[str]]:
@@ -167,13 +169,16 @@ def _h5_source(path: str, h5, file_label: str) -> Source:
         return Source(path, f"Keras 3 weights ({file_label})", writer, variables)
     if "model_weights" in h5:
         weights = h5["model_weights"]
-        attrs = attrs or {k: _str(v) for k, v in weights.attrs.items()
-                          if k in ("keras_version", "backend")}  # fmt: skip
+        attrs = attrs or {
+            k: _str(v) for k, v in weights.attrs.items() if k in ("keras_version", "backend")
+        }
     else:
         weights = h5
     if "keras_version" not in attrs and "layer_names" not in weights.attrs:
-        raise ValueError(f"{path}: an HDF5 file, but neither Keras' legacy layout (layer_names, "
-                         "keras_version) nor Keras 3's (layers/.../vars)")  # fmt: skip
+        raise ValueError(
+            f"{path}: an HDF5 file, but neither Keras' legacy layout (layer_names, "
+            "keras_version) nor Keras 3's (layers/.../vars)"
+        )
     version = attrs.get("keras_version")
     major = keras_version_tuple(version)[0] if version else None
     backend = attrs.get("backend")
@@ -207,8 +212,14 @@ def read_keras(path: str) -> Source:
             source = _h5_source(path, h5, "model.weights.h5")
         version = meta.get("keras_version")
         major = keras_version_tuple(version)[0] if version else 3
-        source.writer = Writer("keras", version, major, "metadata.json" if version else
-                               "the .keras format (Keras 3); metadata.json has no version")  # fmt: skip
+        source.writer = Writer(
+            "keras",
+            version,
+            major,
+            "metadata.json"
+            if version
+            else "the .keras format (Keras 3); metadata.json has no version",
+        )
         source.format = "Keras .keras archive (config.json + model.weights.h5)"
         if config is not None:
             source.layers, source.mask_layers = layers_from_config(config)
@@ -234,8 +245,10 @@ def read_keras_config(path: str) -> tuple[dict[str, KerasLayer], list[str], str 
             if "model_config" not in h5.attrs:
                 raise ValueError(f"--config {path}: an HDF5 file without model_config")
             version = h5.attrs.get("keras_version")
-            return (*layers_from_config(_str(h5.attrs["model_config"])),
-                    _str(version) if version is not None else None)  # fmt: skip
+            return (
+                *layers_from_config(_str(h5.attrs["model_config"])),
+                _str(version) if version is not None else None,
+            )
     with open(path) as fh:
         cfg = json.load(fh)
     version = cfg.get("keras_version") if isinstance(cfg, dict) else None

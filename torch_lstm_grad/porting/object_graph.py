@@ -48,10 +48,13 @@ def _nodes(data: bytes):
             for c in map(proto.fields, f.get(1, []))
         ]
         attrs = [
-            (proto.last(a, 1, b"").decode(), proto.last(a, 2, b"").decode(),
-             proto.last(a, 3, b"").decode())
+            (
+                proto.last(a, 1, b"").decode(),
+                proto.last(a, 2, b"").decode(),
+                proto.last(a, 3, b"").decode(),
+            )
             for a in map(proto.fields, f.get(2, []))
-        ]  # fmt: skip
+        ]
         slots = [proto.last(s, 3) for s in map(proto.fields, f.get(3, []))]
         out.append((children, attrs, slots))
     return out

@@ -147,8 +147,19 @@ def _parse_entry(value: bytes) -> BundleEntry:
 
 # -- OrderedCode (tensorflow/core/lib/strings/ordered_code), for the keys of slices ---------
 
-_HEADER_BITS = [(0, 0), (0x80, 0), (0xC0, 0), (0xE0, 0), (0xF0, 0), (0xF8, 0), (0xFC, 0),
-                (0xFE, 0), (0xFF, 0), (0xFF, 0x80), (0xFF, 0xC0)]  # fmt: skip
+_HEADER_BITS = [
+    (0, 0),
+    (0x80, 0),
+    (0xC0, 0),
+    (0xE0, 0),
+    (0xF0, 0),
+    (0xF8, 0),
+    (0xFC, 0),
+    (0xFE, 0),
+    (0xFF, 0),
+    (0xFF, 0x80),
+    (0xFF, 0xC0),
+]
 
 
 def _num_increasing(n: int) -> bytes:
@@ -306,8 +317,10 @@ class TensorBundleReader:
         count = int(np.prod(e.shape, dtype=np.int64))
         data = self._shard(e.shard_id)
         if e.offset < 0 or e.offset + e.size > len(data):
-            raise ValueError(f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
-                             f"{self.shard_path(e.shard_id)} ({len(data)} bytes)")  # fmt: skip
+            raise ValueError(
+                f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
+                f"{self.shard_path(e.shard_id)} ({len(data)} bytes)"
+            )
         raw = data[e.offset : e.offset + e.size]
         lengths, pos = [], 0
         for _ in range(count):
@@ -353,20 +366,24 @@ class TensorBundleReader:
 
     def _read(self, name: str, e: BundleEntry) -> np.ndarray:
         if e.dtype not in DTYPES:
-            raise NotImplementedError(f"{name}: dtype {e.dtype_name} is not read by the TF-free "
-                                      "reader")  # fmt: skip
+            raise NotImplementedError(
+                f"{name}: dtype {e.dtype_name} is not read by the TF-free reader"
+            )
         if e.shape is None:
             raise ValueError(f"{name}: unknown rank")
         kind = DTYPES[e.dtype][1]
         dt = np.dtype(self.byte_order + kind)
         count = int(np.prod(e.shape, dtype=np.int64))
         if e.size != count * dt.itemsize or e.shard_id >= self.num_shards:
-            raise ValueError(f"{name}: entry {e} does not fit shape {list(e.shape)} of "
-                             f"{e.dtype_name}")  # fmt: skip
+            raise ValueError(
+                f"{name}: entry {e} does not fit shape {list(e.shape)} of {e.dtype_name}"
+            )
         data = self._shard(e.shard_id)
         if e.offset < 0 or e.offset + e.size > len(data):
-            raise ValueError(f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
-                             f"{self.shard_path(e.shard_id)} ({len(data)} bytes)")  # fmt: skip
+            raise ValueError(
+                f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
+                f"{self.shard_path(e.shard_id)} ({len(data)} bytes)"
+            )
         raw = data[e.offset : e.offset + e.size]
         if self.verify_crc and e.crc32c is not None and masked_crc32c(raw) != e.crc32c:
             raise ValueError(f"{name}: data checksum mismatch (crc32c)")

@@ -25,6 +25,7 @@ nodes. Both are followed to the variables they read.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,10 +38,47 @@ _PASS_THROUGH = {"Identity", "ReadVariableOp", "Enter", "RefEnter", "Snapshot"}
 _VARIABLES = {"VarHandleOp", "VariableV2", "Variable"}
 _ADDS = {"Add", "AddV2"}
 _ACTIVATION_OPS = {"Tanh": "tanh", "Relu": "relu", "Identity": "linear", "Sigmoid": "sigmoid"}
-_UNARY = {"Tanh", "Relu", "Relu6", "Elu", "Selu", "Softsign", "Softplus", "Sigmoid", "LeakyRelu",
-          "Sin", "Exp"}  # elementwise ops a cell's activation may be
+_UNARY = {
+    "Tanh",
+    "Relu",
+    "Relu6",
+    "Elu",
+    "Selu",
+    "Softsign",
+    "Softplus",
+    "Sigmoid",
+    "LeakyRelu",
+    "Sin",
+    "Exp",
+}  # elementwise ops a cell's activation may be
 _FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
 _FUSED_GRU = {"GRUBlockCell": 2}
+
+
+def _is_gradient(name: str) -> bool:
+    """A node of the gradient graph: under a `gradients[_N]` scope (TF1's tf.gradients), or in
+    a function TF built for a gradient (`..._grad...`)."""
+    function, _, node = name.rpartition("::")
+    return "_grad" in function or any(
+        p == "gradients" or re.fullmatch(r"gradients_\d+", p) for p in node.split("/")
+    )
+
+
+def _bookkeeping(op: str) -> bool:
+    """Ops that initialise, save, restore or update a variable without computing with it."""
+    return op in {
+        "Assign",
+        "AssignVariableOp",
+        "VarIsInitializedOp",
+        "IsVariableInitialized",
+        "SaveV2",
+        "RestoreV2",
+        "Save",
+        "Restore",
+        "SaveSlices",
+        "RestoreSlice",
+        "DestroyResourceOp",
+    } or op.startswith(("Apply", "ResourceApply", "SparseApply", "ResourceSparseApply"))
 
 
 @dataclass
@@ -111,6 +149,8 @@ class TF1Graph:
         self.nodes, self.tf_version = nodes, tf_version
         self.consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for n in nodes.values():
+            if _is_gradient(n.name):  # the training graph reads the same values: not the cell
+                continue
             for pos, ref in enumerate(n.inputs):
                 self.consumers.setdefault(self.resolve(ref), []).append((n.name, pos))
 
@@ -147,8 +187,11 @@ class TF1Graph:
 
     def const(self, ref: tuple[str, int]) -> float | None:
         node = self.nodes.get(self.resolve(ref)[0])
-        if node is None or node.op != "Const" or not isinstance(node.attrs.get("value"),
-                                                                 np.ndarray):  # fmt: skip
+        if (
+            node is None
+            or node.op != "Const"
+            or not isinstance(node.attrs.get("value"), np.ndarray)
+        ):
             return None
         value = node.attrs["value"]
         return float(value) if value.size == 1 else None
@@ -160,6 +203,16 @@ class TF1Graph:
     def input_node(self, n: _Node, pos: int) -> _Node | None:
         return self.nodes.get(self.resolve(n.inputs[pos])[0]) if pos < len(n.inputs) else None
 
+    def forward_matmul(self, n: _Node, variable: str) -> bool:
+        """`x · variable` as a cell's forward computes it (the gradient graph multiplies by its
+        transpose, and lives under a `gradients` scope)."""
+        return (
+            n.op == "MatMul"
+            and self.reads(n, 1, variable)
+            and not n.attrs.get("transpose_a")
+            and not n.attrs.get("transpose_b")
+        )
+
     def reads(self, n: _Node, pos: int, variable: str) -> bool:
         return pos < len(n.inputs) and self.resolve(n.inputs[pos])[0] == variable
 
@@ -169,36 +222,56 @@ class TF1Graph:
         """The cell using the variables `<scope>/kernel` (kind "lstm") or `<scope>/gates/kernel`
         (kind "gru", also contrib's `w_ru`), or None when the graph does not hold them."""
         var = None
-        for leaf in (("kernel",) if kind == "lstm" else ("gates/kernel", "w_ru", "w_c")):
+        for leaf in ("kernel",) if kind == "lstm" else ("gates/kernel", "w_ru", "w_c"):
             var = self.variable(f"{scope}/{leaf}")
             if var is not None:
                 break
         if var is None:
             return None
-        users = self.users(var.name)
+        users = [u for u in self.users(var.name) if not _bookkeeping(u.op)]
+        if not users:  # initialised and saved, but no op computes with it
+            return None
         fused = [u for u in users if u.op in _FUSED_LSTM or u.op in _FUSED_GRU]
         if fused:
             return _fused_cell(self, fused, var.name)
-        matmuls = [u for u in users if u.op == "MatMul" and self.reads(u, 1, var.name)]
+        matmuls = [u for u in users if self.forward_matmul(u, var.name)]
         if not matmuls:
-            return GraphCell(None, problem=f"{var.name} is read by "
-                             f"{sorted({u.op for u in users}) or 'no op'}, not by a MatMul or "
-                             "a fused RNN op")  # fmt: skip
+            return GraphCell(
+                None,
+                problem=f"{var.name} is read by "
+                f"{sorted({u.op for u in users}) or 'no op'}, not by a MatMul or "
+                "a fused RNN op",
+            )
         cells = [(_python_lstm if kind == "lstm" else _python_gru)(self, m, scope) for m in matmuls]
         first = cells[0]
         for c in cells[1:]:  # static_rnn: one copy of the cell per step; they must agree
-            if c.problem is None and first.problem is None and (c.cls, c.attrs) != (
-                first.cls, first.attrs
+            if (
+                c.problem is None
+                and first.problem is None
+                and (c.cls, c.attrs) != (first.cls, first.attrs)
             ):
-                return GraphCell(None, problem=f"the {len(cells)} uses of {var.name} disagree: "
-                                 f"{first.attrs} at {first.where}, {c.attrs} at {c.where}")  # fmt: skip
+                return GraphCell(
+                    None,
+                    problem=f"the {len(cells)} uses of {var.name} disagree: "
+                    f"{first.attrs} at {first.where}, {c.attrs} at {c.where}",
+                )
         return next((c for c in cells if c.problem), first)
 
 
 def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
-    ops = {(u.op, tuple(sorted((k, v) for k, v in u.attrs.items()
-                               if k in ("forget_bias", "cell_clip", "use_peephole"))))
-           for u in uses}  # fmt: skip
+    ops = {
+        (
+            u.op,
+            tuple(
+                sorted(
+                    (k, v)
+                    for k, v in u.attrs.items()
+                    if k in ("forget_bias", "cell_clip", "use_peephole")
+                )
+            ),
+        )
+        for u in uses
+    }
     if len(ops) != 1:
         return GraphCell(None, problem=f"{var} feeds differently configured ops: {sorted(ops)}")
     u = uses[0]
@@ -210,8 +283,10 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
     if len(users) != 1:
-        raise _Unreadable(f"expected one {what} after {at}, found "
-                          f"{[f'{u.name} ({u.op})' for u in users] or 'none'}")  # fmt: skip
+        raise _Unreadable(
+            f"expected one {what} after {at}, found "
+            f"{[f'{u.name} ({u.op})' for u in users] or 'none'}"
+        )
     return users[0]
 
 
@@ -268,16 +343,17 @@ def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list[_
 def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
     """TF1 `LSTMCell` / `BasicLSTMCell` (rnn_cell_impl.py) around one `MatMul` of the kernel."""
     try:
-        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd",
-                           matmul.name)  # fmt: skip
+        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd", matmul.name)
         split = _single(g, g.users(bias_add.name, 0, {"Split"}), "Split", bias_add.name)
         f_act, f_adds = _gate(g, (split.name, 2), "forget")
         i_act, _ = _gate(g, (split.name, 0), "input")
         o_act, _ = _gate(g, (split.name, 3), "output")
         for name, act in (("input", i_act), ("forget", f_act), ("output", o_act)):
             if act.op != "Sigmoid":
-                raise _Unreadable(f"the {name} gate's activation {act.name} is {act.op}, not the "
-                                  "Sigmoid TF1's LSTM cells apply")  # fmt: skip
+                raise _Unreadable(
+                    f"the {name} gate's activation {act.name} is {act.op}, not the "
+                    "Sigmoid TF1's LSTM cells apply"
+                )
         forget_bias = _const_add(g, f_adds[0]) if f_adds else None
         if forget_bias is None:
             raise _Unreadable(f"no constant forget bias added to {split.name}:2")
@@ -295,14 +371,19 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         if activation != "linear" and [_ACTIVATION_OPS.get(u.op, u.op) for u in c_acts] != [
             activation
         ]:
-            raise _Unreadable(f"act(j) is {activation} but the new c at {c_name} feeds "
-                              f"{[f'{u.name} ({u.op})' for u in c_acts]}")  # fmt: skip
+            raise _Unreadable(
+                f"act(j) is {activation} but the new c at {c_name} feeds "
+                f"{[f'{u.name} ({u.op})' for u in c_acts]}"
+            )
         attrs = {"forget_bias": forget_bias, "activation": activation, "cell_clip": cell_clip}
         proj = g.variable(f"{scope}/projection/kernel")
-        cls = "BasicLSTMCell" if scope.rsplit("/", 1)[-1].startswith("basic_lstm_cell") else (
-            "LSTMCell")  # fmt: skip
+        cls = (
+            "BasicLSTMCell"
+            if scope.rsplit("/", 1)[-1].startswith("basic_lstm_cell")
+            else ("LSTMCell")
+        )
         if proj is not None:
-            pm = [u for u in g.users(proj.name, 0, {"MatMul"}) if g.reads(u, 1, proj.name)]
+            pm = [u for u in g.users(proj.name, 0, {"MatMul"}) if g.forward_matmul(u, proj.name)]
             if not pm:
                 raise _Unreadable(f"{proj.name} is not multiplied by a MatMul")
             attrs["proj_clip"] = _clip_after(g, pm[0].name, "projection")[0]
@@ -315,23 +396,27 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
     """TF1 `GRUCell`: `sigmoid(concat(x, h)·gates/kernel + b)` split into r, u; the candidate
     `act(concat(x, r·h)·candidate/kernel + b)`."""
     try:
-        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd",
-                           matmul.name)  # fmt: skip
+        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd", matmul.name)
         gate_act = _single(g, g.users(bias_add.name, 0), "gate activation", bias_add.name)
         if gate_act.op != "Sigmoid":
-            raise _Unreadable(f"the gates' activation {gate_act.name} is {gate_act.op}, not "
-                              "Sigmoid")  # fmt: skip
+            raise _Unreadable(
+                f"the gates' activation {gate_act.name} is {gate_act.op}, not Sigmoid"
+            )
         cand = g.variable(f"{scope}/candidate/kernel")
         if cand is None:
             raise _Unreadable(f"no {scope}/candidate/kernel variable in the graph")
-        cm = [u for u in g.users(cand.name, 0, {"MatMul"}) if g.reads(u, 1, cand.name)]
+        cm = [u for u in g.users(cand.name, 0, {"MatMul"}) if g.forward_matmul(u, cand.name)]
         if not cm:
             raise _Unreadable(f"{cand.name} is not multiplied by a MatMul")
-        cb = _single(g, g.users(cm[0].name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd",
-                     cm[0].name)  # fmt: skip
+        cb = _single(
+            g, g.users(cm[0].name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd", cm[0].name
+        )
         act = _single(g, g.users(cb.name, 0), "candidate activation", cb.name)
-        return GraphCell("GRUCell", {"activation": _activation_of(g, act, "candidate")},
-                         where=f"ops {matmul.name}, {cm[0].name}")  # fmt: skip
+        return GraphCell(
+            "GRUCell",
+            {"activation": _activation_of(g, act, "candidate")},
+            where=f"ops {matmul.name}, {cm[0].name}",
+        )
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
 

@@ -1,0 +1,290 @@
+"""The readers under porting: the TF-free TensorBundle reader (every dtype, slices, shards,
+checksums), the TF2 object graph and the TF1 meta graph read without TensorFlow, each against
+TensorFlow's own reading of files TF wrote; and `convert` through both checkpoint readers."""
+
+import numpy as np
+import pytest
+import torch
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import cli, porting
+from torch_lstm_grad.porting.object_graph import OBJECT_GRAPH_KEY, read_object_graph
+from torch_lstm_grad.porting.tf1_graph import read_meta_graph
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+I, H = 3, 4  # noqa: E741
+
+
+def _rand(*shape, seed=[0]):  # noqa: B006 (a counter)
+    seed[0] += 1
+    return np.random.default_rng(seed[0]).uniform(-0.5, 0.5, shape).astype(np.float32)
+
+
+def _tf1_save(path, values: dict):
+    """Variables with the given names saved by a tf.compat.v1 Saver (graph mode)."""
+    tf = tf_module()
+    g = tf.Graph()
+    with g.as_default():
+        for n, v in values.items():
+            tf.compat.v1.get_variable(n, initializer=tf.constant(v))
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver().save(sess, str(path))
+
+
+def _convert(src, out, capsys, *extra):
+    assert cli.main(["convert", str(src), "-o", str(out), *extra]) == 0, capsys.readouterr()
+    return porting.load(out), capsys.readouterr().out
+
+
+def _tf_entries(prefix):
+    """Every readable entry of a checkpoint, read by TF: name -> NumPy array."""
+    tf = tf_module()
+    r = tf.train.load_checkpoint(str(prefix))
+    out = {}
+    for name, dtype in r.get_variable_to_dtype_map().items():
+        if dtype not in (tf.string, tf.resource, tf.variant):
+            out[name] = np.asarray(r.get_tensor(name))
+    return out
+
+
+def _same_bits(ours, theirs):
+    """Equal shape and bytes (bfloat16 from TF compared after widening, as ours is)."""
+    if theirs.dtype.name == "bfloat16":
+        theirs = theirs.astype(np.float32)
+    assert ours.dtype == theirs.dtype and ours.shape == theirs.shape
+    assert ours.tobytes() == theirs.tobytes()
+
+
+def test_tensorbundle_reader_tf1_saver_all_dtypes(tmp_path):
+    """A TF1 Saver checkpoint with every supported dtype, a scalar, an empty tensor and enough
+    long names to fill several index data blocks: every entry equals TF's, bit for bit, with
+    the crc32c of the blocks and of every tensor verified."""
+    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+
+    rng = np.random.default_rng(7)
+    values = {
+        "f32": _rand(3, 5),
+        "f64": rng.standard_normal((2, 3)),
+        "f16": rng.standard_normal(7).astype(np.float16),
+        "bf16": np.array([1.5, -2.25, 3.0e38, 1e-39], np.float32),  # cast to bfloat16 below
+        "i32": rng.integers(-9, 9, (4,), dtype=np.int32),
+        "i64": np.int64(-(2**40)),
+        "i8": np.array([-128, 0, 127], np.int8),
+        "u8": np.array([0, 255], np.uint8),
+        "flag": np.array([True, False, True]),
+        "empty": np.zeros((0, 3), np.float32),
+        "scalar": np.float32(3.25),
+    }
+    values |= {
+        f"rnn/multi_rnn_cell/cell_{k:03d}/some_long_scope/kernel": _rand(2) for k in range(300)
+    }
+    tf = tf_module()
+    g = tf.Graph()
+    with g.as_default():
+        for n, v in values.items():
+            c = tf.constant(v)
+            if n == "bf16":
+                c = tf.cast(c, tf.bfloat16)
+            tf.compat.v1.get_variable(n, initializer=c)
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            saver.save(sess, str(tmp_path / "m"))
+    want = _tf_entries(tmp_path / "m")
+    r = TensorBundleReader(tmp_path / "m", verify_crc=True)
+    assert set(r.entries) == set(want) == set(values)
+    dtypes = r.get_variable_to_dtype_map()
+    assert dtypes["bf16"] == "bfloat16" and dtypes["f16"] == "float16" and dtypes["i64"] == "int64"
+    for name in want:
+        _same_bits(r.get_tensor(name), want[name])
+    assert r.get_tensor("bf16").tolist()[:2] == [1.5, -2.25]
+    # porting's two readers agree on the float variables (bfloat16 widened by both).
+    ours = porting.read_variables(tmp_path / "m", reader="tensorbundle")
+    theirs = porting.read_variables(tmp_path / "m", reader="tensorflow")
+    assert (
+        set(ours) == set(theirs) == {n for n in values if n[0] == "r" or n[0] in "fbes"} - {"flag"}
+    )
+    for name in theirs:
+        _same_bits(ours[name], theirs[name])
+
+
+def test_tensorbundle_reader_tf2_checkpoint_and_shards(tmp_path):
+    """TF2 tf.train.Checkpoint (the `_CHECKPOINTABLE_OBJECT_GRAPH` string and save_counter
+    skipped), written whole and split over several data shards."""
+    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+
+    tf = tf_module()
+    mod = tf.Module()
+    mod.kernel = tf.Variable(_rand(I + H, 4 * H))
+    mod.bias = tf.Variable(_rand(4 * H))
+    mod.half = tf.Variable(_rand(3, 3).astype(np.float16))
+    mod.big = tf.Variable(_rand(64, 64))
+    ckpt = tf.train.Checkpoint(net=mod)
+    prefixes = [ckpt.save(str(tmp_path / "whole"))]
+    policy = getattr(tf.train.experimental, "MaxShardSizePolicy", None)
+    if policy is not None:
+        opts = tf.train.CheckpointOptions(
+            experimental_sharding_callback=policy(max_shard_size=4096)
+        )
+        prefixes.append(ckpt.write(str(tmp_path / "sharded"), options=opts))
+    for prefix in prefixes:
+        want = _tf_entries(prefix)
+        r = TensorBundleReader(prefix, verify_crc=True)
+        assert r.get_variable_to_dtype_map()["_CHECKPOINTABLE_OBJECT_GRAPH"] == "string"
+        assert set(want) == set(r.entries) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
+        for name in want:
+            _same_bits(r.get_tensor(name), want[name])
+        ours = porting.read_variables(prefix, reader="tensorbundle")
+        assert set(ours) == {f"net/{n}" for n in ("kernel", "bias", "half", "big")}
+        np.testing.assert_array_equal(ours["net/big"], mod.big.numpy())
+    if policy is not None:
+        assert TensorBundleReader(prefixes[1]).num_shards > 1
+
+
+def test_tensorbundle_convert_without_tensorflow(tmp_path, capsys, monkeypatch):
+    """`convert` through the TF-free reader (forced by the environment variable, and chosen by
+    "auto" when `import tensorflow` fails) writes the same modules as through TF."""
+    p = "cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell/"
+    values = {
+        "rnn/lstm_cell/kernel": _rand(I + H, 4 * H),
+        "rnn/lstm_cell/bias": _rand(4 * H),
+        p + "kernel": _rand(I + H, 4 * H),
+        p + "bias": _rand(4 * H),
+        "global_step": np.int64(5),
+    }
+    _tf1_save(tmp_path / "m", values)
+    mods_tf, log_tf = _convert(tmp_path / "m", tmp_path / "tf.pt", capsys, "--assume-defaults")
+    monkeypatch.setenv(porting.READER_ENV, "tensorbundle")
+    mods_free, log_free = _convert(
+        tmp_path / "m", tmp_path / "free.pt", capsys, "--assume-defaults"
+    )
+    monkeypatch.delenv(porting.READER_ENV)
+    monkeypatch.setitem(__import__("sys").modules, "tensorflow", None)  # import fails
+    data = porting.convert(
+        tmp_path / "m", tmp_path / "auto.pt", assume_defaults=True, log=lambda line: None
+    )
+    mods_auto = porting.load(tmp_path / "auto.pt")
+    assert "ignored: global_step (not a floating-point tensor)" in log_free
+    assert log_free.replace("free.pt", "tf.pt") == log_tf.replace("free.pt", "tf.pt")
+    assert set(mods_tf) == set(mods_free) == set(mods_auto) == set(data["modules"])
+    for k in mods_tf:
+        for mods in (mods_free, mods_auto):
+            a, b = mods_tf[k].state_dict(), mods[k].state_dict()
+            assert a.keys() == b.keys() and all(torch.equal(a[n], b[n]) for n in a)
+    with pytest.raises(ValueError, match="reader="):
+        porting.read_variables(tmp_path / "m", reader="nope")
+
+
+def test_tensorbundle_reader_slices_and_errors(tmp_path):
+    """A TF1 partitioned variable is assembled from its slices; a snappy-flagged block, a bad
+    magic and a missing prefix give clear errors."""
+    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+
+    tf = tf_module()
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.get_variable(
+            "part",
+            initializer=tf.constant(_rand(6, 2)),
+            partitioner=tf.compat.v1.fixed_size_partitioner(2),
+        )
+        tf.compat.v1.get_variable("whole", initializer=tf.constant(_rand(2)))
+        saver = tf.compat.v1.train.Saver()
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            saver.save(sess, str(tmp_path / "p"))
+    r = TensorBundleReader(tmp_path / "p", verify_crc=True)
+    want = _tf_entries(tmp_path / "p")
+    assert r.entries["part"].sliced and r.get_variable_to_shape_map()["part"] == [6, 2]
+    assert set(r.entries) == set(want) == {"part", "whole"}
+    for name in want:
+        _same_bits(r.get_tensor(name), want[name])
+    ours = porting.read_variables(tmp_path / "p", reader="tensorbundle")
+    np.testing.assert_array_equal(ours["part"], want["part"])
+    index = (tmp_path / "p.index").read_bytes()
+    # Flag the index block (its handle closes the footer's first varints) as snappy-compressed.
+    from torch_lstm_grad.porting import proto
+
+    footer = index[-48:]
+    _, pos = proto.varint(footer, 0)
+    _, pos = proto.varint(footer, pos)
+    off, pos = proto.varint(footer, pos)
+    size, _ = proto.varint(footer, pos)
+    snappy = bytearray(index)
+    snappy[off + size] = 1
+    (tmp_path / "s.index").write_bytes(bytes(snappy))
+    with pytest.raises(NotImplementedError, match="snappy"):
+        TensorBundleReader(tmp_path / "s")
+    (tmp_path / "bad.index").write_bytes(index[:-1] + b"\x00")
+    with pytest.raises(ValueError, match="not a Keras file.*bad magic"):
+        porting.read_variables(tmp_path / "bad", reader="tensorbundle")
+    with pytest.raises(ValueError, match="not a Keras file.*no such file"):
+        porting.read_variables(tmp_path / "nothing", reader="tensorbundle")
+
+
+def test_object_graph_read_without_tensorflow(tmp_path):
+    """Our TrackableObjectGraph decoding against TF's protobuf classes on a Keras model's
+    checkpoint written after fit, with the optimizer."""
+    tf = tf_module()
+    import keras
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    model = keras.Sequential([keras.Input((5, I)), keras.layers.LSTM(H), keras.layers.Dense(2)])
+    model.compile(optimizer="adam", loss="mse")
+    model.fit(np.zeros((2, 5, I), np.float32), np.zeros((2, 2), np.float32), verbose=0)
+    prefix = tf.train.Checkpoint(model=model, optimizer=model.optimizer).write(str(tmp_path / "c"))
+    data = tf.train.load_checkpoint(prefix).get_tensor(OBJECT_GRAPH_KEY)
+    theirs = trackable_object_graph_pb2.TrackableObjectGraph()
+    theirs.ParseFromString(data)
+    want = {
+        (a.checkpoint_key, a.full_name)
+        for n in theirs.nodes
+        for a in n.attributes
+        if a.name == "VARIABLE_VALUE"
+    }
+    ours = read_object_graph(data)
+    assert {(v.checkpoint_key, v.full_name) for v in ours} == want
+    weights = {v.full_name for v in ours if not v.optimizer_state}
+    assert weights == {w.path for w in model.weights}
+    assert all(v.path and v.path.startswith("model/") for v in ours if not v.optimizer_state)
+
+
+def test_meta_graph_read_without_tensorflow(tmp_path):
+    """Our MetaGraphDef decoding against TF's: every node of the main graph and of the function
+    bodies (TF 2's While loops), with op types, inputs and the Const values the cell readers
+    use."""
+    tf = tf_module()
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [5, 2, I])
+        tf.compat.v1.nn.dynamic_rnn(
+            rci.LSTMCell(H, forget_bias=0.25, cell_clip=1.5), x, time_major=True, dtype=tf.float32
+        )
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            tf.compat.v1.train.Saver().save(sess, str(tmp_path / "m"))
+    meta = tf.compat.v1.MetaGraphDef()
+    meta.ParseFromString((tmp_path / "m.meta").read_bytes())
+    ours = read_meta_graph(str(tmp_path / "m.meta"))
+    want = {n.name: n for n in meta.graph_def.node}
+    for f in meta.graph_def.library.function:
+        want.update({f"{f.signature.name}::{n.name}": n for n in f.node_def})
+    got = {k: n for k, n in ours.nodes.items() if n.op != "_Arg"}
+    assert set(got) == set(want)
+    consts = 0
+    for k, n in want.items():
+        assert got[k].op == n.op
+        assert len(got[k].inputs) == len([i for i in n.input if not i.startswith("^")])
+        if n.op == "Const" and n.attr["value"].tensor.dtype == tf.float32.as_datatype_enum:
+            np.testing.assert_array_equal(
+                got[k].attrs["value"], tf.make_ndarray(n.attr["value"].tensor)
+            )
+            consts += 1
+    assert consts > 5 and ours.tf_version == tf.__version__
+    cell = ours.cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls == "LSTMCell" and cell.attrs["forget_bias"] == 0.25
+    assert cell.attrs["cell_clip"] == 1.5 and cell.attrs["activation"] == "tanh"

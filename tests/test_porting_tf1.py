@@ -1,0 +1,616 @@
+"""Ports of TF1 checkpoints written here by TF 2.21's TF1 API (Saver, with and without the .meta
+graph), checked against TF's own session run: the cells of `rnn_cell_impl` (LSTMCell,
+BasicLSTMCell, GRUCell) under `dynamic_rnn` (both control-flow forms, resource and ref
+variables) and `static_rnn`, graphs of the fused raw ops, and TF1 CudnnLSTM/CudnnGRU canonical
+names (against TF's CudnnCompatible cells' math, run by TF). Outputs, final states and the
+gradients of one loss using all of them, with respect to the inputs and every variable."""
+
+import numpy as np
+import pytest
+import torch
+from porting_oracle import assert_close, loss_weights
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import cli, layouts, modules, porting
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+T, B, I = 5, 3, 4  # noqa: E741
+LENGTHS = np.array([5, 2, 4], np.int32)
+
+
+def _rci():
+    tf_module()
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
+
+    return rnn_cell_impl
+
+
+def _randomize(sess, tf, variables, seed):
+    r = np.random.default_rng(seed)
+    for v in variables:
+        v.load(r.uniform(-0.6, 0.6, v.shape.as_list()).astype(np.float32), sess)
+
+
+class _TF1Run:
+    """A TF1 graph: a cell run by dynamic_rnn or static_rnn (or `body(x)` for raw-op graphs),
+    its variables randomised, saved by a Saver, and TF's outputs, final states and gradients."""
+
+    def __init__(
+        self,
+        path,
+        make,
+        *,
+        driver="dynamic",
+        lengths=True,
+        seed=0,
+        v1_loops=False,
+        ref_vars=False,
+        meta=True,
+    ):
+        tf = tf_module()
+        r = np.random.default_rng(seed + 100)
+        self.x = r.standard_normal((T, B, I)).astype(np.float32)
+        self.lengths = LENGTHS if lengths else None
+        if v1_loops:
+            tf.compat.v1.disable_control_flow_v2()
+        try:
+            g = tf.Graph()
+            with g.as_default(), tf.compat.v1.variable_scope("", use_resource=not ref_vars):
+                xs = tf.compat.v1.placeholder(tf.float32, [T, B, I])
+                if driver == "dynamic":
+                    outs, state = tf.compat.v1.nn.dynamic_rnn(
+                        make(), xs, sequence_length=self.lengths, time_major=True, dtype=tf.float32
+                    )
+                elif driver == "static":
+                    outs, state = tf.compat.v1.nn.static_rnn(
+                        make(), tf.unstack(xs), dtype=tf.float32
+                    )
+                    outs = tf.stack(outs)
+                else:
+                    outs, state = driver(tf, xs)
+                fetch = [outs] + tf.nest.flatten(state)
+                self.variables = tf.compat.v1.trainable_variables()
+                # The gradient graph is built before any run: TF 2's While op must not change
+                # after a session ran it.
+                self.rs = loss_weights([np.zeros(f.shape.as_list()) for f in fetch], seed + 200)
+                loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(fetch, self.rs, strict=True)])
+                grad_ops = tf.gradients(loss, [xs, *self.variables])
+                with tf.compat.v1.Session(graph=g) as sess:
+                    sess.run(tf.compat.v1.global_variables_initializer())
+                    _randomize(sess, tf, self.variables, seed)
+                    self.values = sess.run(fetch, {xs: self.x})
+                    grads = sess.run(grad_ops, {xs: self.x})
+                    self.dx, self.dvars = (
+                        grads[0],
+                        dict(zip([v.op.name for v in self.variables], grads[1:], strict=True)),
+                    )
+                    self.prefix = tf.compat.v1.train.Saver().save(
+                        sess, str(path), write_meta_graph=meta
+                    )
+        finally:
+            if v1_loops:
+                tf.compat.v1.enable_control_flow_v2()
+
+    def compare(self, ours_outs, ours_states, x_t, params: dict):
+        """`params`: TF variable name -> our parameter holding it."""
+        ours = [ours_outs, *ours_states]
+        loss = sum((o * torch.from_numpy(r)).sum() for o, r in zip(ours, self.rs, strict=True))
+        grads = torch.autograd.grad(loss, [x_t, *params.values()])
+        pairs = {
+            f"output {k}": (o, w) for k, (o, w) in enumerate(zip(ours, self.values, strict=True))
+        }
+        pairs["d x"] = (grads[0], self.dx)
+        assert set(params) == set(self.dvars), (sorted(params), sorted(self.dvars))
+        pairs.update({f"d {n}": (g, self.dvars[n]) for n, g in zip(params, grads[1:], strict=True)})
+        assert_close(pairs)
+
+
+def _step_lstm(cell, x_t, lengths, proj=False):
+    """dynamic_rnn with sequence_length, one LSTMBlockCell step at a time: past a row's length
+    the state is carried and the output is zero."""
+    c = x_t.new_zeros(B, cell.num_units)
+    h = x_t.new_zeros(B, getattr(cell, "num_proj", None) or cell.num_units)
+    outs = []
+    for t in range(T):
+        o, (c_new, h_new) = cell(x_t[t], (c, h))
+        keep = (
+            torch.ones(B, 1, dtype=torch.bool)
+            if lengths is None
+            else torch.from_numpy((t < lengths)[:, None])
+        )
+        c, h = torch.where(keep, c_new, c), torch.where(keep, h_new, h)
+        outs.append(o * keep)
+    return torch.stack(outs), (c, h)
+
+
+def _step_gru(cell, x_t, lengths):
+    h = x_t.new_zeros(B, cell.num_units)
+    outs = []
+    for t in range(T):
+        o, h_new = cell(x_t[t], h)
+        keep = torch.from_numpy((t < lengths)[:, None])
+        h = torch.where(keep, h_new, h)
+        outs.append(o * keep)
+    return torch.stack(outs), (h,)
+
+
+def _convert(src, tmp_path, capsys, *extra, code=0):
+    out = tmp_path / "out.pt"
+    assert cli.main(["convert", str(src), "-o", str(out), *extra]) == code, capsys.readouterr()
+    captured = capsys.readouterr()
+    return captured.err if code else (porting.load(out), captured.out)
+
+
+_LSTM_PARAMS = {
+    "kernel": "kernel",
+    "bias": "bias",
+    "w_i_diag": "w_i_diag",
+    "w_f_diag": "w_f_diag",
+    "w_o_diag": "w_o_diag",
+    "projection/kernel": "projection_kernel",
+}
+_GRU_PARAMS = {
+    "gates/kernel": "gates_kernel",
+    "gates/bias": "gates_bias",
+    "candidate/kernel": "candidate_kernel",
+    "candidate/bias": "candidate_bias",
+}
+
+
+def _params(run, cell, scope, table):
+    return {n: getattr(cell, table[n[len(scope) + 1 :]]) for n in run.dvars}
+
+
+@pytest.mark.parametrize("variant", ["v2_loops_resource", "v1_loops_refvars"])
+def test_lstm_cell_dynamic_rnn(tmp_path, capsys, variant):
+    """LSTMCell(forget_bias=0.5, use_peepholes) under dynamic_rnn with sequence_length: the meta
+    graph gives the forget bias and the class (TF 2's While function or TF 1's Enter loops)."""
+    rci = _rci()
+    v1 = variant.startswith("v1")
+    run = _TF1Run(
+        tmp_path / "m",
+        lambda: rci.LSTMCell(3, forget_bias=0.5, use_peepholes=True),
+        seed=1,
+        v1_loops=v1,
+        ref_vars=v1,
+    )
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    assert "forget_bias     = 0.5  <- meta graph" in log
+    cell = mods["rnn.lstm_cell"]
+    assert isinstance(cell, modules.LSTMBlockCell) and cell.forget_bias == 0.5
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, (c, h) = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, (c, h), x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+
+
+def test_basic_lstm_cell_static_rnn(tmp_path, capsys):
+    rci = _rci()
+    run = _TF1Run(
+        tmp_path / "m",
+        lambda: rci.BasicLSTMCell(3, forget_bias=0.25),
+        driver="static",
+        lengths=False,
+        seed=2,
+    )
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    cell = mods["rnn.basic_lstm_cell"]
+    assert "rnn.basic_lstm_cell: tf1.BasicLSTMCell" in log and cell.forget_bias == 0.25
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, None)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/basic_lstm_cell", _LSTM_PARAMS))
+
+
+def test_gru_cell_dynamic_rnn(tmp_path, capsys):
+    rci = _rci()
+    run = _TF1Run(tmp_path / "m", lambda: rci.GRUCell(3), seed=3)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    cell = mods["rnn.gru_cell"]
+    assert "activation      = 'tanh'  <- meta graph" in log
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_gru(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
+
+
+def test_lstm_cell_variants_refused_by_name(tmp_path, capsys):
+    """LSTMCell's clip_by_value (zero gradient where it clips), its projection, a relu
+    activation and a relu GRUCell: each refused naming the layer, attribute and value."""
+    rci = _rci()
+    tf = tf_module()
+    cases = [
+        (lambda: rci.LSTMCell(3, cell_clip=0.4), "rnn.lstm_cell: clip_gradient = 'zero'"),
+        (lambda: rci.LSTMCell(3, num_proj=2, proj_clip=0.3), "num_proj, proj_clip"),
+        (lambda: rci.LSTMCell(3, activation=tf.nn.relu), "rnn.lstm_cell: activation = 'relu'"),
+        (lambda: rci.GRUCell(3, activation=tf.nn.relu), "rnn.gru_cell: activation = 'relu'"),
+    ]
+    for k, (make, expect) in enumerate(cases):
+        run = _TF1Run(tmp_path / f"m{k}", make, seed=4 + k)
+        err = _convert(run.prefix, tmp_path, capsys, code=2)
+        assert expect in err, err
+        assert not (tmp_path / "out.pt").exists()
+
+
+def test_lstm_cell_clip_approximate_is_loud_and_forward_exact(tmp_path, capsys):
+    """--approximate turns LSTMCell's clip into the block kernels' straight-through one, with a
+    WARNING naming it: the forward is TF's, the gradients differ where the state was clipped."""
+    rci = _rci()
+    run = _TF1Run(tmp_path / "m", lambda: rci.LSTMCell(3, cell_clip=0.3), seed=9)
+    out = tmp_path / "out.pt"
+    assert cli.main(["convert", run.prefix, "-o", str(out), "--approximate"]) == 0
+    err = capsys.readouterr().err
+    assert "WARNING: approximate port: rnn.lstm_cell: clip_gradient = 'zero'" in err
+    with pytest.warns(UserWarning, match="--approximate"):
+        cell = porting.load(out)["rnn.lstm_cell"]
+    outs, state = _step_lstm(cell, torch.from_numpy(run.x), run.lengths)
+    assert_close(
+        {
+            "output": (outs, run.values[0]),
+            "c": (state[0], run.values[1]),
+            "h": (state[1], run.values[2]),
+        }
+    )
+    assert np.abs(run.values[1]).max() == pytest.approx(0.3)  # the clip was active
+
+
+def test_checkpoint_without_meta_graph(tmp_path, capsys):
+    """Without the .meta the cell's arguments are not stored: refused, naming them, unless the
+    user states them (--set) or accepts TF1's class defaults (--assume-defaults)."""
+    rci = _rci()
+    run = _TF1Run(tmp_path / "m", lambda: rci.LSTMCell(3, forget_bias=0.5), seed=10, meta=False)
+    err = _convert(run.prefix, tmp_path, capsys, code=2)
+    assert "rnn.lstm_cell: forget_bias, cell_clip, activation = '(not stored)'" in err
+    assert "--assume-defaults" in err
+    err = _convert(run.prefix, tmp_path, capsys, "--assume-defaults", "--set", "nope=1", code=2)
+    assert "--set nope: no layer" in err
+    mods, log = _convert(
+        run.prefix,
+        tmp_path,
+        capsys,
+        "--set",
+        "forget_bias=0.5",
+        "--set",
+        "rnn/lstm_cell:cell_clip=none",
+        "--assume-defaults",
+    )
+    assert "forget_bias     = 0.5  <- --set  [not stored in the file]" in log
+    assert "activation      = 'tanh'  <- TF1 class default (--assume-defaults)" in log
+    cell = mods["rnn.lstm_cell"]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+
+
+def _block_lstm_graph(tf, xs):
+    with tf.compat.v1.variable_scope("lstm_fused_cell"):
+        w = tf.compat.v1.get_variable("kernel", [I + 3, 12])
+        b = tf.compat.v1.get_variable("bias", [12])
+        peep = [tf.compat.v1.get_variable(f"w_{g}_diag", [3]) for g in "ifo"]
+    z = tf.zeros([B, 3])
+    out = tf.raw_ops.BlockLSTM(
+        seq_len_max=tf.constant(T, tf.int64),
+        x=xs,
+        cs_prev=z,
+        h_prev=z,
+        w=w,
+        wci=peep[0],
+        wcf=peep[1],
+        wco=peep[2],
+        b=b,
+        forget_bias=0.7,
+        cell_clip=0.5,
+        use_peephole=True,
+    )
+    return out.h, (out.cs[-1], out.h[-1])
+
+
+def test_fused_block_lstm_graph(tmp_path, capsys):
+    """A graph of the BlockLSTM op (cell_clip 0.5, peepholes, forget_bias 0.7): the op's
+    attributes, its straight-through clip gradient (TF's BlockLSTMGrad), exactly."""
+    run = _TF1Run(tmp_path / "m", None, driver=_block_lstm_graph, lengths=False, seed=11)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    cell = mods["lstm_fused_cell"]
+    assert isinstance(cell, modules.LSTMBlockFusedCell)
+    assert "cell_clip       = 0.5  <- meta graph, op BlockLSTM" in log
+    assert np.abs(run.values[1]).max() == pytest.approx(0.5)  # the clip was active
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = cell(x_t)
+    run.compare(outs, state, x_t, _params(run, cell, "lstm_fused_cell", _LSTM_PARAMS))
+
+
+def _register_gru_block_cell_grad(tf):
+    """TF 2.21 registers no gradient for GRUBlockCell; TF1 contrib's (tf_semantics §5.4): TF's
+    GRUBlockCellGrad kernel for d_x, d_h_prev and the gate pre-activation gradients, then the
+    weight gradients as products with [x, h_prev] and [x, r·h_prev]."""
+    from tensorflow.python.framework import ops
+
+    def grad(op, *grads):
+        x, h_prev, w_ru, w_c, b_ru, b_c = op.inputs
+        r, u, c, _ = op.outputs
+        d_x, d_h_prev, d_c_bar, d_ru_bar = tf.raw_ops.GRUBlockCellGrad(
+            x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=grads[3]
+        )
+        d_w_ru = tf.matmul(tf.concat([x, h_prev], 1), d_ru_bar, transpose_a=True)
+        d_w_c = tf.matmul(tf.concat([x, h_prev * r], 1), d_c_bar, transpose_a=True)
+        return (d_x, d_h_prev, d_w_ru, d_w_c, tf.reduce_sum(d_ru_bar, 0), tf.reduce_sum(d_c_bar, 0))
+
+    try:
+        ops.RegisterGradient("GRUBlockCell")(grad)
+    except KeyError:  # registered already (this process ran the test before)
+        pass
+
+
+def _gru_block_graph(tf, xs):
+    _register_gru_block_cell_grad(tf)
+    with tf.compat.v1.variable_scope("gru_cell"):
+        w_ru = tf.compat.v1.get_variable("gates/kernel", [I + 3, 6])
+        b_ru = tf.compat.v1.get_variable("gates/bias", [6])
+        w_c = tf.compat.v1.get_variable("candidate/kernel", [I + 3, 3])
+        b_c = tf.compat.v1.get_variable("candidate/bias", [3])
+    h, outs = tf.zeros([B, 3]), []
+    for t in range(T):
+        h = tf.raw_ops.GRUBlockCell(x=xs[t], h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c).h
+        outs.append(h)
+    return tf.stack(outs), (h,)
+
+
+def test_gru_block_cell_graph(tmp_path, capsys):
+    run = _TF1Run(tmp_path / "m", None, driver=_gru_block_graph, lengths=False, seed=12)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    cell = mods["gru_cell"]
+    assert "gru_cell: tf1.GRUBlockCell" in log
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    h, outs = None, []
+    for t in range(T):
+        h, _ = cell(x_t[t], h)
+        outs.append(h)
+    run.compare(torch.stack(outs), (h,), x_t, _params(run, cell, "gru_cell", _GRU_PARAMS))
+
+
+# -- TF1 contrib CudnnLSTM / CudnnGRU canonical names -------------------------------------------
+
+
+def _cudnn_graph(kind, L, bidi, separate):
+    """A graph computing what TF1's CudnnCompatible cells compute on canonical variables: LSTM
+    with tf.raw_ops.BlockLSTM (forget_bias 0, no clip; bias = bW + bR), GRU with TF ops
+    (r, u = σ([x, h]·K + b), c = tanh(x·Wᵢ + bᵢ + r ⊙ (h·Wₕ + bₕ))). Bidirectional layers run
+    the reversed sequence and concatenate."""
+    H = 3
+
+    def graph(tf, xs):
+        y, finals = xs, []
+        for layer in range(L):
+            outs = []
+            for d in range(2 if bidi else 1):
+                p = (
+                    f"cudnn/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fb'[d]}w/"
+                    if bidi
+                    else f"cudnn/rnn/multi_rnn_cell/cell_{layer}/"
+                )
+                seq = y if d == 0 else tf.reverse(y, [0])
+                n_in = seq.shape[-1]
+                with tf.compat.v1.variable_scope(p + f"cudnn_compatible_{kind}_cell"):
+                    h_seq, h_last = (_cudnn_lstm if kind == "lstm" else _cudnn_gru)(
+                        tf, seq, n_in, H, separate
+                    )
+                outs.append(h_seq if d == 0 else tf.reverse(h_seq, [0]))
+                finals.append(h_last)
+            y = tf.concat(outs, -1) if bidi else outs[0]
+        return y, tuple(finals)
+
+    return graph
+
+
+def _cudnn_lstm(tf, seq, n_in, H, separate):
+    get = tf.compat.v1.get_variable
+    k = get("kernel", [n_in + H, 4 * H])
+    b = get("bias", [4 * H])
+    if separate:  # TF 1.4-1.6 also saved bW and bR apart; a restore read those
+        b = get("bias_cudnn_0", [4 * H]) + get("bias_cudnn_1", [4 * H]) + 0.0 * b
+    z = tf.zeros([B, H])
+    out = tf.raw_ops.BlockLSTM(
+        seq_len_max=tf.constant(T, tf.int64),
+        x=seq,
+        cs_prev=z,
+        h_prev=z,
+        w=k,
+        wci=tf.zeros([H]),
+        wcf=tf.zeros([H]),
+        wco=tf.zeros([H]),
+        b=b,
+        forget_bias=0.0,
+        cell_clip=-1.0,
+        use_peephole=False,
+    )
+    return out.h, out.h[-1]
+
+
+def _cudnn_gru(tf, seq, n_in, H, separate):
+    get = tf.compat.v1.get_variable
+    gk = get("gates/kernel", [n_in + H, 2 * H])
+    gb = get("gates/bias", [2 * H])
+    if separate:  # saved as "bias_cudnn 0/1" (a space: TF 2 refuses it in a variable name)
+        gb = get("bias_cudnn_0", [2 * H]) + get("bias_cudnn_1", [2 * H]) + 0.0 * gb
+    ik, ib = (
+        get("candidate/input_projection/kernel", [n_in, H]),
+        get("candidate/input_projection/bias", [H]),
+    )
+    hk, hb = (
+        get("candidate/hidden_projection/kernel", [H, H]),
+        get("candidate/hidden_projection/bias", [H]),
+    )
+    h, outs = tf.zeros([B, H]), []
+    for t in range(T):
+        ru = tf.sigmoid(tf.matmul(tf.concat([seq[t], h], 1), gk) + gb)
+        r, u = ru[:, :H], ru[:, H:]
+        c = tf.tanh(tf.matmul(seq[t], ik) + ib + r * (tf.matmul(h, hk) + hb))
+        h = (1 - u) * c + u * h
+        outs.append(h)
+    return tf.stack(outs), h
+
+
+@pytest.mark.parametrize(
+    "kind,L,bidi,separate",
+    [
+        ("lstm", 2, False, False),
+        ("lstm", 1, True, True),
+        ("gru", 1, False, True),
+        ("gru", 2, True, False),
+    ],
+)
+def test_cudnn_canonical_names(tmp_path, capsys, kind, L, bidi, separate):
+    """TF1 CudnnLSTM / CudnnGRU canonical variables (summed biases halved as TF1's restore
+    does, or the old separate bias_cudnn_0/1) -> CudnnLSTM / CudnnGRU, against TF computing the
+    CudnnCompatible cells' math on the same variables."""
+    run = _TF1Run(
+        tmp_path / "m", None, driver=_cudnn_graph(kind, L, bidi, separate), lengths=False, seed=13
+    )
+    prefix = run.prefix
+    if kind == "gru" and separate:  # TF 1.4's GRU names: "bias_cudnn 0", with a space
+        rename = {n: n.replace("bias_cudnn_", "bias_cudnn ") for n in run.dvars}
+        prefix = _rewrite_checkpoint(run.prefix, str(tmp_path / "renamed"), rename)
+        run.dvars = {rename[n]: g for n, g in run.dvars.items()}
+    mods, log = _convert(prefix, tmp_path, capsys)
+    m = mods["cudnn"]
+    assert isinstance(m, modules.CudnnLSTM if kind == "lstm" else modules.CudnnGRU)
+    assert m.num_layers == L and m.num_dirs == (2 if bidi else 1)
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    out = m(x_t)
+    D = 2 if bidi else 1
+    finals = [out[1][0][k] for k in range(L * D)]
+    loss = sum(
+        (o * torch.from_numpy(r)).sum() for o, r in zip([out[0], *finals], run.rs, strict=True)
+    )
+    g_params, g_x = torch.autograd.grad(loss, [m.opaque_kernel, x_t])
+    pairs = {
+        "output": (out[0], run.values[0]),
+        "d x": (g_x, run.dx),
+        **{f"h {k}": (f, run.values[1 + k]) for k, f in enumerate(finals)},
+    }
+    # The gradient buffer has the params' layout: its canonical views, mapped back to TF's
+    # variables the way the converter maps the variables forward, are TF's variable gradients.
+    gw, gb = layouts.params_to_canonical(g_params, kind, L, 3, I, m.direction)
+    nw = 8 if kind == "lstm" else 6
+    for name, tf_grad in run.dvars.items():
+        k, leaf = _cudnn_cell_index(name, D)
+        w, b = gw[k * nw : (k + 1) * nw], gb[k * nw : (k + 1) * nw]
+        pairs[f"d {name}"] = (_canonical_grad(kind, leaf, w, b, separate), tf_grad)
+    assert_close(pairs)
+    assert "bias_layout" in log
+
+
+def _rewrite_checkpoint(prefix: str, new: str, rename: dict) -> str:
+    """The checkpoint's tensors saved again by TF's SaveV2 under other names (no meta graph)."""
+    tf = tf_module()
+    reader = tf.train.load_checkpoint(prefix)
+    names = sorted(reader.get_variable_to_shape_map())
+    tf.raw_ops.SaveV2(
+        prefix=new,
+        tensor_names=[rename.get(n, n) for n in names],
+        shape_and_slices=[""] * len(names),
+        tensors=[reader.get_tensor(n) for n in names],
+    )
+    return new
+
+
+def _cudnn_cell_index(name: str, D: int) -> tuple[int, str]:
+    """(pseudo-layer index, leaf) of a canonical variable name."""
+    cell = int(name.split("/cell_")[1].split("/")[0])
+    d = 1 if "/bw/" in name else 0
+    return cell * D + d, name.split("cudnn_compatible_", 1)[1].split("_cell/", 1)[1]
+
+
+def _canonical_grad(kind, leaf, w, b, separate):
+    """TF's gradient for one canonical-name variable from the canonical gradient lists."""
+    if kind == "lstm":
+        kernel, bias_sum = layouts.canonical_to_block_lstm(w, b)
+        if leaf == "kernel":
+            return kernel
+        if leaf.startswith("bias_cudnn"):  # b = c0 + c1 (+ 0·bias): each gets d b = d bW
+            return layouts.canonical_to_block_lstm(
+                w, list(b[:4]) + [torch.zeros_like(x) for x in b[4:]]
+            )[1]
+        return torch.zeros_like(bias_sum) if separate else bias_sum * 0.5  # halves: bW = bR
+    H = w[0].shape[0]
+    if leaf == "gates/kernel":
+        return torch.cat([torch.cat([w[0], w[1]]).t(), torch.cat([w[3], w[4]]).t()])
+    if leaf in ("gates/bias", "bias_cudnn 0", "bias_cudnn 1"):
+        if leaf == "gates/bias" and separate:
+            return torch.zeros(2 * H)
+        scale = 0.5 if leaf == "gates/bias" else 1.0
+        return (
+            torch.cat([b[0] + b[3], b[1] + b[4]]) * scale
+            if leaf == "gates/bias"
+            else (torch.cat([b[0], b[1]]) if leaf.endswith("0") else torch.cat([b[3], b[4]]))
+        )
+    return {
+        "candidate/input_projection/kernel": w[2].t(),
+        "candidate/hidden_projection/kernel": w[5].t(),
+        "candidate/input_projection/bias": b[2],
+        "candidate/hidden_projection/bias": b[5],
+    }[leaf]
+
+
+def test_incomplete_unknown_and_opaque(tmp_path, capsys):
+    tf = tf_module()
+
+    def save(name, values):
+        g = tf.Graph()
+        with g.as_default():
+            for n, v in values.items():
+                tf.compat.v1.get_variable(n, initializer=tf.constant(v))
+            with tf.compat.v1.Session(graph=g) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                return tf.compat.v1.train.Saver().save(sess, str(tmp_path / name))
+
+    z = np.zeros
+    p = save(
+        "a",
+        {
+            "rnn/lstm_cell/kernel": z((7, 12), np.float32),
+            "rnn/lstm_cell/w_i_diag": z(3, np.float32),
+        },
+    )
+    err = _convert(p, tmp_path, capsys, code=2)
+    assert "rnn/lstm_cell: variables" in err and "missing ['bias', 'w_f_diag', 'w_o_diag']" in err
+    p = save("b", {"cudnn_lstm/opaque_kernel": z(10, np.float32)})
+    assert "an opaque cuDNN buffer alone" in _convert(p, tmp_path, capsys, code=2)
+    p = save("c", {"dense/weights": z((3, 3), np.float32)})
+    assert "no recurrent layer" in _convert(p, tmp_path, capsys, code=2)
+    assert "not a Keras file" in _convert(tmp_path / "nothing", tmp_path, capsys, code=2)
+    torch.save({"x": torch.zeros(1)}, tmp_path / "other.pt")
+    with pytest.raises(ValueError, match="not a torch-lstm-grad convert file"):
+        porting.load(tmp_path / "other.pt")
+    torch.save({"format": "torch_lstm_grad.convert/1", "modules": {}}, tmp_path / "old.pt")
+    with pytest.raises(ValueError, match="convert the source again"):
+        porting.load(tmp_path / "old.pt")
+
+
+def test_dense_pair_next_to_a_cell_is_left_out(tmp_path, capsys):
+    rci = _rci()
+
+    def graph(tf, xs):
+        outs, state = tf.compat.v1.nn.dynamic_rnn(
+            rci.BasicLSTMCell(3), xs, time_major=True, dtype=tf.float32
+        )
+        with tf.compat.v1.variable_scope("dense"):
+            k = tf.compat.v1.get_variable("kernel", [3, 2])
+            b = tf.compat.v1.get_variable("bias", [2])
+        return tf.tensordot(outs, k, 1) + b, state
+
+    run = _TF1Run(tmp_path / "m", None, driver=graph, lengths=False, seed=14)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    assert list(mods) == ["rnn.basic_lstm_cell"]
+    assert "not a recurrent layer's weight (left out): dense/kernel" in log
+
+
+def test_porting_example_runs(tmp_path):
+    """examples/port_tf1_lstm.py: TF-trained model, converted (attributes from the meta graph),
+    reproduced (outputs and every gradient)."""
+    import os
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(__file__), "..", "examples", "port_tf1_lstm.py")
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "OK (worst scaled error" in done.stdout
