@@ -75,7 +75,7 @@ class _KerasRNN(nn.Module):
         go_backwards: bool = False,
         stateful: bool = False,
         time_major: bool = False,
-        zero_output_for_mask: bool = False,
+        zero_output_for_mask: bool | None = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -91,7 +91,12 @@ class _KerasRNN(nn.Module):
         self.use_bias = bool(use_bias)
         self.return_sequences, self.return_state = bool(return_sequences), bool(return_state)
         self.go_backwards, self.stateful = bool(go_backwards), bool(stateful)
-        self.time_major, self.zero_output_for_mask = bool(time_major), bool(zero_output_for_mask)
+        self.time_major = bool(time_major)
+        # None: the masked-step outputs of the Keras that wrote the layer are not known here
+        # (Keras <= 2.2); a call with a mask then raises instead of guessing.
+        self.zero_output_for_mask = None if zero_output_for_mask is None else bool(
+            zero_output_for_mask
+        )
         G, U = self.gates, self.units
         self.kernel = nn.Parameter(torch.empty(self.input_size, G * U, **factory))
         self.recurrent_kernel = nn.Parameter(torch.empty(U, G * U, **factory))
@@ -149,6 +154,12 @@ class _KerasRNN(nn.Module):
         T, B = x.shape[0], x.shape[1]
         states = self._initial_states(initial_state, B, x)
         if mask is not None:
+            if self.zero_output_for_mask is None:
+                raise NotImplementedError(
+                    f"{type(self).__name__}: called with a mask, but what the Keras that wrote "
+                    "this layer returns at masked steps is not known (Keras <= 2.2, or a file "
+                    "that does not say its version): convert with --keras-version"
+                )
             mask = torch.as_tensor(mask, device=x.device)
             if tuple(mask.shape) != (B, T):
                 raise ValueError(
