@@ -55,15 +55,15 @@ def run(model, name, mask, out):
         res = res if isinstance(res, list) else [res]
         rs = [np.random.default_rng(100 + k).standard_normal(o.shape).astype(np.float32)
               for k, o in enumerate(res)]
-        loss = tf.add_n([tf.reduce_sum(o * w) for o, w in zip(res, rs)])
+        loss = tf.add_n([tf.reduce_sum(o * w) for o, w in zip(res, rs, strict=True)])
     grads = tape.gradient(loss, [xt] + model.trainable_weights)
     out[f"{name}/x"] = x
     out[f"{name}/mask"] = MASK
-    for k, (o, w) in enumerate(zip(res, rs)):
+    for k, (o, w) in enumerate(zip(res, rs, strict=True)):
         out[f"{name}/out{k}"] = o.numpy()
         out[f"{name}/r{k}"] = w
     out[f"{name}/dx"] = grads[0].numpy()
-    for w, g in zip(model.trainable_weights, grads[1:]):
+    for w, g in zip(model.trainable_weights, grads[1:], strict=True):
         out[f"{name}/d/{w.name.removesuffix(':0')}"] = g.numpy()
 
 
