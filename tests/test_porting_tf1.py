@@ -47,6 +47,7 @@ class _TF1Run:
         v1_loops=False,
         ref_vars=False,
         meta=True,
+        adam=False,
     ):
         tf = tf_module()
         r = np.random.default_rng(seed + 100)
@@ -76,9 +77,14 @@ class _TF1Run:
                 self.rs = loss_weights([np.zeros(f.shape.as_list()) for f in fetch], seed + 200)
                 loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(fetch, self.rs, strict=True)])
                 grad_ops = tf.gradients(loss, [xs, *self.variables])
+                # With adam: one Adam step before the save, so the checkpoint holds its slots
+                # (kernel/Adam, kernel/Adam_1, beta1_power) and the graph its update ops.
+                train = tf.compat.v1.train.AdamOptimizer(0.05).minimize(loss) if adam else None
                 with tf.compat.v1.Session(graph=g) as sess:
                     sess.run(tf.compat.v1.global_variables_initializer())
                     _randomize(sess, tf, self.variables, seed)
+                    if train is not None:
+                        sess.run(train, {xs: self.x})
                     self.values = sess.run(fetch, {xs: self.x})
                     grads = sess.run(grad_ops, {xs: self.x})
                     self.dx, self.dvars = (
@@ -162,10 +168,11 @@ def _params(run, cell, scope, table):
     return {n: getattr(cell, table[n[len(scope) + 1 :]]) for n in run.dvars}
 
 
-@pytest.mark.parametrize("variant", ["v2_loops_resource", "v1_loops_refvars"])
+@pytest.mark.parametrize("variant", ["v2_loops_resource", "v1_loops_refvars_adam"])
 def test_lstm_cell_dynamic_rnn(tmp_path, capsys, variant):
     """LSTMCell(forget_bias=0.5, use_peepholes) under dynamic_rnn with sequence_length: the meta
-    graph gives the forget bias and the class (TF 2's While function or TF 1's Enter loops)."""
+    graph gives the forget bias and the class (TF 2's While function or TF 1's Enter loops);
+    trained one Adam step, its slots and update ops are set aside."""
     rci = _rci()
     v1 = variant.startswith("v1")
     run = _TF1Run(
@@ -174,9 +181,13 @@ def test_lstm_cell_dynamic_rnn(tmp_path, capsys, variant):
         seed=1,
         v1_loops=v1,
         ref_vars=v1,
+        adam=v1,
     )
     mods, log = _convert(run.prefix, tmp_path, capsys)
     assert "forget_bias     = 0.5  <- meta graph" in log
+    if v1:
+        assert "ignored: rnn/lstm_cell/kernel/Adam_1 (optimizer slot of rnn/lstm_" in log
+        assert "ignored: beta1_power (optimizer or training counter)" in log
     cell = mods["rnn.lstm_cell"]
     assert isinstance(cell, modules.LSTMBlockCell) and cell.forget_bias == 0.5
     x_t = torch.from_numpy(run.x).requires_grad_()
@@ -614,3 +625,39 @@ def test_porting_example_runs(tmp_path):
     done = subprocess.run([sys.executable, script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK (worst scaled error" in done.stdout
+
+
+def test_tf2_checkpoint_of_a_plain_module(tmp_path, capsys):
+    """A tf.train.Checkpoint of a tf.Module holding GRUBlockCellV2's variable names: no graph
+    says what computed them, so the activation is refused until stated; then exact against
+    tf.raw_ops.GRUBlockCell (forward and TF's gradient)."""
+    tf = tf_module()
+    _register_gru_block_cell_grad(tf)
+    r = np.random.default_rng(15)
+    mod = tf.Module()
+    mod.gates, mod.candidate = tf.Module(), tf.Module()
+    u = lambda *shape: tf.Variable(r.uniform(-0.6, 0.6, shape).astype(np.float32))  # noqa: E731
+    mod.gates.kernel, mod.gates.bias = u(I + 3, 6), u(6)
+    mod.candidate.kernel, mod.candidate.bias = u(I + 3, 3), u(3)
+    prefix = tf.train.Checkpoint(gru=mod).write(str(tmp_path / "ckpt"))
+    err = _convert(prefix, tmp_path, capsys, code=2)
+    assert "gru: activation = '(not stored)'" in err
+    mods, log = _convert(prefix, tmp_path, capsys, "--set", "activation=tanh")
+    cell = mods["gru"]
+    x = r.standard_normal((B, I)).astype(np.float32)
+    h = r.standard_normal((B, 3)).astype(np.float32)
+    xt, ht = tf.constant(x), tf.constant(h)
+    weights = [mod.gates.kernel, mod.candidate.kernel, mod.gates.bias, mod.candidate.bias]
+    with tf.GradientTape() as tape:
+        tape.watch([xt, ht])
+        want = tf.raw_ops.GRUBlockCell(x=xt, h_prev=ht, w_ru=weights[0], w_c=weights[1],
+                                       b_ru=weights[2], b_c=weights[3]).h  # fmt: skip
+        (rw,) = loss_weights([want], 16)
+        loss = tf.reduce_sum(want * rw)
+    g = tape.gradient(loss, [xt, ht, *weights])
+    x_t, h_t = torch.from_numpy(x).requires_grad_(), torch.from_numpy(h).requires_grad_()
+    got, _ = cell(x_t, h_t)
+    params = [cell.gates_kernel, cell.candidate_kernel, cell.gates_bias, cell.candidate_bias]
+    grads = torch.autograd.grad((got * torch.from_numpy(rw)).sum(), [x_t, h_t, *params])
+    pairs = {f"d {k}": (a, b.numpy()) for k, (a, b) in enumerate(zip(grads, g, strict=True))}
+    assert_close({"h": (got, want.numpy()), **pairs})

@@ -29,6 +29,7 @@ READER_ENV = "TORCH_LSTM_GRAD_CHECKPOINT_READER"
 _READERS = ("auto", "tensorflow", "tensorbundle")
 _KERAS3_OBJECTS = ("_operations", "_functional", "_tracked", "_layers")
 _TF_KERAS_OBJECTS = ("layer_with_weights-", "layer-")
+_TF1_COUNTERS = {"beta1_power", "beta2_power", "global_step"}
 
 
 class _Reader:
@@ -107,8 +108,12 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
     if OBJECT_GRAPH_KEY not in r.shapes:
         variables, ignored = {}, {}
         for name in sorted(r.shapes):
-            value = r.float_tensor(name)
-            if value is None:
+            owner = name.rpartition("/")[0]
+            if owner in r.shapes:  # TF1 optimizers name a slot `<variable>/<Optimizer>[_N]`
+                ignored[name] = f"optimizer slot of {owner}"
+            elif name in _TF1_COUNTERS:
+                ignored[name] = "optimizer or training counter"
+            elif (value := r.float_tensor(name)) is None:
                 ignored[name] = "not a floating-point tensor"
             else:
                 variables[name] = value

@@ -96,6 +96,11 @@ class _Describer:
     def __init__(self, source: Source, statements: Statements, exclude: set[str]):
         self.v = {n: a for n, a in source.variables.items() if n not in exclude}
         self.graph, self.statements = source.graph, statements
+        self.no_graph = (
+            "no meta graph next to the checkpoint"
+            if source.writer.family == "tf1"
+            else f"a {source.format} holds no graph of the computation"
+        )
         self.refusals: list[Refusal] = []
         self.used_settings: set = set()
         self.used_names: set[str] = set()
@@ -176,16 +181,12 @@ class _Describer:
                 d.kind = "tf1.LSTMBlockFusedCell"
             elif leaf.startswith("basic_lstm_cell"):
                 d.kind = "tf1.BasicLSTMCell"
-            why = (
-                "no meta graph next to the checkpoint"
-                if self.graph is None
-                else f"the meta graph does not use {scope}/kernel"
+            why = self.no_graph if self.graph is None else (
+                f"the meta graph does not use {scope}/kernel"
             )
             self._unstored(
-                d,
-                [d.name, scope],
-                unstored,
-                f"{why}: TF1 checkpoints store weights, not the cell's arguments",
+                d, [d.name, scope], unstored, f"{why}: checkpoints store weights, not the cell's "
+                "arguments"
             )
             if d.value("cell_clip") is not None:
                 found, rule = self._stated([d.name, scope], "clip_gradient")
@@ -300,15 +301,13 @@ class _Describer:
         cell = self.graph.cell_at(scope, "gru") if self.graph is not None else None
         if cell is None:
             why = (
-                "no meta graph next to the checkpoint"
+                self.no_graph
                 if self.graph is None
                 else f"the meta graph does not use {scope}/gates/kernel"
             )
             self._unstored(
-                d,
-                [d.name, scope],
-                ["activation"],
-                f"{why}: TF1 checkpoints store weights, not the cell's arguments",
+                d, [d.name, scope], ["activation"], f"{why}: checkpoints store weights, not the "
+                "cell's arguments"
             )
             return d
         if cell.problem:

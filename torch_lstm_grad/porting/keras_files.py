@@ -121,8 +121,8 @@ def _keras3_weights(h5) -> dict[str, np.ndarray]:
         if not isinstance(obj, h5py.Dataset):
             return
         parts = path.split("/")
-        if len(parts) < 2 or parts[-2] != "vars":
-            return
+        if len(parts) < 2 or parts[-2] != "vars" or parts[0] == "optimizer":
+            return  # not a weight (the optimizer's state is in its own group)
         names = []
         for depth in range(1, len(parts) - 2):  # the groups between the root and "vars"
             group_path = "/".join(parts[:depth])
