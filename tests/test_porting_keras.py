@@ -301,3 +301,17 @@ def test_keras3_config_that_contradicts_the_weights(tmp_path, capsys):
     err = _convert(tmp_path / "e.keras", tmp_path, capsys, code=2)
     assert "g: reset_after = False" in err and "g: units = 7" in err
     del keras
+
+
+def test_load_refuses_what_this_version_cannot_compute(tmp_path, capsys):
+    """A converted file whose description asks for a variant this version's kernels lack (as a
+    file from a newer version might) is refused by load(), naming the layer."""
+    _keras()
+    model, _ = _chain_model(lambda k: [k.layers.GRU(3, name="g")], False, 15)
+    model.save(tmp_path / "m.keras")
+    _convert(tmp_path / "m.keras", tmp_path, capsys)
+    data = torch.load(tmp_path / "out.pt", weights_only=True)
+    data["modules"]["g"]["config"]["activation"] = "softsign"
+    torch.save(data, tmp_path / "newer.pt")
+    with pytest.raises(ValueError, match="layer 'g' .*softsign"):
+        porting.load(tmp_path / "newer.pt")

@@ -272,7 +272,7 @@ def test_checkpoint_without_meta_graph(tmp_path, capsys):
     assert "rnn.lstm_cell: forget_bias, cell_clip, activation = '(not stored)'" in err
     assert "--assume-defaults" in err
     err = _convert(run.prefix, tmp_path, capsys, "--assume-defaults", "--set", "nope=1", code=2)
-    assert "--set nope: no layer" in err
+    assert "--set nope: not used" in err
     mods, log = _convert(
         run.prefix,
         tmp_path,

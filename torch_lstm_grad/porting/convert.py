@@ -129,8 +129,9 @@ def convert(
     unused = statements.unused(used)
     if unused:
         raise ValueError(
-            f"--set {', '.join(unused)}: no layer of {source.path} uses it "
-            f"(layers: {', '.join(d.name for d in descriptions) or 'none'})"
+            f"--set {', '.join(unused)}: not used (no layer of {source.path} takes that key "
+            "from the command line: the file stores it, or the layer or key does not exist; "
+            f"layers: {', '.join(d.name for d in descriptions) or 'none'})"
         )
     if not descriptions and not refusals:
         raise ValueError(
