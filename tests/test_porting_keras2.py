@@ -195,3 +195,20 @@ def test_chars2vec_refused_until_kernels_compute_it(tmp_path, capsys):
     err = _convert(CHARS2VEC, tmp_path, capsys, code=2)
     assert "lstm_1: recurrent_activation = 'hard_sigmoid_keras2'" in err
     assert "lstm_2: recurrent_activation = 'hard_sigmoid_keras2'" in err
+
+
+def test_keras2_cudnn_layers(tmp_path, capsys):
+    """Keras 2's legacy CuDNNLSTM / CuDNNGRU (cuDNN's weight layout, bias [8U] / [6U]) port to
+    the LSTM and GRU(reset_after=True) Keras' own loader converts them to, against those run by
+    tf_keras; from the whole-model file, and from weights alone with the call semantics stated
+    by --set."""
+    mods, log = _convert(os.path.join(K2, "cudnn.h5"), tmp_path, capsys)
+    assert "clstm: keras.CuDNNLSTM" in log and "cgru: keras.CuDNNGRU" in log
+    _compare_with_tf_keras(mods, "cudnn", ["clstm", "cgru"], mask=False)
+    with pytest.raises(NotImplementedError, match="CuDNN layers take no mask"):
+        mods["clstm"](torch.zeros(3, 6, 4), mask=torch.ones(3, 6, dtype=torch.bool))
+    src = os.path.join(K2, "cudnn_weights.h5")
+    mods, log = _convert(src, tmp_path, capsys, "--set", "return_sequences=true",
+                         "--set", "cgru:go_backwards=true")  # fmt: skip
+    assert "go_backwards         = True  <- --set  [not stored in the file]" in log
+    _compare_with_tf_keras(mods, "cudnn", ["clstm", "cgru"], mask=False)

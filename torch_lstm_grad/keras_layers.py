@@ -157,9 +157,10 @@ class _KerasRNN(nn.Module):
         if mask is not None:
             if self.zero_output_for_mask is None:
                 raise NotImplementedError(
-                    f"{type(self).__name__}: called with a mask, but what the Keras that wrote "
-                    "this layer returns at masked steps is not known (Keras <= 2.2, or a file "
-                    "that does not say its version): convert with --keras-version"
+                    f"{type(self).__name__}: called with a mask, but what the Keras layer it "
+                    "ports returns at masked steps is not known (Keras <= 2.2, a file that "
+                    "does not say its Keras version: convert with --keras-version) or not "
+                    "defined (Keras' CuDNN layers take no mask)"
                 )
             mask = torch.as_tensor(mask, device=x.device)
             if tuple(mask.shape) != (B, T):

@@ -51,6 +51,7 @@ __all__ = [
     "keras_gru_to_block",
     "keras_gru_to_canonical",
     "keras_gru_to_torch",
+    "keras_cudnn_to_keras",
     "keras_lstm_to_block",
     "keras_lstm_to_canonical",
     "keras_lstm_to_torch",
@@ -353,6 +354,38 @@ def torch_gru_to_block(*args, **kwargs):
 def block_gru_to_canonical(*args, **kwargs):
     """Always raises ValueError: cuDNN's GRU (reset after) is not GRUBlockCell's."""
     raise ValueError(f"GRUBlockCell → cuDNN canonical GRU: {_NO_RESET_MAP}")
+
+
+# -- Keras 2's legacy CuDNNLSTM / CuDNNGRU --------------------------------------------------------
+
+
+def keras_cudnn_to_keras(kernel, recurrent_kernel, bias):
+    """Keras 2's `CuDNNLSTM` / `CuDNNGRU` weights (`kernel [I, G·U]` whose gate blocks hold
+    cuDNN's `[U, I]` matrices in row order, `recurrent_kernel [U, G·U]` with each gate block
+    transposed, `bias [2·G·U]` = bW then bR) → Keras `LSTM` (`bias = bW + bR`) or
+    `GRU(reset_after=True)` (`bias [2, 3U]`) weights: what Keras' HDF5 loader does to load them
+    into those layers (`_convert_rnn_weights`, tf_semantics §7.6), the layers Keras defines them
+    to equal."""
+    U = recurrent_kernel.shape[0]
+    G = recurrent_kernel.shape[1] // U if U else 0
+    if (
+        G not in (3, 4)
+        or recurrent_kernel.shape != (U, G * U)
+        or kernel.dim() != 2
+        or (kernel.shape[1] != G * U)
+        or bias.shape != (2 * G * U,)
+    ):
+        raise ValueError(
+            f"kernel, recurrent_kernel, bias: shapes {list(kernel.shape)}, "
+            f"{list(recurrent_kernel.shape)}, {list(bias.shape)} are not a CuDNNLSTM's "
+            "([I, 4U], [U, 4U], [8U]) nor a CuDNNGRU's ([I, 3U], [U, 3U], [6U])"
+        )
+    I = kernel.shape[0]
+    # Keras: block.T.reshape(block.shape, order="F") per gate = the block's memory read as [U, I]
+    k = torch.cat([b.contiguous().reshape(U, I).t() for b in _blocks(kernel, G, 1, "kernel")], 1)
+    r = torch.cat([b.t() for b in _blocks(recurrent_kernel, G, 1, "recurrent_kernel")], 1)
+    b = bias[: G * U] + bias[G * U :] if G == 4 else bias.reshape(2, G * U)
+    return k.contiguous(), r.contiguous(), b.contiguous()
 
 
 # -- opaque params ----------------------------------------------------------------------------

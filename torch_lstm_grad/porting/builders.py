@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .. import keras_layers
+from .. import keras_layers, layouts
 from .description import LayerDescription, Refusal, Refused
 
 __all__ = ["build", "module_from_entry"]
@@ -26,6 +26,9 @@ _KERAS = {
     "keras.LSTM": keras_layers.KerasLSTM,
     "keras.GRU": keras_layers.KerasGRU,
     "keras.SimpleRNN": keras_layers.KerasSimpleRNN,
+    # Keras 2's CuDNN layers are the LSTM and GRU(reset_after=True) their weights convert to.
+    "keras.CuDNNLSTM": keras_layers.KerasLSTM,
+    "keras.CuDNNGRU": keras_layers.KerasGRU,
 }
 _DTYPES = {"float32": torch.float32, "float64": torch.float64}
 
@@ -69,7 +72,7 @@ class _Build:
         }
         if d.kind != "keras.SimpleRNN":
             config["recurrent_activation"] = d.value("gate_activation")
-        if d.kind == "keras.GRU":
+        if d.kind in ("keras.GRU", "keras.CuDNNGRU"):
             config["reset_after"] = d.value("reset_after")
         try:
             module = cls(**config, dtype=dtype)
@@ -82,10 +85,20 @@ class _Build:
         except ValueError as err:
             self.refuse(d.name, "layer", d.kind, str(err))
             return None
+        weights = {r: _tensor(self.variables[n]) for r, n in d.weights.items()}
+        if d.kind in ("keras.CuDNNLSTM", "keras.CuDNNGRU"):
+            weights = dict(
+                zip(
+                    ("kernel", "recurrent_kernel", "bias"),
+                    layouts.keras_cudnn_to_keras(
+                        weights["kernel"], weights["recurrent_kernel"], weights["bias"]
+                    ),
+                    strict=True,
+                )
+            )
         with torch.no_grad():
-            for role in ("kernel", "recurrent_kernel", "bias"):
-                if role in d.weights:
-                    getattr(module, role).copy_(_tensor(self.variables[d.weights[role]]))
+            for role, value in weights.items():
+                getattr(module, role).copy_(value)
         return module, config
 
     def build(self, d: LayerDescription):

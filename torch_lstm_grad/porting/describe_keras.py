@@ -35,7 +35,8 @@ __all__ = ["describe_keras", "keras_rnn_scopes"]
 
 _WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _CELL_CLASS = {"lstm_cell": "LSTM", "gru_cell": "GRU", "simple_rnn_cell": "SimpleRNN"}
-_GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1}
+_GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1, "CuDNNLSTM": 4, "CuDNNGRU": 3}
+_CUDNN = ("CuDNNLSTM", "CuDNNGRU")
 _CLASSES = {"LSTM", "GRU", "SimpleRNN", "Bidirectional", "CuDNNLSTM", "CuDNNGRU", "LSTMV1", "GRUV1"}
 
 # Config keys, by what they do to the computation of an inference or a gradient step.
@@ -270,7 +271,25 @@ class _Describer:
                 f"{origin} says so, but the file "
                 f"{'has' if bias is not None else 'has no'} bias variable",
             )
-        if cls == "GRU" and bias is not None:
+        if cls in _CUDNN:
+            if bias is None or bias.shape != (2 * gates * units,):
+                self.refuse(
+                    name,
+                    "bias",
+                    None if bias is None else list(bias.shape),
+                    f"a {cls} has a bias [{2 * gates * units}] (cuDNN's bW, bR)",
+                )
+                return d
+            d.set(
+                "bias_layout",
+                "cuDNN's: gate blocks as cuDNN reads them, bias [bW, bR]; "
+                "converted as Keras' HDF5 loader converts them into LSTM / GRU(reset_after="
+                "True)",
+                "the class and the bias shape",
+            )
+            if cls == "CuDNNGRU":
+                d.set("reset_after", True, "cuDNN's GRU applies the reset after the product")
+        elif cls == "GRU" and bias is not None:
             reset_after = bias.shape == (2, 3 * units)
             if not reset_after and bias.shape != (3 * units,):
                 self.refuse(
@@ -304,7 +323,11 @@ class _Describer:
         elif bias is not None and bias.shape != (gates * units,):
             self.refuse(name, "bias", list(bias.shape), f"expected [{gates * units}]")
         # activations
-        self._activations(d, names, config, cls)
+        if cls in _CUDNN:
+            d.set("gate_activation", "sigmoid", f"{cls} computes sigmoid gates only")
+            d.set("activation", "tanh", f"{cls} computes tanh only")
+        else:
+            self._activations(d, names, config, cls)
         # call semantics
         for key in _CALL_KEYS:
             found, value, origin, stored = self._config_value(d, names, config, key)
@@ -322,7 +345,9 @@ class _Describer:
                 d.set(key, bool(value), origin, stored)
             else:
                 d.set(key, False, f"default of {self.writer.how}", stored=False)
-        if not self.writer.masks_verified():
+        if cls in _CUDNN:
+            d.set("zero_output_for_mask", None, f"{cls} takes no mask (Keras refuses one)")
+        elif not self.writer.masks_verified():
             d.set(
                 "zero_output_for_mask",
                 None,
@@ -459,16 +484,7 @@ class _Describer:
                 "converter ports (LSTM, GRU, SimpleRNN, Bidirectional)",
             )
             return None
-        if cls in ("CuDNNLSTM", "CuDNNGRU"):
-            self.refuse(
-                name,
-                "class",
-                cls,
-                "Keras' legacy CuDNN layers (biases [8U]/[6U] in "
-                "cuDNN's layout) are not ported yet",
-            )
-            return None
-        if cfg and inferred and inferred != cls and inferred not in ("CuDNNLSTM", "CuDNNGRU"):
+        if cfg and inferred and inferred != cls:
             self.refuse(
                 name, "class", cls, f"the config says {cls}, the weights' shapes are a {inferred}'s"
             )

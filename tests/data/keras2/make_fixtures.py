@@ -12,8 +12,13 @@ Files (all small; weights randomised, biases included):
 * ckpt.*: `model.save_weights("ckpt")`, TF format (object graph, `layer_with_weights-N`)
 * model.json: `model.to_json()`
 * hard.h5: a model whose LSTM has recurrent_activation="hard_sigmoid" (Keras 2's)
+* cudnn.h5, cudnn_weights.h5: a model of the legacy CuDNNLSTM and CuDNNGRU layers (cuDNN's
+  weight layout: bias [8U] / [6U]); tf_keras runs them only on a GPU, so what they compute is
+  taken as Keras defines it: its HDF5 loader converts such weights into LSTM and
+  GRU(reset_after=True) (`_convert_rnn_weights`); the twin model of those runs on the CPU.
 * expected.npz: inputs, tf_keras' outputs and gradients (loss Σ out_k · R_k) for model.h5's
-  model, and for hard.h5's model, keyed `<model>/...`.
+  model, hard.h5's and the CuDNN model's twin, keyed `<model>/...` (the CuDNN twin's weight
+  gradients are with respect to the converted weights).
 """
 
 import os
@@ -86,6 +91,18 @@ def main():
     hard = chain([keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", name="hard")], False)
     hard.save(os.path.join(HERE, "hard.h5"))
     run(hard, "hard", False, out)
+    from tf_keras.src.layers.rnn.cudnn_gru import CuDNNGRU
+    from tf_keras.src.layers.rnn.cudnn_lstm import CuDNNLSTM
+
+    cudnn = chain([CuDNNLSTM(3, return_sequences=True, name="clstm"),
+                   CuDNNGRU(2, return_sequences=True, go_backwards=True, name="cgru")], False)
+    cudnn.save(os.path.join(HERE, "cudnn.h5"))
+    cudnn.save_weights(os.path.join(HERE, "cudnn_weights.h5"))
+    twin = chain([keras.layers.LSTM(3, return_sequences=True, name="clstm"),
+                  keras.layers.GRU(2, return_sequences=True, go_backwards=True,
+                                   reset_after=True, name="cgru")], False)
+    twin.load_weights(os.path.join(HERE, "cudnn_weights.h5"))  # Keras converts the layout
+    run(twin, "cudnn", False, out)
     np.savez_compressed(os.path.join(HERE, "expected.npz"), **out)
     print("wrote", sorted(os.listdir(HERE)), "with tf_keras", keras.__version__)
 
