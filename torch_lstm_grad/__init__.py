@@ -20,8 +20,9 @@ except ImportError as err:  # pragma: no cover - exercised only on a broken inst
 
 # Order matters: the ops must be registered (above) before their fakes and autograd.
 from . import _registrations  # noqa: E402, F401, I001
-from . import layouts, modules, porting, raw_ops, reference  # noqa: E402
+from . import layouts, modules, ops, porting, raw_ops, reference  # noqa: E402
 from .autograd import (  # noqa: E402
+    BlockLSTMExFunction,
     BlockLSTMFunction,
     BlockLSTMV2Function,
     CudnnRNNFunction,
@@ -48,6 +49,7 @@ def built_with_cuda() -> bool:
 
 
 __all__ = [
+    "BlockLSTMExFunction",
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
     "CudnnGRU",
@@ -64,6 +66,7 @@ __all__ = [
     "layouts",
     "load",
     "modules",
+    "ops",
     "porting",
     "raw_ops",
     "reference",
