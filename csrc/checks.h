@@ -225,4 +225,38 @@ inline GRUSizes check_gru_inputs(const at::Tensor& x, const at::Tensor& h_prev,
   return s;
 }
 
+// keras_gru's inputs: x [T, B, I], h_prev [B, H] (H from it), kernel [I, 3H], recurrent_kernel
+// [H, 3H], bias [2, 3H] (reset_after) or [3H], or none.
+struct GRUSeqSizes {
+  int64_t T, B, I, H;
+};
+
+inline GRUSeqSizes check_gru_seq_inputs(const at::Tensor& x, const at::Tensor& h_prev,
+                                        const at::Tensor& kernel,
+                                        const at::Tensor& recurrent_kernel,
+                                        const std::optional<at::Tensor>& bias, bool reset_after) {
+  check_float_input(x, "x");
+  TORCH_CHECK_VALUE(x.dim() == 3, "x: expected a 3-D tensor [T, B, I], got shape ",
+                    shape_str(x.sizes()));
+  GRUSeqSizes s{x.size(0), x.size(1), x.size(2), 0};
+  check_like(h_prev, "h_prev", x);
+  TORCH_CHECK_VALUE(h_prev.dim() == 2 && h_prev.size(0) == s.B && h_prev.size(1) > 0,
+                    "h_prev: expected shape [B, H] with B = ", s.B,
+                    " (from x) and H >= 1, got ", shape_str(h_prev.sizes()));
+  s.H = h_prev.size(1);
+  check_like(kernel, "kernel", x);
+  check_shape(kernel, "kernel", {s.I, 3 * s.H}, "[I, 3 * H]");
+  check_like(recurrent_kernel, "recurrent_kernel", x);
+  check_shape(recurrent_kernel, "recurrent_kernel", {s.H, 3 * s.H}, "[H, 3 * H]");
+  if (bias.has_value()) {
+    check_like(*bias, "bias", x);
+    if (reset_after) {
+      check_shape(*bias, "bias", {2, 3 * s.H}, "[2, 3 * H] (reset_after=True)");
+    } else {
+      check_shape(*bias, "bias", {3 * s.H}, "[3 * H] (reset_after=False)");
+    }
+  }
+  return s;
+}
+
 }  // namespace torch_lstm_grad

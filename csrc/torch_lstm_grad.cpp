@@ -94,6 +94,20 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "Tensor h_prev_grad, Tensor w_grad, Tensor wci_grad, Tensor wcf_grad, Tensor wco_grad, "
         "Tensor b_grad, Tensor w_proj_grad)");
 
+  // Keras' GRU layer over a sequence (issue 16): time-major x [T, B, I], h_prev [B, H],
+  // kernel [I, 3H], recurrent_kernel [H, 3H] (gate order z, r, h), bias [2, 3H] (reset_after:
+  // input and recurrent rows) or [3H] or None; gate_activation (z, r) and activation (the
+  // candidate) as block_lstm_ex's. Outputs [T, B, H], zero beyond seq_len_max: the gates z, r,
+  // the candidate hh, hr (what the reset multiplied: h·R_h + b_rec_h, or r ⊙ h_prev) and h.
+  m.def("keras_gru(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
+        "Tensor recurrent_kernel, Tensor? bias, bool reset_after, str gate_activation, "
+        "str activation) -> (Tensor z, Tensor r, Tensor hh, Tensor hr, Tensor h)");
+  m.def("keras_gru_grad(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
+        "Tensor recurrent_kernel, Tensor? bias, Tensor z, Tensor r, Tensor hh, Tensor hr, "
+        "Tensor h, Tensor h_grad, bool reset_after, str gate_activation, str activation) -> "
+        "(Tensor x_grad, Tensor h_prev_grad, Tensor kernel_grad, Tensor recurrent_kernel_grad, "
+        "Tensor bias_grad)");
+
   // CudnnRNN family (V1/V2 are V3 with every length = T and time-major). sequence_lengths
   // None means every row runs T steps. reserve_space is opaque and device-specific.
   m.def("cudnn_rnn(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "

@@ -27,6 +27,7 @@ from .autograd import (  # noqa: E402
     BlockLSTMV2Function,
     CudnnRNNFunction,
     GRUBlockCellFunction,
+    KerasGRUFunction,
     LSTMBlockCellFunction,
 )
 from .modules import (  # noqa: E402
@@ -35,6 +36,7 @@ from .modules import (  # noqa: E402
     CudnnRNNRelu,
     CudnnRNNTanh,
     GRUBlockCell,
+    GRUBlockFusedCell,
     LSTMBlockCell,
     LSTMBlockFusedCell,
 )
@@ -59,6 +61,8 @@ __all__ = [
     "CudnnRNNTanh",
     "GRUBlockCell",
     "GRUBlockCellFunction",
+    "GRUBlockFusedCell",
+    "KerasGRUFunction",
     "LSTMBlockCell",
     "LSTMBlockCellFunction",
     "LSTMBlockFusedCell",

@@ -201,3 +201,30 @@ def check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, use_pe
             check_like(t, name, x)
             check_shape(t, name, [H], "[H] (use_peephole=True)")
     return T, B, I, H, P
+
+
+def check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after):
+    """keras_gru's inputs; returns (T, B, I, H)."""
+    check_float_input(x, "x")
+    torch._check_value(
+        x.dim() == 3, lambda: f"x: expected a 3-D tensor [T, B, I], got shape {_shape_str(x.shape)}"
+    )
+    T, B, I = x.shape
+    check_like(h_prev, "h_prev", x)
+    torch._check_value(
+        h_prev.dim() == 2 and h_prev.shape[0] == B and h_prev.shape[1] > 0,
+        lambda: f"h_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(h_prev.shape)}",
+    )
+    H = h_prev.shape[1]
+    check_like(kernel, "kernel", x)
+    check_shape(kernel, "kernel", [I, 3 * H], "[I, 3 * H]")
+    check_like(recurrent_kernel, "recurrent_kernel", x)
+    check_shape(recurrent_kernel, "recurrent_kernel", [H, 3 * H], "[H, 3 * H]")
+    if bias is not None:
+        check_like(bias, "bias", x)
+        if reset_after:
+            check_shape(bias, "bias", [2, 3 * H], "[2, 3 * H] (reset_after=True)")
+        else:
+            check_shape(bias, "bias", [3 * H], "[3 * H] (reset_after=False)")
+    return T, B, I, H

@@ -28,6 +28,7 @@ __all__ = [
     "BlockLSTMV2Function",
     "CudnnRNNFunction",
     "GRUBlockCellFunction",
+    "KerasGRUFunction",
     "LSTMBlockCellFunction",
 ]
 
@@ -214,6 +215,39 @@ class GRUBlockCellFunction(torch.autograd.Function):
         return d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0), d_c_bar.sum(0)
 
 
+class KerasGRUFunction(torch.autograd.Function):
+    """`keras_gru` (Keras' GRU over a time-major sequence, fused; csrc/gru_seq.h) whose backward
+    is `keras_gru_grad`.
+
+    apply(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after, gate_activation,
+    activation) -> (z, r, hh, hr, h), each [T, B, H]; only h is differentiable; bias may be None.
+    """
+
+    @staticmethod
+    def forward(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias=None, reset_after=True,
+                gate_activation="sigmoid", activation="tanh"):  # fmt: skip
+        return _ops.keras_gru.default(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias,
+                                      reset_after, gate_activation, activation)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after, gate_activation,
+         activation) = inputs  # fmt: skip
+        z, r, hh, hr, h = output
+        ctx.mark_non_differentiable(z, r, hh, hr)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, z, r, hh,
+                              hr, h)  # fmt: skip
+        ctx.attrs = (reset_after, gate_activation, activation)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, _gz, _gr, _ghh, _ghr, h_grad):
+        saved = ctx.saved_tensors
+        g = _ops.keras_gru_grad.default(*saved, _grad_or_zeros(h_grad, saved[-1]), *ctx.attrs)
+        return (None, *g[:4], g[4] if ctx.has_bias else None, None, None, None)
+
+
 # The op that TF's "To use <op> in gradients, is_training must be set to True." names: TF's
 # gradient functions (cudnn_rnn_grad.py) each name their own op. The raw ops set it around an
 # inference call (eager only; under torch.compile, and for direct op calls, it stays CudnnRNNV3),
@@ -288,6 +322,7 @@ DIFFERENTIABLE_OPS: dict[str, type[torch.autograd.Function]] = {
     "torch_lstm_grad::block_lstm_ex": BlockLSTMExFunction,
     "torch_lstm_grad::lstm_block_cell": LSTMBlockCellFunction,
     "torch_lstm_grad::gru_block_cell": GRUBlockCellFunction,
+    "torch_lstm_grad::keras_gru": KerasGRUFunction,
     "torch_lstm_grad::cudnn_rnn": CudnnRNNFunction,
 }
 

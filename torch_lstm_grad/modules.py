@@ -26,6 +26,7 @@ __all__ = [
     "CudnnRNNRelu",
     "CudnnRNNTanh",
     "GRUBlockCell",
+    "GRUBlockFusedCell",
     "LSTMBlockCell",
     "LSTMBlockFusedCell",
 ]
@@ -296,10 +297,28 @@ class GRUBlockCell(nn.Module):
     tf_semantics §5.4; `porting.py` maps both.)
 
     `forward(x [B, I], h [B, H] or None (zeros))` returns `(h_new, h_new)` (output, state).
+
+    Keyword-only variants (issue 16): `gate_activation` ("sigmoid", "hard_sigmoid_keras2",
+    "hard_sigmoid_keras3") for r and u, `activation` ("tanh", "relu", "linear") for the
+    candidate. At their defaults the module runs TF's `GRUBlockCell` raw op; otherwise one step
+    of the `keras_gru` op (reset_after=False) on the same parameters, which computes
+    `h = u ⊙ h_prev + (1 − u) ⊙ c` in Keras' form (TF's op: `u ⊙ (h_prev − c) + c`).
     """
 
-    def __init__(self, num_units: int, input_size: int, *, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_units: int,
+        input_size: int,
+        *,
+        gate_activation: str = "sigmoid",
+        activation: str = "tanh",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
+        check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+        check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+        self.gate_activation, self.activation = gate_activation, activation
         factory = {"device": device, "dtype": dtype}
         self.num_units, self.input_size = int(num_units), int(input_size)
         H, I = self.num_units, self.input_size
@@ -317,6 +336,16 @@ class GRUBlockCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h=None):
         h_prev = x.new_zeros(x.shape[0], self.num_units) if h is None else h
+        if self.gate_activation != "sigmoid" or self.activation != "tanh":
+            # The block layout as Keras' (z = u, r, h columns; rows x then h), differentiably.
+            I, H = self.input_size, self.num_units
+            gk, ck = self.gates_kernel, self.candidate_kernel
+            w = torch.cat([gk[:, H:], gk[:, :H], ck], dim=1)  # [I + H, 3H]: u, r, c
+            bias = torch.cat([self.gates_bias[H:], self.gates_bias[:H], self.candidate_bias])
+            out = ops.keras_gru(x.unsqueeze(0), h_prev, w[:I], w[I:], bias, reset_after=False,
+                                gate_activation=self.gate_activation,
+                                activation=self.activation)  # fmt: skip
+            return out.h[0], out.h[0]
         out = raw_ops.GRUBlockCell(
             x,
             h_prev,
@@ -328,7 +357,102 @@ class GRUBlockCell(nn.Module):
         return out.h, out.h
 
     def extra_repr(self) -> str:
-        return f"num_units={self.num_units}, input_size={self.input_size}"
+        out = f"num_units={self.num_units}, input_size={self.input_size}"
+        if self.gate_activation != "sigmoid":
+            out += f", gate_activation={self.gate_activation!r}"
+        if self.activation != "tanh":
+            out += f", activation={self.activation!r}"
+        return out
+
+
+class GRUBlockFusedCell(nn.Module):
+    """Keras' `GRU` layer over a whole sequence, as one fused op (`keras_gru`; the GRU
+    counterpart of `LSTMBlockFusedCell`, with Keras' parameters).
+
+    Parameters (Keras' names and layouts, gate order z, r, h): `kernel [I, 3H]`,
+    `recurrent_kernel [H, 3H]`, `bias` (`use_bias=True`): `[2, 3H]` with `reset_after=True`
+    (row 0 the input bias, row 1 the recurrent bias; cuDNN's GRU, Keras 3's default) or `[3H]`
+    with `reset_after=False` (TF's GRUBlockCell math). `gate_activation` is Keras'
+    `recurrent_activation` ("sigmoid", "hard_sigmoid_keras2" for Keras 2.x's "hard_sigmoid",
+    "hard_sigmoid_keras3" for Keras 3's), `activation` ("tanh", "relu", "linear"). Initialised as
+    Keras does: glorot-uniform kernel, orthogonal recurrent kernel, zero bias.
+
+    `forward(inputs [T, B, I] (time-major), initial_state=h [B, H] or None (zeros),
+    sequence_length=[B] ints or None)` returns `(outputs [T, B, H], h [B, H])`. With
+    `sequence_length` (right-padded rows, as Keras' mask or cuDNN's lengths): the op runs
+    `max(sequence_length)` steps, outputs are zero at t >= length and each row's final state is
+    the one at its own length (the initial state for length 0).
+    """
+
+    def __init__(
+        self,
+        num_units: int,
+        input_size: int,
+        *,
+        reset_after: bool = True,
+        use_bias: bool = True,
+        gate_activation: str = "sigmoid",
+        activation: str = "tanh",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+        check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+        factory = {"device": device, "dtype": dtype}
+        self.num_units, self.input_size = int(num_units), int(input_size)
+        self.reset_after, self.use_bias = bool(reset_after), bool(use_bias)
+        self.gate_activation, self.activation = gate_activation, activation
+        H, I = self.num_units, self.input_size
+        self.kernel = nn.Parameter(torch.empty(I, 3 * H, **factory))
+        self.recurrent_kernel = nn.Parameter(torch.empty(H, 3 * H, **factory))
+        if self.use_bias:
+            shape = (2, 3 * H) if self.reset_after else (3 * H,)
+            self.bias = nn.Parameter(torch.empty(shape, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot_(self.kernel)
+        with torch.no_grad():
+            nn.init.orthogonal_(self.recurrent_kernel)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, inputs: torch.Tensor, initial_state=None, sequence_length=None):
+        T, B = inputs.shape[0], inputs.shape[1]
+        h0 = inputs.new_zeros(B, self.num_units) if initial_state is None else initial_state
+        if sequence_length is None:
+            seq_len_max = T
+        else:
+            sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
+            seq_len_max = int(sequence_length.max()) if B > 0 else 0
+        h = ops.keras_gru(
+            inputs,
+            h0,
+            self.kernel,
+            self.recurrent_kernel,
+            self.bias,
+            seq_len_max=seq_len_max,
+            reset_after=self.reset_after,
+            gate_activation=self.gate_activation,
+            activation=self.activation,
+        ).h
+        if sequence_length is None:
+            return h, (h[-1] if T > 0 else h0)
+        lengths = sequence_length.to(torch.int64)
+        mask = torch.arange(T, device=inputs.device)[:, None] < lengths[None, :]
+        h = h * mask.unsqueeze(-1).to(h.dtype)
+        index = lengths.view(1, B, 1).expand(1, B, self.num_units)
+        return h, torch.cat([h0.unsqueeze(0), h]).gather(0, index).squeeze(0)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_units={self.num_units}, input_size={self.input_size}, "
+            f"reset_after={self.reset_after}, use_bias={self.use_bias}, "
+            f"gate_activation={self.gate_activation!r}, activation={self.activation!r}"
+        )
 
 
 class _CudnnRNN(nn.Module):

@@ -29,7 +29,7 @@ import torch
 from ._checks import LSTM_EX_CHOICES, check_choice
 from .autograd import call
 
-__all__ = ["BlockLSTMExOutput", "block_lstm_ex"]
+__all__ = ["BlockLSTMExOutput", "KerasGRUOutput", "block_lstm_ex", "keras_gru"]
 
 
 class BlockLSTMExOutput(NamedTuple):
@@ -87,3 +87,45 @@ def block_lstm_ex(
         gate_activation, activation, clip_gradient,
     )  # fmt: skip
     return BlockLSTMExOutput(*out)
+
+
+class KerasGRUOutput(NamedTuple):
+    """[T, B, H] each, zero beyond seq_len_max. Only h is differentiable."""
+
+    z: torch.Tensor
+    r: torch.Tensor
+    hh: torch.Tensor  # the candidate act(...)
+    hr: torch.Tensor  # what the reset multiplied: h·R_h + b_rec_h (reset_after) or r ⊙ h_prev
+    h: torch.Tensor
+
+
+def keras_gru(
+    x: torch.Tensor,
+    h_prev: torch.Tensor,
+    kernel: torch.Tensor,
+    recurrent_kernel: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    seq_len_max: int | torch.Tensor | None = None,
+    reset_after: bool = True,
+    gate_activation: str = "sigmoid",
+    activation: str = "tanh",
+) -> KerasGRUOutput:
+    """The `torch_lstm_grad::keras_gru` op (Keras' GRU layer, fused), differentiable (backward:
+    keras_gru_grad).
+
+    x [T, B, I] (time-major), h_prev [B, H], kernel [I, 3H], recurrent_kernel [H, 3H] (Keras'
+    gate order z, r, h), bias [2, 3H] (reset_after=True: input row, recurrent row), [3H]
+    (reset_after=False) or None (use_bias=False). `gate_activation` is Keras'
+    `recurrent_activation` (z, r), `activation` the candidate's; values as in `block_lstm_ex`.
+    reset_after=True is cuDNN's GRU and Keras 3's default, reset_after=False TF's GRUBlockCell
+    math. `seq_len_max` None runs all T steps.
+    """
+    check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+    check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+    slm = x.shape[0] if seq_len_max is None else seq_len_max
+    if not isinstance(slm, torch.Tensor):
+        slm = torch.tensor(int(slm), dtype=torch.int64)
+    out = call("torch_lstm_grad::keras_gru", slm, x, h_prev, kernel, recurrent_kernel, bias,
+               bool(reset_after), gate_activation, activation)  # fmt: skip
+    return KerasGRUOutput(*out)

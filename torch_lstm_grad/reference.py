@@ -310,3 +310,77 @@ def gru_block_cell_grad(x, h_prev, w_ru, w_c, b_ru, b_c, d_h):
     with torch.enable_grad():
         _, _, _, h, ru_bar, c_bar = _gru_block_cell(x, h_prev, w_ru, w_c, b_ru, b_c)
         return _vjp((h,), (d_h,), (x, h_prev, c_bar, ru_bar))
+
+
+def keras_gru(
+    seq_len_max,
+    x,
+    h_prev,
+    kernel,
+    recurrent_kernel,
+    bias=None,
+    reset_after=True,
+    gate_activation="sigmoid",
+    activation="tanh",
+):
+    """Keras' GRU layer (keras/src/layers/rnn/gru.py), time-major: the keras_gru op.
+
+    Shapes: x [T, B, I], h_prev [B, H], kernel [I, 3H], recurrent_kernel [H, 3H] (gate order
+    z, r, h), bias [2, 3H] (reset_after: input row, recurrent row) or [3H] or None. Returns
+    ``(z, r, hh, hr, h)``, each [T, B, H], all zero for ``t >= seq_len_max``; ``hr`` is what the
+    reset multiplies (``h_prev . R_h + b_rec_h`` with reset_after, else ``r * h_prev``).
+    """
+    sig = _choice(_GATE_ACTIVATIONS, gate_activation, "gate_activation")
+    act = _choice(_ACTIVATIONS, activation, "activation")
+    T, H = x.shape[0], h_prev.shape[1]
+    b_in = b_rec = None
+    if bias is not None:
+        b_in, b_rec = (bias[0], bias[1]) if reset_after else (bias, None)
+    steps, h = [], h_prev
+    zero = torch.zeros_like(h_prev)
+    for t in range(T):
+        if t >= int(seq_len_max):
+            steps.append((zero,) * 5)
+            continue
+        xp = x[t] @ kernel
+        if b_in is not None:
+            xp = xp + b_in
+        x_z, x_r, x_h = xp.split(H, dim=1)
+        if reset_after:
+            inner = h @ recurrent_kernel
+            if b_rec is not None:
+                inner = inner + b_rec
+            i_z, i_r, i_h = inner.split(H, dim=1)
+            z, r = sig(x_z + i_z), sig(x_r + i_r)
+            hr = i_h
+            hh = act(x_h + r * hr)
+        else:
+            i_z, i_r = (h @ recurrent_kernel[:, : 2 * H]).split(H, dim=1)
+            z, r = sig(x_z + i_z), sig(x_r + i_r)
+            hr = r * h
+            hh = act(x_h + hr @ recurrent_kernel[:, 2 * H :])
+        h = z * h + (1 - z) * hh
+        steps.append((z, r, hh, hr, h))
+    return tuple(torch.stack(seq) for seq in zip(*steps, strict=True))
+
+
+def keras_gru_grad(
+    seq_len_max,
+    x,
+    h_prev,
+    kernel,
+    recurrent_kernel,
+    bias,
+    h_grad,
+    reset_after=True,
+    gate_activation="sigmoid",
+    activation="tanh",
+):
+    """Gradients of sum(h * h_grad) through :func:`keras_gru`: ``(x, h_prev, kernel,
+    recurrent_kernel, bias)`` (bias's is None without a bias)."""
+    inputs = _leaves(x, h_prev, kernel, recurrent_kernel)
+    b = None if bias is None else _leaves(bias)[0]
+    with torch.enable_grad():
+        out = keras_gru(seq_len_max, *inputs, b, reset_after, gate_activation, activation)
+        grads = _vjp((out[4],), (h_grad,), inputs + ([] if b is None else [b]))
+    return (*grads[:4], grads[4] if b is not None else None)
