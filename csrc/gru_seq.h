@@ -237,7 +237,7 @@ Grads5 gru_backward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
     at::Tensor hr_t = at::empty({H, L * B}, opts);  // (r ⊙ h_prev) for every step, transposed
     Backend::transpose_into(hr_t, outs[3].narrow(0, 0, L).reshape({L * B, H}).to(acc));
     rkernel_grad = at::cat({Backend::matmul(hs_t, din),
-                            Backend::matmul(hr_t, dxp.narrow(1, 2 * H, H))},
+                            Backend::matmul(hr_t, dxp.narrow(1, 2 * H, H).contiguous())},
                            1);
   }
   at::Tensor bias_grad;

@@ -207,31 +207,42 @@ def test_gru_block_cell_default_calls_the_raw_op(monkeypatch):
     modules.GRUBlockCell(H, I)(torch.randn(B, I))
 
 
-@pytest.mark.parametrize("ga,ac", [("sigmoid", "tanh"), ("hard_sigmoid_keras2", "relu")])
+def _block_cell_as_keras(cell):
+    """GRUBlockCell's parameters in keras_gru's layout (what the module's variant path does)."""
+    H_ = cell.num_units
+    gk, ck = cell.gates_kernel, cell.candidate_kernel
+    w = torch.cat([gk[:, H_:], gk[:, :H_], ck], dim=1)
+    bias = torch.cat([cell.gates_bias[H_:], cell.gates_bias[:H_], cell.candidate_bias])
+    return w[: cell.input_size], w[cell.input_size :], bias
+
+
+def test_keras_gru_reset_before_is_gru_block_cell():
+    """keras_gru(reset_after=False) on GRUBlockCell's parameters, reordered, is the GRUBlockCell
+    raw op (TF's math; only the form of the last line, u(h - c) + c, differs: rounding)."""
+    cell = modules.GRUBlockCell(H, I)
+    with torch.no_grad():
+        cell.gates_bias.normal_()
+        cell.candidate_bias.normal_()
+    x, h0 = torch.randn(B, I), torch.randn(B, H)
+    k, rk, bias = _block_cell_as_keras(cell)
+    got = ops.keras_gru(x[None], h0, k, rk, bias, reset_after=False).h[0]
+    torch.testing.assert_close(got, cell(x, h0)[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("ga,ac", [("sigmoid", "relu"), ("hard_sigmoid_keras2", "tanh")])
 def test_gru_block_cell_variants(ga, ac):
-    """The variant path is one keras_gru step on the module's own parameters: with TF's
-    activations it matches the GRUBlockCell raw op (to rounding), and its gradients reach the
-    module's parameters."""
-    cell = modules.GRUBlockCell(H, I, dtype=torch.float64)
-    variant = modules.GRUBlockCell(H, I, gate_activation=ga, activation=ac, dtype=torch.float64)
-    if ga == "sigmoid":  # force the keras_gru path with TF's activations
-        variant.activation = "linear"
-        variant.activation = ac
-        variant.gate_activation = "hard_sigmoid_keras3"
-        variant.gate_activation = ga
-    variant.load_state_dict(cell.state_dict())
+    """The variant path is one keras_gru step (reset_after=False) on the module's own
+    parameters, and its gradients reach them."""
+    cell = modules.GRUBlockCell(H, I, gate_activation=ga, activation=ac, dtype=torch.float64)
     x, h0 = torch.randn(B, I, dtype=torch.float64), torch.randn(B, H, dtype=torch.float64)
-    y, _ = variant(x, h0)
-    gk, ck = variant.gates_kernel, variant.candidate_kernel
-    w = torch.cat([gk[:, H:], gk[:, :H], ck], dim=1)
-    bias = torch.cat([variant.gates_bias[H:], variant.gates_bias[:H], variant.candidate_bias])
-    ref = reference.keras_gru(1, x[None], h0, w[:I], w[I:], bias, False, ga, ac)[4][0]
+    y, state = cell(x, h0)
+    k, rk, bias = _block_cell_as_keras(cell)
+    ref = reference.keras_gru(1, x[None], h0, k, rk, bias, False, ga, ac)[4][0]
     torch.testing.assert_close(y, ref)
-    if ga == "sigmoid" and ac == "tanh":
-        torch.testing.assert_close(y, cell(x, h0)[0])
+    assert state is y
     y.sum().backward()
-    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in variant.parameters())
-    assert (ga == "sigmoid") or ga in repr(variant)
+    assert all(p.grad is not None and p.grad.abs().sum() > 0 for p in cell.parameters())
+    assert (ga if ga != "sigmoid" else ac) in repr(cell)
 
 
 @pytest.mark.parametrize("reset_after", [True, False])

@@ -345,7 +345,8 @@ class GRUBlockCell(nn.Module):
             out = ops.keras_gru(x.unsqueeze(0), h_prev, w[:I], w[I:], bias, reset_after=False,
                                 gate_activation=self.gate_activation,
                                 activation=self.activation)  # fmt: skip
-            return out.h[0], out.h[0]
+            h_new = out.h[0]
+            return h_new, h_new
         out = raw_ops.GRUBlockCell(
             x,
             h_prev,
