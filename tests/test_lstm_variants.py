@@ -598,13 +598,20 @@ def test_keras2_hard_sigmoid_matches_tf():
 
 
 @pytest.mark.parametrize(
-    "num_proj,proj_clip,activation",
-    [(None, None, "tanh"), (3, 0.15, "tanh"), (3, None, "relu")],
+    "num_proj,proj_clip,activation,lengths",
+    [
+        (None, None, "tanh", None),
+        (3, 0.15, "tanh", None),
+        (3, None, "relu", None),
+        (3, 0.15, "tanh", [5, 3, 0]),
+    ],
 )
-def test_tf1_lstmcell_matches_tf(num_proj, proj_clip, activation):
+def test_tf1_lstmcell_matches_tf(num_proj, proj_clip, activation, lengths):
     """TF1 LSTMCell(use_peepholes, cell_clip, num_proj, proj_clip) stepped under a GradientTape
-    (what dynamic_rnn unrolls to), against block_lstm_ex with clip_gradient="zero": outputs,
-    final state and the gradients of the inputs, both initial states and every variable."""
+    (what dynamic_rnn unrolls to; with `lengths`, tf.compat.v1.nn.dynamic_rnn itself with
+    sequence_length), against LSTMBlockFusedCell (block_lstm_ex, clip_gradient="zero"):
+    outputs, final state and the gradients of the inputs, both initial states and every
+    variable."""
     tf = _tf()
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
 
@@ -642,26 +649,35 @@ def test_tf1_lstmcell_matches_tf(num_proj, proj_clip, activation):
     for v in cell.variables:
         v.assign(weights[v.name.split("/", 1)[1].split(":")[0]].numpy())
     tx, tc0, th0 = (tf.constant(t.numpy()) for t in (x, c0, h0))
-    with tf.GradientTape() as tape:
-        tape.watch([tx, tc0, th0])
-        state = rnn_cell_impl.LSTMStateTuple(tc0, th0)
-        outs = []
-        for t in range(T):
-            y, state = cell(tx[t], state)
-            outs.append(y)
-        seq = tf.stack(outs)
-        loss = (
-            tf.reduce_sum(seq * g_out.numpy())
-            + tf.reduce_sum(state.c * g_c.numpy())
-            + tf.reduce_sum(state.h * g_h.numpy())
-        )
+
+    def run_tf(tx, tc0, th0):
+        with tf.GradientTape() as tape:
+            tape.watch([tx, tc0, th0])
+            state = rnn_cell_impl.LSTMStateTuple(tc0, th0)
+            if lengths is None:
+                outs = []
+                for t in range(T):
+                    y, state = cell(tx[t], state)
+                    outs.append(y)
+                seq = tf.stack(outs)
+            else:
+                seq, state = tf.compat.v1.nn.dynamic_rnn(
+                    cell, tx, sequence_length=lengths, initial_state=state, time_major=True
+                )
+            loss = (
+                tf.reduce_sum(seq * g_out.numpy())
+                + tf.reduce_sum(state.c * g_c.numpy())
+                + tf.reduce_sum(state.h * g_h.numpy())
+            )
+        return seq, state.c, tape.gradient(loss, [tx, tc0, th0, *cell.variables])
+
+    seq, c_T, want = (run_tf if lengths is None else tf.function(run_tf))(tx, tc0, th0)
     names = [v.name.split("/", 1)[1].split(":")[0] for v in cell.variables]
-    want = tape.gradient(loss, [tx, tc0, th0, *cell.variables])
     want = dict(
         zip(["x", "c0", "h0", *names], (torch.from_numpy(w.numpy()) for w in want), strict=True)
     )
     # Half the final states clipped, most steps: the zero rule matters.
-    assert (state.c.numpy() == 0.6).any() or (state.c.numpy() == -0.6).any()
+    assert (c_T.numpy() == 0.6).any() or (c_T.numpy() == -0.6).any()
 
     m = modules.LSTMBlockFusedCell(
         U,
@@ -686,7 +702,7 @@ def test_tf1_lstmcell_matches_tf(num_proj, proj_clip, activation):
         for tf_name, value in weights.items():
             getattr(m, params[tf_name]).copy_(value)
     xl, cl, hl = (t.clone().requires_grad_() for t in (x, c0, h0))
-    out, (cs_T, h_T) = m(xl, (cl, hl))
+    out, (cs_T, h_T) = m(xl, (cl, hl), sequence_length=lengths)
     loss = (out * g_out).sum() + (cs_T * g_c).sum() + (h_T * g_h).sum()
     got = dict(
         zip(
@@ -698,7 +714,7 @@ def test_tf1_lstmcell_matches_tf(num_proj, proj_clip, activation):
     for tf_name in weights:
         got[tf_name] = torch.autograd.grad(loss, getattr(m, params[tf_name]), retain_graph=True)[0]
     assert _scaled(out, torch.from_numpy(seq.numpy()).double()) <= TF_TOL
-    assert _scaled(cs_T, torch.from_numpy(state.c.numpy()).double()) <= TF_TOL
+    assert _scaled(cs_T, torch.from_numpy(c_T.numpy()).double()) <= TF_TOL
     for name, w in want.items():
         assert _scaled(got[name], w.double()) <= TF_TOL, name
 
