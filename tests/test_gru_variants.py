@@ -353,3 +353,54 @@ def test_keras2_hard_sigmoid_gru_matches_tf(reset_after):
 
 def test_keras_gru_sigmoid_no_bias_matches_tf():
     _keras_gru_case(True, "sigmoid", "tanh", "sigmoid", "tanh", use_bias=False)
+
+
+def test_keras_gru_mask_matches_gru_block_fused_cell_lengths():
+    """Keras GRU with a right-padded mask against GRUBlockFusedCell(sequence_length=...): the
+    final state, the outputs at valid steps and every gradient of a loss on those (Keras'
+    default repeats the last output at masked steps; ours are zero there, as cuDNN's)."""
+    pytest.importorskip("tensorflow")
+    import keras
+    from tf_oracle import tf_module
+
+    tf = tf_module()
+    T, Bk, Ik, U = 5, 3, 4, 6
+    lengths = [5, 2, 3]
+    g = torch.Generator().manual_seed(9)
+    x, h0 = torch.randn(Bk, T, Ik, generator=g), torch.randn(Bk, U, generator=g)
+    kernel, rec = torch.randn(Ik, 3 * U, generator=g), torch.randn(U, 3 * U, generator=g)
+    bias = torch.randn(2, 3 * U, generator=g)
+    mask = torch.arange(T)[None, :] < torch.tensor(lengths)[:, None]  # [B, T]
+    g_out = torch.randn(Bk, T, U, generator=g) * mask[..., None]
+    g_h = torch.randn(Bk, U, generator=g)
+    layer = keras.layers.GRU(
+        U,
+        recurrent_activation="hard_sigmoid",
+        return_sequences=True,
+        return_state=True,
+        use_cudnn=False,
+    )
+    layer.build((Bk, T, Ik))
+    layer.set_weights([kernel.numpy(), rec.numpy(), bias.numpy()])
+    tx, th0 = tf.constant(x.numpy()), tf.constant(h0.numpy())
+    with tf.GradientTape() as tape:
+        tape.watch([tx, th0])
+        seq, h_T = layer(tx, initial_state=th0, mask=tf.constant(mask.numpy()))
+        loss = tf.reduce_sum(seq * g_out.numpy()) + tf.reduce_sum(h_T * g_h.numpy())
+    want = tape.gradient(loss, [tx, th0, *layer.trainable_weights])
+
+    m = modules.GRUBlockFusedCell(U, Ik, gate_activation="hard_sigmoid_keras3")
+    with torch.no_grad():
+        for p, v in zip((m.kernel, m.recurrent_kernel, m.bias), (kernel, rec, bias), strict=True):
+            p.copy_(v)
+    xl, hl = x.clone().requires_grad_(), h0.clone().requires_grad_()
+    out, h = m(xl.transpose(0, 1), hl, sequence_length=lengths)
+    loss = (out.transpose(0, 1) * g_out).sum() + (h * g_h).sum()
+    got = torch.autograd.grad(loss, [xl, hl, m.kernel, m.recurrent_kernel, m.bias])
+    valid = torch.from_numpy(seq.numpy()) * mask[..., None]
+    assert _scaled(out.transpose(0, 1), valid.double()) <= TF_TOL
+    assert _scaled(h, torch.from_numpy(h_T.numpy()).double()) <= TF_TOL
+    for name, a, w in zip(
+        ("x", "h0", "kernel", "recurrent_kernel", "bias"), got, want, strict=True
+    ):
+        assert _scaled(a, torch.from_numpy(w.numpy()).double()) <= TF_TOL, name

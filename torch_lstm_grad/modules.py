@@ -380,9 +380,10 @@ class GRUBlockFusedCell(nn.Module):
 
     `forward(inputs [T, B, I] (time-major), initial_state=h [B, H] or None (zeros),
     sequence_length=[B] ints or None)` returns `(outputs [T, B, H], h [B, H])`. With
-    `sequence_length` (right-padded rows, as Keras' mask or cuDNN's lengths): the op runs
-    `max(sequence_length)` steps, outputs are zero at t >= length and each row's final state is
-    the one at its own length (the initial state for length 0).
+    `sequence_length` (right-padded rows): the op runs `max(sequence_length)` steps, outputs are
+    zero at t >= length (as cuDNN's lengths and Keras' `zero_output_for_mask=True`; Keras'
+    default non-cuDNN path repeats the last valid output there instead) and each row's final
+    state is the one at its own length (the initial state for length 0), as both.
     """
 
     def __init__(
