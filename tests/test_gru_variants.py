@@ -404,3 +404,41 @@ def test_keras_gru_mask_matches_gru_block_fused_cell_lengths():
         ("x", "h0", "kernel", "recurrent_kernel", "bias"), got, want, strict=True
     ):
         assert _scaled(a, torch.from_numpy(w.numpy()).double()) <= TF_TOL, name
+
+
+def _bad_cases():
+    inp = _inputs(2, torch.float32, True)
+    x, h0, k, rk, b = inp
+    attrs = (True, "sigmoid", "tanh")
+    yield "gru activation", "keras_gru", (x, h0, k, rk, b, True, "sigmoid", "gelu")
+    yield "gru bias", "keras_gru", (x, h0, k, rk, b[0], *attrs)
+    yield "gru kernel", "keras_gru", (x, h0, k[:, 1:], rk, b, *attrs)
+    yield "gru dtype", "keras_gru", (x, h0.double(), k, rk, b, *attrs)
+    lx = torch.randn(2, 3, 4)
+    c0, hp, wp = torch.randn(3, 6), torch.randn(3, 2), torch.randn(6, 2)
+    w, pe, bb = torch.randn(4 + 2, 24), torch.randn(6), torch.randn(24)
+    ex_attrs = (1.0, 0.0, 0.0, True, "icfo", "sigmoid", "tanh", "straight_through")
+    yield "lstm w_proj", "block_lstm_ex", (lx, c0, hp, w, pe, pe, pe, bb, wp[1:], *ex_attrs)
+    yield "lstm w", "block_lstm_ex", (lx, c0, hp, w[1:], pe, pe, pe, bb, wp, *ex_attrs)
+    yield "lstm peephole", "block_lstm_ex", (lx, c0, hp, w, pe[1:], pe, pe, bb, wp, *ex_attrs)
+    bad_order = (*ex_attrs[:4], "cifo", *ex_attrs[5:])
+    yield "lstm order", "block_lstm_ex", (lx, c0, hp, w, pe, pe, pe, bb, wp, *bad_order)
+
+
+@pytest.mark.parametrize("case", [c[0] for c in _bad_cases()])
+def test_fake_kernels_raise_what_the_kernels_raise(case):
+    """Each bad input raises the same exception type and message eagerly (C++) and under
+    FakeTensor tracing (the fake kernels' mirror in _checks.py)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    _, op_name, args = next(c for c in _bad_cases() if c[0] == case)
+    op = getattr(torch.ops.torch_lstm_grad, op_name)
+    slm = torch.tensor(2)
+    with pytest.raises((ValueError, TypeError)) as eager:
+        op(slm, *args)
+    with FakeTensorMode() as mode:
+        fake = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else a for a in args]
+        with pytest.raises((ValueError, TypeError)) as traced:
+            op(mode.from_tensor(slm), *fake)
+    assert type(traced.value) is type(eager.value)
+    assert str(traced.value) == str(eager.value)
