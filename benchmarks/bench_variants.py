@@ -9,7 +9,7 @@ float32, timed call by call in shuffled rounds (`_bench._time_paired`, the bench
 each figure is the median over rounds of (variant time / baseline time in the same round).
 
     python benchmarks/bench_variants.py [--seconds 4] [--shapes 50,32,256,256 ...] [--threads N]
-                                        [--json FILE]
+                                        [--kinds lstm gru lstmp] [--json FILE]
 """
 
 from __future__ import annotations
@@ -99,6 +99,68 @@ def gru_fns(T, B, I, H):  # noqa: E741
     return fns
 
 
+def lstmp_fns(T, B, I, H):  # noqa: E741
+    """TF1 LSTMCell(num_proj=H/2, proj_clip, peepholes, cell_clip, clip_gradient="zero") on
+    block_lstm_ex against torch.nn.LSTM(proj_size=H/2) (which has no oneDNN path for a
+    projection) and BlockLSTM without one."""
+    P = H // 2
+    g = torch.Generator().manual_seed(0)
+    s = H**-0.5
+
+    def u(*shape):
+        return ((torch.rand(*shape, generator=g) * 2 - 1) * s).requires_grad_()
+
+    x = torch.randn(T, B, I, generator=g).requires_grad_()
+    c0, h0, w, wp, b = u(B, H), u(B, P), u(I + P, 4 * H), u(H, P), u(4 * H)
+    pe = [u(H) for _ in range(3)]
+    leaves = (x, c0, h0, w, wp, b, *pe)
+
+    def lstmp():
+        out = ops.block_lstm_ex(
+            x,
+            c0,
+            h0,
+            w,
+            b,
+            wci=pe[0],
+            wcf=pe[1],
+            wco=pe[2],
+            w_proj=wp,
+            cell_clip=3.0,
+            proj_clip=3.0,
+            use_peephole=True,
+            clip_gradient="zero",
+        )
+        return torch.autograd.grad(out.cs.sum() + out.h.sum(), leaves)
+
+    lstm = torch.nn.LSTM(I, H, proj_size=P)
+    xx = x.detach().clone().requires_grad_()
+    hh, cc = h0.detach()[None].clone().requires_grad_(), c0.detach()[None].clone().requires_grad_()
+    nn_leaves = (xx, hh, cc, *lstm.parameters())
+
+    def nn_lstmp():
+        out, _ = lstm(xx, (hh, cc))
+        return torch.autograd.grad(out.sum(), nn_leaves)
+
+    inputs = _bench._inputs(T, B, I, H, seed=0)
+    return {
+        "nn.LSTM(proj_size=H/2)": nn_lstmp,
+        "block_lstm_ex LSTMP": lstmp,
+        "BlockLSTM (no projection)": _bench._ours(T, inputs)[1],
+    }
+
+
+def make_case(kind, T, B, I, H, inputs):  # noqa: E741
+    """(functions, baseline name) of one kind."""
+    if kind == "lstm":
+        return lstm_fns(T, inputs), "BlockLSTM"
+    if kind == "gru":
+        return gru_fns(T, B, I, H), "keras_gru sigmoid/tanh"
+    if kind == "lstmp":
+        return lstmp_fns(T, B, I, H), "nn.LSTM(proj_size=H/2)"
+    raise ValueError(f"--kinds: expected lstm, gru or lstmp, got {kind!r}")
+
+
 def ratios(times, base):
     return {
         name: statistics.median(t / b for t, b in zip(ts, times[base], strict=True))
@@ -111,6 +173,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--seconds", type=float, default=4.0, help="per function and shape")
     parser.add_argument("--shapes", nargs="*", default=SHAPES)
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's)")
+    parser.add_argument(
+        "--kinds", nargs="*", default=["lstm", "gru"], help="of lstm, gru, lstmp (num_proj)"
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     if args.threads:
@@ -120,10 +185,8 @@ def main(argv: list[str]) -> int:
     for text in args.shapes:
         T, B, I, H = _bench._shape(text)  # noqa: E741
         inputs = _bench._inputs(T, B, I, H, seed=0)
-        for kind, fns, base in (
-            ("lstm", lstm_fns(T, inputs), "BlockLSTM"),
-            ("gru", gru_fns(T, B, I, H), "keras_gru sigmoid/tanh"),
-        ):
+        cases = [(kind, *make_case(kind, T, B, I, H, inputs)) for kind in args.kinds]
+        for kind, fns, base in cases:
             times = _bench._time_paired(fns, args.seconds)
             r = ratios(times, base)
             ms = {n: statistics.median(t) * 1e3 for n, t in times.items()}
