@@ -1,4 +1,5 @@
-// TF's fused LSTM ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2)), device-neutral:
+// TF's fused LSTM ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2)) and block_lstm_ex
+// (their activation / clip-gradient variants and TF1 LSTMCell's projection), device-neutral:
 // the cell math, written once for the CPU and CUDA kernels, and the host-side drivers, which
 // call a Backend for each time step (the recurrent GEMM and the pointwise pass: fused into one
 // parallel region on the CPU, csrc/cpu/lstm_block.cpp; ATen GEMM + kernel on CUDA,
