@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -120,6 +121,81 @@ inline void check_lstm_activations(std::initializer_list<std::pair<const at::Ten
   }
 }
 
+// A string attribute that must be one of `allowed`: returns its index, else raises ValueError
+// "gate_activation: expected one of 'sigmoid', 'hard_sigmoid_keras2', ..., got 'relu'".
+inline int check_choice(c10::string_view value, const char* name,
+                        std::initializer_list<const char*> allowed) {
+  int k = 0;
+  std::ostringstream names;
+  for (const char* a : allowed) {
+    if (value == a) return k;
+    names << (k++ ? ", '" : "'") << a << "'";
+  }
+  TORCH_CHECK_VALUE(false, name, ": expected one of ", names.str(), ", got '", std::string(value),
+                    "'");
+  return -1;
+}
+
+// The string attributes of block_lstm_ex, as indices into their lists (the order of
+// lstm_block::GateFn / CellFn, and torch_lstm_grad/_checks.py's LSTM_EX_CHOICES).
+struct LSTMExAttrs {
+  int order;  // 0 icfo, 1 ifco
+  int gate;   // sigmoid, hard_sigmoid_keras2, hard_sigmoid_keras3
+  int cell;   // tanh, relu, linear
+  bool zero_clip_grad;
+};
+
+inline LSTMExAttrs check_lstm_ex_attrs(c10::string_view gate_order,
+                                       c10::string_view gate_activation,
+                                       c10::string_view activation,
+                                       c10::string_view clip_gradient) {
+  return {check_choice(gate_order, "gate_order", {"icfo", "ifco"}),
+          check_choice(gate_activation, "gate_activation",
+                       {"sigmoid", "hard_sigmoid_keras2", "hard_sigmoid_keras3"}),
+          check_choice(activation, "activation", {"tanh", "relu", "linear"}),
+          check_choice(clip_gradient, "clip_gradient", {"straight_through", "zero"}) == 1};
+}
+
+// block_lstm_ex's inputs: those of BlockLSTM, with an optional projection w_proj [H, P] (then
+// h_prev is [B, P] and w [I + P, 4H]).
+inline LSTMSizes check_lstm_ex_inputs(const at::Tensor& x, const at::Tensor& cs_prev,
+                                      const at::Tensor& h_prev, const at::Tensor& w,
+                                      const at::Tensor& wci, const at::Tensor& wcf,
+                                      const at::Tensor& wco, const at::Tensor& b,
+                                      const std::optional<at::Tensor>& w_proj,
+                                      bool use_peephole) {
+  if (!w_proj.has_value()) {
+    return check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, true);
+  }
+  check_float_input(x, "x");
+  TORCH_CHECK_VALUE(x.dim() == 3, "x: expected a 3-D tensor [T, B, I], got shape ",
+                    shape_str(x.sizes()));
+  LSTMSizes s{x.size(0), x.size(1), x.size(2), 0};
+  check_like(cs_prev, "cs_prev", x);
+  TORCH_CHECK_VALUE(cs_prev.dim() == 2 && cs_prev.size(0) == s.B && cs_prev.size(1) > 0,
+                    "cs_prev: expected shape [B, H] with B = ", s.B,
+                    " (from x) and H >= 1, got ", shape_str(cs_prev.sizes()));
+  s.H = cs_prev.size(1);
+  check_like(*w_proj, "w_proj", x);
+  TORCH_CHECK_VALUE(w_proj->dim() == 2 && w_proj->size(0) == s.H && w_proj->size(1) > 0,
+                    "w_proj: expected shape [H, P] with H = ", s.H,
+                    " (from cs_prev) and P >= 1, got ", shape_str(w_proj->sizes()));
+  const int64_t P = w_proj->size(1);
+  check_like(h_prev, "h_prev", x);
+  check_shape(h_prev, "h_prev", {s.B, P}, "[B, P]");
+  check_like(w, "w", x);
+  check_shape(w, "w", {s.I + P, 4 * s.H}, "[I + P, 4 * H]");
+  check_like(b, "b", x);
+  check_shape(b, "b", {4 * s.H}, "[4 * H]");
+  if (use_peephole) {
+    for (auto [t, name] : {std::pair{&wci, "wci"}, {&wcf, "wcf"}, {&wco, "wco"}}) {
+      check_like(*t, name, x);
+      check_shape(*t, name, {s.H}, "[H] (use_peephole=True)");
+    }
+  }
+  return s;
+}
+
 struct GRUSizes {
   int64_t B;
   int64_t I;
@@ -146,6 +222,40 @@ inline GRUSizes check_gru_inputs(const at::Tensor& x, const at::Tensor& h_prev,
   check_shape(b_ru, "b_ru", {2 * s.H}, "[2 * H]");
   check_like(b_c, "b_c", x);
   check_shape(b_c, "b_c", {s.H}, "[H]");
+  return s;
+}
+
+// keras_gru's inputs: x [T, B, I], h_prev [B, H] (H from it), kernel [I, 3H], recurrent_kernel
+// [H, 3H], bias [2, 3H] (reset_after) or [3H], or none.
+struct GRUSeqSizes {
+  int64_t T, B, I, H;
+};
+
+inline GRUSeqSizes check_gru_seq_inputs(const at::Tensor& x, const at::Tensor& h_prev,
+                                        const at::Tensor& kernel,
+                                        const at::Tensor& recurrent_kernel,
+                                        const std::optional<at::Tensor>& bias, bool reset_after) {
+  check_float_input(x, "x");
+  TORCH_CHECK_VALUE(x.dim() == 3, "x: expected a 3-D tensor [T, B, I], got shape ",
+                    shape_str(x.sizes()));
+  GRUSeqSizes s{x.size(0), x.size(1), x.size(2), 0};
+  check_like(h_prev, "h_prev", x);
+  TORCH_CHECK_VALUE(h_prev.dim() == 2 && h_prev.size(0) == s.B && h_prev.size(1) > 0,
+                    "h_prev: expected shape [B, H] with B = ", s.B,
+                    " (from x) and H >= 1, got ", shape_str(h_prev.sizes()));
+  s.H = h_prev.size(1);
+  check_like(kernel, "kernel", x);
+  check_shape(kernel, "kernel", {s.I, 3 * s.H}, "[I, 3 * H]");
+  check_like(recurrent_kernel, "recurrent_kernel", x);
+  check_shape(recurrent_kernel, "recurrent_kernel", {s.H, 3 * s.H}, "[H, 3 * H]");
+  if (bias.has_value()) {
+    check_like(*bias, "bias", x);
+    if (reset_after) {
+      check_shape(*bias, "bias", {2, 3 * s.H}, "[2, 3 * H] (reset_after=True)");
+    } else {
+      check_shape(*bias, "bias", {3 * s.H}, "[3 * H] (reset_after=False)");
+    }
+  }
   return s;
 }
 

@@ -1,4 +1,5 @@
-// TF's fused LSTM ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2)), device-neutral:
+// TF's fused LSTM ops (LSTMBlockCell(Grad), BlockLSTM(V2), BlockLSTMGrad(V2)) and block_lstm_ex
+// (their activation / clip-gradient variants and TF1 LSTMCell's projection), device-neutral:
 // the cell math, written once for the CPU and CUDA kernels, and the host-side drivers, which
 // call a Backend for each time step (the recurrent GEMM and the pointwise pass: fused into one
 // parallel region on the CPU, csrc/cpu/lstm_block.cpp; ATen GEMM + kernel on CUDA,
@@ -25,6 +26,9 @@
 #include <torch/library.h>
 
 #include <array>
+#include <limits>
+#include <optional>
+#include <type_traits>
 
 #include "checks.h"
 
@@ -44,11 +48,47 @@ struct GateLayout {
 constexpr GateLayout kICFO{0, 1, 2, 3};  // BlockLSTM, LSTMBlockCell (TF's docstring is wrong)
 constexpr GateLayout kIFCO{0, 2, 1, 3};  // BlockLSTMV2 (Keras order)
 
+// The activation variants of the extended op (block_lstm_ex): the gate activation applied to
+// i, f, o and the cell activation applied to ci = act(gc) and co = act(cs). TF's block ops are
+// sigmoid/tanh; the others are what Keras and TF1 LSTMCell layers use (issue 16).
+enum class GateFn { kSigmoid, kHardSigmoidKeras2, kHardSigmoidKeras3 };
+enum class CellFn { kTanh, kRelu, kLinear };
+
+// The variants' constants, set once on the host. Both hard sigmoids are one formula,
+// min(max(x·g_scale + g_shift, 0), g_hi) / g_div, in the operation order of their TF graphs:
+// Keras 2 `clip(x·0.2 + 0.5, 0, 1)` (scale 0.2, shift 0.5, hi 1, div 1: ·1 and /1 are exact)
+// and Keras 3 `relu6(x + 3) / 6` (scale 1, shift 3, hi 6, div 6). relu and linear are one
+// formula too, max(x, c_lo) with c_lo = 0 or -inf.
+struct ActivationFns {
+  GateFn gate = GateFn::kSigmoid;
+  CellFn cell = CellFn::kTanh;
+  double g_scale = 0, g_shift = 0, g_hi = 0, g_div = 1, g_slope = 0;
+  double c_lo = 0;
+  bool is_default() const { return gate == GateFn::kSigmoid && cell == CellFn::kTanh; }
+};
+
+inline ActivationFns make_activation_fns(GateFn gate, CellFn cell) {
+  ActivationFns a;
+  a.gate = gate;
+  a.cell = cell;
+  if (gate == GateFn::kHardSigmoidKeras2) {
+    a.g_scale = 0.2, a.g_shift = 0.5, a.g_hi = 1.0, a.g_div = 1.0, a.g_slope = 0.2;
+  } else if (gate == GateFn::kHardSigmoidKeras3) {
+    a.g_scale = 1.0, a.g_shift = 3.0, a.g_hi = 6.0, a.g_div = 6.0, a.g_slope = 1.0 / 6.0;
+  }
+  a.c_lo = cell == CellFn::kLinear ? -std::numeric_limits<double>::infinity() : 0.0;
+  return a;
+}
+
 struct CellAttrs {
   double forget_bias;
   double cell_clip;  // applied when > 0
   bool use_peephole;
   GateLayout layout;
+  ActivationFns fns = {};
+  // The clip's gradient: false = straight through (TF's block ops), true = zero where the
+  // state was clipped (clip_by_value's gradient, TF1 LSTMCell).
+  bool clip_zero_grad = false;
 };
 
 using Outputs7 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
@@ -57,32 +97,102 @@ using Grads8 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
                           at::Tensor, at::Tensor, at::Tensor>;
 
 // ---------------------------------------------------------------------------------------------
-// The cell, one element, in TF's operation order (tf_semantics.md §1.2, §2.2, §9.1). `Act`
-// supplies sigmoid and tanh for the device. Inputs to the forward already include the bias.
+// The cell, one element, in TF's operation order (tf_semantics.md §1.2, §2.2, §9.1). `Gate` and
+// `Cell` are the activation variants below (`Act` supplies sigmoid and tanh for the device).
+// Inputs to the forward already include the bias.
+
+// ActivationFns' constants in the computation type, hoisted out of the loops.
+template <typename acc_t>
+struct ActParams {
+  acc_t g_scale, g_shift, g_hi, g_div, g_slope, c_lo;
+  TLG_HD static ActParams from(const ActivationFns& a) {
+    return {static_cast<acc_t>(a.g_scale), static_cast<acc_t>(a.g_shift),
+            static_cast<acc_t>(a.g_hi),    static_cast<acc_t>(a.g_div),
+            static_cast<acc_t>(a.g_slope), static_cast<acc_t>(a.c_lo)};
+  }
+};
+
+// Each activation has f(x) and df(y), the derivative from the activation's own output y, which
+// is what the backward has (the seven stored outputs): TF's own block kernels do the same.
+template <class Act>
+struct SigmoidGate {
+  template <typename T>
+  TLG_HD static T f(T x, const ActParams<T>&) {
+    return Act::sigmoid(x);
+  }
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>&) {
+    return y * (1 - y);
+  }
+};
+
+// Both hard sigmoids (see ActivationFns). The gradient is TF's where y says which piece x was
+// on: clip_by_value's gradient (Keras 2) passes where min <= t <= max and relu6's (Keras 3)
+// where 0 < x + 3 < 6; from y, 0 < y < 1 gives the slope and anything else 0. So for Keras 2 it
+// differs from TF exactly at x = ±2.5 (t = 0 or 1, where TF passes 0.2 and this gives 0), and
+// nowhere else; for Keras 3 it is TF's.
+struct HardSigmoidGate {
+  template <typename T>
+  TLG_HD static T f(T x, const ActParams<T>& p) {
+    T t = x * p.g_scale + p.g_shift;
+    t = t < T(0) ? T(0) : t;
+    t = t > p.g_hi ? p.g_hi : t;
+    return t / p.g_div;
+  }
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>& p) {
+    return (y > T(0) && y < T(1)) ? p.g_slope : T(0);
+  }
+};
+
+template <class Act>
+struct TanhCell {
+  template <typename T>
+  TLG_HD static T f(T x, const ActParams<T>&) {
+    return Act::tanh(x);
+  }
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>&) {
+    return 1 - y * y;
+  }
+};
+
+// relu (c_lo = 0) and linear (c_lo = -inf): max(x, c_lo). relu's gradient is TF's ReluGrad
+// (1 where x > 0, i.e. y > 0); linear's is 1.
+struct RectCell {
+  template <typename T>
+  TLG_HD static T f(T x, const ActParams<T>& p) {
+    return x < p.c_lo ? p.c_lo : x;
+  }
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>& p) {
+    return y > p.c_lo ? T(1) : T(0);
+  }
+};
 
 template <typename acc_t>
 struct CellForward {
   acc_t i, cs, f, o, ci, co, h;
 };
 
-template <class Act, bool kPeep, bool kClip, typename acc_t>
+template <class Gate, class Cell, bool kPeep, bool kClip, typename acc_t>
 TLG_HD CellForward<acc_t> lstm_cell_forward(acc_t gi, acc_t gc, acc_t gf, acc_t go, acc_t c_prev,
                                             acc_t wci, acc_t wcf, acc_t wco, acc_t forget_bias,
-                                            acc_t clip) {
+                                            acc_t clip, const ActParams<acc_t>& p) {
   gf = gf + forget_bias;  // forget_bias after the matrix bias, the peephole after that
   if constexpr (kPeep) {
     gi += c_prev * wci;
     gf += c_prev * wcf;
   }
   CellForward<acc_t> r;
-  r.i = Act::sigmoid(gi);
-  r.ci = Act::tanh(gc);
-  r.f = Act::sigmoid(gf);
+  r.i = Gate::f(gi, p);
+  r.ci = Cell::f(gc, p);
+  r.f = Gate::f(gf, p);
   r.cs = r.i * r.ci + r.f * c_prev;
   if constexpr (kClip) r.cs = r.cs < -clip ? -clip : (r.cs > clip ? clip : r.cs);
-  r.co = Act::tanh(r.cs);  // the clipped state feeds co and the output peephole
+  r.co = Cell::f(r.cs, p);  // the clipped state feeds co and the output peephole
   if constexpr (kPeep) go += r.cs * wco;
-  r.o = Act::sigmoid(go);
+  r.o = Gate::f(go, p);
   r.h = r.o * r.co;
   return r;
 }
@@ -93,19 +203,25 @@ struct CellBackward {
   acc_t dcs_prev;          // gradient reaching the previous cell state
 };
 
-// dh, dcs_in: the gradients reaching this step's h and cs (carry + incoming). The clip is
-// straight-through: TF's grad ops never mask where the forward clipped.
-template <bool kPeep, typename acc_t>
+// dh, dcs_in: the gradients reaching this step's h and cs (carry + incoming). Without
+// kMaskClip the clip is straight-through: TF's grad ops never mask where the forward clipped.
+// With it (TF1 LSTMCell's clip_by_value) the gradient reaching the clipped state is zero where
+// the stored, clipped cs is at ±clip: clip_by_value's gradient is zero where its input was
+// outside [-clip, clip] and passes at exactly ±clip, so the two differ only for a state that was
+// exactly ±clip before the clip. `clip` = +inf masks nothing.
+template <class Gate, class Cell, bool kPeep, bool kMaskClip, typename acc_t>
 TLG_HD CellBackward<acc_t> lstm_cell_backward(acc_t i, acc_t f, acc_t o, acc_t ci, acc_t co,
-                                              acc_t c_prev, acc_t dh, acc_t dcs_in, acc_t wci,
-                                              acc_t wcf, acc_t wco) {
+                                              acc_t cs, acc_t c_prev, acc_t dh, acc_t dcs_in,
+                                              acc_t wci, acc_t wcf, acc_t wco, acc_t clip,
+                                              const ActParams<acc_t>& p) {
   CellBackward<acc_t> r;
-  r.d_o = o * (1 - o) * dh * co;
-  acc_t dcs = (1 - co * co) * dh * o + dcs_in;
+  r.d_o = Gate::df(o, p) * dh * co;
+  acc_t dcs = Cell::df(co, p) * dh * o + dcs_in;
   if constexpr (kPeep) dcs += r.d_o * wco;
-  r.dci = (1 - ci * ci) * dcs * i;
-  r.df = f * (1 - f) * dcs * c_prev;
-  r.di = i * (1 - i) * dcs * ci;
+  if constexpr (kMaskClip) dcs = (cs > -clip && cs < clip) ? dcs : acc_t(0);
+  r.dci = Cell::df(ci, p) * dcs * i;
+  r.df = Gate::df(f, p) * dcs * c_prev;
+  r.di = Gate::df(i, p) * dcs * ci;
   r.dcs_prev = dcs * f;
   if constexpr (kPeep) r.dcs_prev = (r.dcs_prev + r.di * wci) + r.df * wcf;
   return r;
@@ -146,6 +262,8 @@ struct BwdStep {
   scalar_t* dgates_lp;      // [B, 4H] or null: dgates rounded to scalar_t, for products in it
   GateLayout layout;
   double* sums;             // [7, H] or null: see BackwardState::sums
+  ActivationFns fns;        // the forward's activations (their derivatives)
+  double mask_clip;         // +inf, or the cell clip whose gradient is zero where it clipped
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -191,31 +309,45 @@ struct AtenRecurrentGemm {
   }
 };
 
-// Runs the first L steps of x [T, B, I]; outputs are [T, B, H], all seven zero for t >= L. With
-// step_outputs (T = L = 1: the cell op) they are [B, H]: the op's own shape, rather than
-// selecting step 0 of each afterwards (~0.75 µs a Tensor, on a ~35 µs B = 1 step).
+// TF1 LSTMCell's projection (LSTMP): r = m · w_proj (m = o ⊙ act(cs), [B, H]; w_proj [H, P]),
+// clipped to ±clip when clip > 0 (clip_by_value: zero gradient where it clipped, always: the
+// only TF layer with a projection clip is LSTMCell). r is the step's output h and the next
+// step's recurrent input, so w is [I + P, 4H] and h, h_prev are [.., P].
+struct Projection {
+  at::Tensor w_proj;  // [H, P], the op's dtype
+  double clip;
+};
+
+// Runs the first L steps of x [T, B, I]; outputs are [T, B, H] (h: [T, B, P] with a
+// projection), all seven zero for t >= L. With step_outputs (T = L = 1: the cell op) they are
+// [B, H]: the op's own shape, rather than selecting step 0 of each afterwards (~0.75 µs a
+// Tensor, on a ~35 µs B = 1 step).
 template <class Backend, typename scalar_t>
 Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                       const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
                       const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
-                      const CellAttrs& attrs, bool step_outputs = false) {
+                      const CellAttrs& attrs, bool step_outputs = false,
+                      const Projection* proj = nullptr) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = cs_prev.size(1);
+  const int64_t P = proj != nullptr ? proj->w_proj.size(1) : H;  // width of h
   const auto acc = acc_type(x.scalar_type());
-  TORCH_INTERNAL_ASSERT(!step_outputs || (T == 1 && L == 1));
+  TORCH_INTERNAL_ASSERT(!step_outputs || (T == 1 && L == 1 && proj == nullptr));
 
   std::array<at::Tensor, 7> out;
-  for (auto& t : out) {
+  for (int k = 0; k < 7; ++k) {
+    at::Tensor& t = out[k];
+    const int64_t n = k == 6 ? P : H;
     if (step_outputs) {
-      t = at::empty({B, H}, x.options());
+      t = at::empty({B, n}, x.options());
       continue;
     }
-    t = at::empty({T, B, H}, x.options());
+    t = at::empty({T, B, n}, x.options());
     if (L < T) t.narrow(0, L, T - L).zero_();
   }
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
-  const auto recurrent = Backend::recurrent_gemm(w.narrow(0, I, H), B, L);
+  const auto recurrent = Backend::recurrent_gemm(w.narrow(0, I, P), B, L);
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -229,7 +361,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
       Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(mm), w.narrow(0, 0, I).to(mm))
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
-  // Every h a step reads is [B, H] dense, of the recurrent product's operand type: the stored
+  // Every h a step reads is [B, P] dense, of the recurrent product's operand type: the stored
   // h itself, or (float16, or bfloat16 multiplied in float32) a float copy of it, two of them
   // alternating: a step reads the previous h while (on the CPU, in the same parallel region)
   // other threads already write this step's.
@@ -237,7 +369,16 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const bool h_copy = h_type != x.scalar_type();
   TORCH_INTERNAL_ASSERT(!h_copy || h_type == acc);
   const at::Tensor h0 = h_prev.to(h_type).contiguous();
-  at::Tensor h_acc = h_copy ? at::empty({2, B, H}, gates.options()) : at::Tensor();
+  at::Tensor h_acc = h_copy ? at::empty({2, B, P}, gates.options()) : at::Tensor();
+  // With a projection the cell writes m = o ⊙ act(cs) (the op's dtype) to m_buf, and the
+  // step's product r = m · w_proj goes to h (through r_acc, float, for float16/bfloat16).
+  std::optional<std::decay_t<decltype(recurrent)>> projection;
+  at::Tensor m_buf, r_acc;
+  if (proj != nullptr) {
+    projection.emplace(Backend::recurrent_gemm(proj->w_proj, B, L));
+    m_buf = at::empty({B, H}, x.options());
+    if (x.scalar_type() != acc) r_acc = at::empty({B, P}, gates.options());
+  }
 
   // Per-step slices by pointer arithmetic: a Tensor per slice (select) costs ~0.75 µs, ~10 a
   // step. Only the product's operands are Tensors.
@@ -258,10 +399,19 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     at::Tensor g = gates[t];
     step.gates = g.const_data_ptr<acc_t>();
     step.cs_prev = t == 0 ? cs0.const_data_ptr<scalar_t>() : out_p[1] + (t - 1) * BH;
-    for (int k = 0; k < 7; ++k) step.out[k] = out_p[k] + t * BH;
-    if (h_copy) step.h_acc = h_acc.data_ptr<acc_t>() + t % 2 * BH;
+    for (int k = 0; k < 6; ++k) step.out[k] = out_p[k] + t * BH;
+    step.out[6] = projection ? m_buf.data_ptr<scalar_t>() : out_p[6] + t * BH;
+    if (h_copy && !projection) step.h_acc = h_acc.data_ptr<acc_t>() + t % 2 * BH;
     Backend::forward_step(step, recurrent, g,
                           t == 0 ? h0 : (h_copy ? h_acc[(t - 1) % 2] : out[6][t - 1]));
+    if (projection) {
+      at::Tensor r = out[6][t];
+      at::Tensor r_f = r_acc.defined() ? r_acc : r;  // float type
+      (*projection)(r_f, m_buf.to(projection->operand_type()), /*accumulate=*/false);
+      if (proj->clip > 0) r_f.clamp_(-proj->clip, proj->clip);
+      if (r_acc.defined()) r.copy_(r_acc);
+      if (h_copy) h_acc[t % 2].copy_(r);  // the rounded value, as without a projection
+    }
   }
   return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 }
@@ -270,29 +420,50 @@ struct BackwardState {
   at::Tensor dgates;     // [L, B, 4H] acc
   at::Tensor dgates_lp;  // [L, B, 4H] of the op's dtype where the products take it, else undefined
   at::Tensor dcs_carry;  // [B, H] acc: cs_prev_grad after the loop
-  at::Tensor dh_carry;   // [B, H] acc: h_prev_grad after the loop (when wh is given)
+  at::Tensor dh_carry;   // [B, P] acc: h_prev_grad after the loop (when wh is given)
   // [7, H] double, when the Backend's steps sum as they go (Backend::sums_in_steps): rows 0-3
   // Σ over (t, b) of dgates' four column blocks (db, in the op's layout), rows 4-6 the peephole
   // products Σ di·cs_prev, Σ df·cs_prev, Σ do·cs. Undefined otherwise.
   at::Tensor sums;
+  at::Tensor dr;  // [L, B, P] acc with a projection: the gradient reaching each step's r (masked)
 };
 
+constexpr double kNoMask = std::numeric_limits<double>::infinity();
+
+// A clip bound as the clipped values were stored: the forward clips in the float type and stores
+// in scalar_t, so a float16 state clipped at 0.8 reads back as float16(0.8) = 0.7998. The
+// zero-gradient masks compare the stored values with this (in float16/bfloat16 a value that
+// was within rounding of the bound without being clipped is masked too).
+template <typename scalar_t>
+double stored_clip(double clip) {
+  using acc_t = at::opmath_type<scalar_t>;
+  if (clip == kNoMask) return clip;
+  return static_cast<double>(static_cast<acc_t>(static_cast<scalar_t>(static_cast<acc_t>(clip))));
+}
+
 // The reverse-time recurrence over the first L steps. act, cs_grad, h_grad: contiguous, at
-// least L steps of [B, H] each (read through pointers; [B, H] itself for L = 1). `wh` ([H, 4H],
+// least L steps of [B, H] each (read through pointers; [B, H] itself for L = 1). `wh` ([P, 4H],
 // the op's dtype) feeds dh back through the recurrent weights; the cell-grad op passes an
-// undefined wh (its h_grad is the whole dh).
+// undefined wh (its h_grad is the whole dh). `fns`: the forward's activations; `mask_clip`: the
+// cell clip when its gradient is zero where it clipped, else kNoMask. With `proj` (LSTMP), h
+// and h_grad are [.., B, P] and `r` is the forward's h output: each step's dr = dgates_{t+1} ·
+// Whᵀ + h_grad[t] is masked where r was clipped and turned into the cell's dh = dr · w_projᵀ.
 template <class Backend, typename scalar_t>
 BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                                        const std::array<at::Tensor, 6>& act,
                                        const at::Tensor& cs_grad, const at::Tensor& h_grad,
                                        const at::Tensor& wci_a, const at::Tensor& wcf_a,
                                        const at::Tensor& wco_a, const at::Tensor& wh,
-                                       GateLayout layout) {
+                                       GateLayout layout, const ActivationFns& fns = {},
+                                       double mask_clip = kNoMask,
+                                       const Projection* proj = nullptr,
+                                       const at::Tensor& r = at::Tensor()) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
+  const int64_t P = proj != nullptr ? proj->w_proj.size(1) : H;
   const auto opts = cs_prev.options().dtype(acc_type(cs_prev.scalar_type()));
   BackwardState st{at::empty({L, B, 4 * H}, opts), at::Tensor(), at::zeros({B, H}, opts),
-                   at::zeros({B, H}, opts), at::Tensor()};
+                   at::zeros({B, P}, opts), at::Tensor(), at::Tensor()};
   const auto recurrent =
       Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
   const bool lp = recurrent.operand_type() != acc_type(cs_prev.scalar_type());
@@ -300,6 +471,16 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   if (lp) st.dgates_lp = at::empty({L, B, 4 * H}, cs_prev.options());
   if (Backend::sums_in_steps(recurrent)) st.sums = at::zeros({7, H}, opts.dtype(at::kDouble));
   const at::Tensor& product_dgates = lp ? st.dgates_lp : st.dgates;  // what Whᵀ multiplies
+  // With a projection the cell's dh is dm (computed per step below) and its h_grad zeros.
+  std::optional<std::decay_t<decltype(recurrent)>> projection_t;
+  at::Tensor dm, zero_h_grad;
+  if (proj != nullptr) {
+    TORCH_INTERNAL_ASSERT(wh.defined());
+    projection_t.emplace(Backend::recurrent_gemm(proj->w_proj.t(), B, L));  // [P, H]
+    st.dr = at::empty({L, B, P}, opts);
+    dm = at::empty({B, H}, opts);
+    zero_h_grad = at::zeros({B, H}, cs_prev.options());
+  }
   // Slices by pointer arithmetic, as in lstm_forward; only the product's operand is a Tensor.
   const int64_t BH = B * H;
   std::array<const scalar_t*, 6> act_p;
@@ -316,19 +497,35 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                          ptr_or_null<acc_t>(wci_a),
                          ptr_or_null<acc_t>(wcf_a),
                          ptr_or_null<acc_t>(wco_a),
-                         st.dh_carry.const_data_ptr<acc_t>(),
+                         proj != nullptr ? dm.const_data_ptr<acc_t>()
+                                         : st.dh_carry.const_data_ptr<acc_t>(),
                          st.dcs_carry.data_ptr<acc_t>(),
                          nullptr,
                          nullptr,
                          layout,
-                         st.sums.defined() ? st.sums.data_ptr<double>() : nullptr};
+                         st.sums.defined() ? st.sums.data_ptr<double>() : nullptr,
+                         fns,
+                         stored_clip<scalar_t>(mask_clip)};
   for (int64_t t = L - 1; t >= 0; --t) {
     step.cs_prev = t == 0 ? cs_prev.const_data_ptr<scalar_t>() : act_p[1] + (t - 1) * BH;
     step.cs_grad = cs_grad_p + t * BH;
-    step.h_grad = h_grad_p + t * BH;
+    step.h_grad = proj != nullptr ? zero_h_grad.const_data_ptr<scalar_t>() : h_grad_p + t * BH;
     step.dgates = dgates_p + t * 4 * BH;
     step.dgates_lp = lp ? dgates_lp_p + t * 4 * BH : nullptr;
     for (int k = 0; k < 6; ++k) step.act[k] = act_p[k] + t * BH;
+    if (proj != nullptr) {
+      at::Tensor dr = st.dr[t];
+      if (t + 1 < L) {
+        recurrent(dr, product_dgates[t + 1], /*accumulate=*/false);
+      } else {
+        dr.zero_();
+      }
+      dr.add_(h_grad[t]);  // TF's order: carry first, then the incoming gradient
+      if (proj->clip > 0) dr.masked_fill_(r[t].abs() >= stored_clip<scalar_t>(proj->clip), 0);
+      (*projection_t)(dm, dr.to(projection_t->operand_type()), /*accumulate=*/false);
+      Backend::backward_step(step, recurrent, at::Tensor(), dm);
+      continue;
+    }
     Backend::backward_step(step, recurrent,
                            wh.defined() && t + 1 < L ? product_dgates[t + 1] : at::Tensor(),
                            st.dh_carry);
@@ -368,24 +565,32 @@ inline std::array<at::Tensor, 3> peepholes_acc(const at::Tensor& wci, const at::
   return {wci.to(acc).contiguous(), wcf.to(acc).contiguous(), wco.to(acc).contiguous()};
 }
 
+// The eight gradients of the block ops, then w_proj's (undefined without a projection).
+using Grads9 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                          at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
 template <class Backend, typename scalar_t>
-Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
+Grads9 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                      const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
                      const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
                      const std::array<at::Tensor, 6>& act, const at::Tensor& h,
                      const at::Tensor& cs_grad, const at::Tensor& h_grad, bool use_peephole,
-                     GateLayout layout) {
+                     GateLayout layout, const ActivationFns& fns = {},
+                     double mask_clip = kNoMask, const Projection* proj = nullptr) {
   const int64_t B = x.size(1), I = x.size(2), H = cs_prev.size(1);
+  const int64_t P = h_prev.size(1);  // = H without a projection
   const auto dtype = x.scalar_type();
   const auto acc = acc_type(dtype);
+  const at::Tensor no_proj;
   if (L == 0 || B == 0) {
     auto p = zero_peephole_grads(wci, wcf, wco);
-    return {zeros_of(x), zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w),
-            p[0],        p[1],              p[2],             zeros_of(b)};
+    return {zeros_of(x), zeros_of(cs_prev), zeros_of(h_prev), zeros_of(w), p[0], p[1], p[2],
+            zeros_of(b), proj != nullptr ? zeros_of(proj->w_proj) : no_proj};
   }
   const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
   BackwardState st = lstm_backward_recurrence<Backend, scalar_t>(
-      L, cs_prev, act, cs_grad, h_grad, peep[0], peep[1], peep[2], w.narrow(0, I, H), layout);
+      L, cs_prev, act, cs_grad, h_grad, peep[0], peep[1], peep[2], w.narrow(0, I, P), layout,
+      fns, mask_clip, proj, h);
 
   // dx, dW, db for all steps at once, the products on dgates in the recurrence's operand type.
   const at::Tensor dg = st.dgates.view({L * B, 4 * H});
@@ -401,16 +606,16 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     x_grad.narrow(0, L, x.size(0) - L).zero_();
   }
   // dW = [x_t, h_{t-1}]ᵀ · dgates over all steps: one GEMM on the concatenated inputs, built
-  // transposed ([I + H, L·B], contiguous) so that the GEMM's left operand is plain row-major
+  // transposed ([I + P, L·B], contiguous) so that the GEMM's left operand is plain row-major
   // (oneDNN: 8.1 ms against 10.7 ms for the transposed view at T=50 B=32 I=H=256).
-  at::Tensor xh_t = at::empty({I + H, L * B}, w.options().dtype(mm));
-  at::Tensor x_t = xh_t.narrow(0, 0, I), h_before_t = xh_t.narrow(0, I, H);
+  at::Tensor xh_t = at::empty({I + P, L * B}, w.options().dtype(mm));
+  at::Tensor x_t = xh_t.narrow(0, 0, I), h_before_t = xh_t.narrow(0, I, P);
   Backend::transpose_into(x_t, x.narrow(0, 0, L).reshape({L * B, I}));
   at::Tensor first = h_before_t.narrow(1, 0, B);
   Backend::transpose_into(first, h_prev);
   if (L > 1) {
     at::Tensor rest = h_before_t.narrow(1, B, (L - 1) * B);
-    Backend::transpose_into(rest, h.narrow(0, 0, L - 1).reshape({(L - 1) * B, H}));
+    Backend::transpose_into(rest, h.narrow(0, 0, L - 1).reshape({(L - 1) * B, P}));
   }
   const at::Tensor w_grad = Backend::matmul(xh_t, dg_mm);
   std::array<at::Tensor, 3> p;
@@ -425,6 +630,16 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const at::Tensor db =
       st.sums.defined() ? st.sums.narrow(0, 0, 4).reshape({4 * H}).to(dtype, false, true)
                         : dg.sum(0).to(dtype);
+  at::Tensor w_proj_grad;
+  if (proj != nullptr) {
+    // dW_proj = Σ_t m_tᵀ · dr_t, one product over the sequence; m = o ⊙ act(cs) from the
+    // stored o and co (exactly the forward's m where the dtype is the float type).
+    const at::Tensor m = (act[3].narrow(0, 0, L).to(acc) * act[5].narrow(0, 0, L).to(acc))
+                             .reshape({L * B, H});
+    at::Tensor m_t = at::empty({H, L * B}, m.options());
+    Backend::transpose_into(m_t, m);
+    w_proj_grad = Backend::matmul(m_t, st.dr.view({L * B, P})).to(dtype);
+  }
   return {x_grad,
           st.dcs_carry.to(dtype),
           st.dh_carry.to(dtype),
@@ -432,7 +647,8 @@ Grads8 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
           p[0],
           p[1],
           p[2],
-          db};
+          db,
+          w_proj_grad};
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -502,12 +718,83 @@ struct Ops {
     const c10::DeviceGuard guard(x.device());
     const std::array<at::Tensor, 6> act{i.contiguous(),  cs.contiguous(), f.contiguous(),
                                         o.contiguous(),  ci.contiguous(), co.contiguous()};
-    return AT_DISPATCH_FLOATING_TYPES_AND2(
+    const Grads9 g = AT_DISPATCH_FLOATING_TYPES_AND2(
         at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_grad", [&] {
           return lstm_backward<Backend, scalar_t>(L, x, cs_prev.contiguous(), h_prev, w, wci, wcf, wco, b,
                                          act, h, cs_grad.contiguous(), h_grad.contiguous(),
                                          use_peephole, layout);
         });
+    return {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g),
+            std::get<4>(g), std::get<5>(g), std::get<6>(g), std::get<7>(g)};
+  }
+
+  // block_lstm_ex: BlockLSTM with the activation / clip-gradient variants and the projection
+  // (see the schema in csrc/torch_lstm_grad.cpp).
+  static Outputs7 block_lstm_ex(const at::Tensor& seq_len_max, const at::Tensor& x,
+                                const at::Tensor& cs_prev, const at::Tensor& h_prev,
+                                const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+                                const at::Tensor& wco, const at::Tensor& b,
+                                const std::optional<at::Tensor>& w_proj, double forget_bias,
+                                double cell_clip, double proj_clip, bool use_peephole,
+                                c10::string_view gate_order, c10::string_view gate_activation,
+                                c10::string_view activation, c10::string_view clip_gradient) {
+    const LSTMExAttrs a =
+        check_lstm_ex_attrs(gate_order, gate_activation, activation, clip_gradient);
+    const LSTMSizes s = check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                             use_peephole);
+    const int64_t L = check_seq_len_max(seq_len_max, s.T);
+    const c10::DeviceGuard guard(x.device());
+    CellAttrs attrs{forget_bias, cell_clip, use_peephole, a.order == 0 ? kICFO : kIFCO,
+                    make_activation_fns(static_cast<GateFn>(a.gate), static_cast<CellFn>(a.cell)),
+                    a.zero_clip_grad};
+    const Projection proj{w_proj.has_value() ? *w_proj : at::Tensor(), proj_clip};
+    return AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_ex", [&] {
+          return lstm_forward<Backend, scalar_t>(L, x, cs_prev, h_prev, w, wci, wcf, wco, b,
+                                                 attrs, false,
+                                                 w_proj.has_value() ? &proj : nullptr);
+        });
+  }
+
+  static Grads9 block_lstm_ex_grad(
+      const at::Tensor& seq_len_max, const at::Tensor& x, const at::Tensor& cs_prev,
+      const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+      const at::Tensor& wco, const at::Tensor& b, const std::optional<at::Tensor>& w_proj,
+      const at::Tensor& i, const at::Tensor& cs, const at::Tensor& f, const at::Tensor& o,
+      const at::Tensor& ci, const at::Tensor& co, const at::Tensor& h, const at::Tensor& cs_grad,
+      const at::Tensor& h_grad, double cell_clip, double proj_clip, bool use_peephole,
+      c10::string_view gate_order, c10::string_view gate_activation, c10::string_view activation,
+      c10::string_view clip_gradient) {
+    const LSTMExAttrs a =
+        check_lstm_ex_attrs(gate_order, gate_activation, activation, clip_gradient);
+    const LSTMSizes s = check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                             use_peephole);
+    check_lstm_activations({{&i, "i"}, {&cs, "cs"}, {&f, "f"}, {&o, "o"}, {&ci, "ci"}, {&co, "co"},
+                            {&cs_grad, "cs_grad"}},
+                           x, s, true);
+    const int64_t P = h_prev.size(1);
+    for (auto [t, name] : {std::pair{&h, "h"}, {&h_grad, "h_grad"}}) {
+      check_like(*t, name, x);
+      check_shape(*t, name, {s.T, s.B, P}, w_proj.has_value() ? "[T, B, P]" : "[T, B, H]");
+    }
+    const int64_t L = check_seq_len_max(seq_len_max, s.T);
+    const c10::DeviceGuard guard(x.device());
+    const std::array<at::Tensor, 6> act{i.contiguous(),  cs.contiguous(), f.contiguous(),
+                                        o.contiguous(),  ci.contiguous(), co.contiguous()};
+    const ActivationFns fns =
+        make_activation_fns(static_cast<GateFn>(a.gate), static_cast<CellFn>(a.cell));
+    const double mask_clip = a.zero_clip_grad && cell_clip > 0 ? cell_clip : kNoMask;
+    const Projection proj{w_proj.has_value() ? w_proj->contiguous() : at::Tensor(), proj_clip};
+    Grads9 g = AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_ex_grad", [&] {
+          return lstm_backward<Backend, scalar_t>(
+              L, x, cs_prev.contiguous(), h_prev, w, wci, wcf, wco, b, act, h.contiguous(),
+              cs_grad.contiguous(), h_grad.contiguous(), use_peephole, a.order == 0 ? kICFO : kIFCO,
+              fns, mask_clip, w_proj.has_value() ? &proj : nullptr);
+        });
+    // No projection: an empty w_proj_grad (the schema's outputs are all Tensors).
+    if (!w_proj.has_value()) std::get<8>(g) = at::empty({0}, x.options());
+    return g;
   }
 
   static Grads8 block_lstm_grad(const at::Tensor& seq_len_max, const at::Tensor& x,
@@ -575,6 +862,13 @@ void register_ops(torch::Library& m) {
   m.impl("block_lstm_v2", &Ops<Backend>::block_lstm_v2);
   m.impl("block_lstm_grad", &Ops<Backend>::block_lstm_grad);
   m.impl("block_lstm_grad_v2", &Ops<Backend>::block_lstm_grad_v2);
+}
+
+// Registers block_lstm_ex(_grad) for one dispatch key (their Backend selects every variant).
+template <class Backend>
+void register_ex_ops(torch::Library& m) {
+  m.impl("block_lstm_ex", &Ops<Backend>::block_lstm_ex);
+  m.impl("block_lstm_ex_grad", &Ops<Backend>::block_lstm_ex_grad);
 }
 
 }  // namespace lstm_block

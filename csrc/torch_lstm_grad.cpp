@@ -74,6 +74,40 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("block_lstm_grad_v2(Tensor seq_len_max, " TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
         ", Tensor h, Tensor cs_grad, Tensor h_grad, bool use_peephole) -> " TLG_BLOCK_GRAD_OUTPUTS);
 
+  // BlockLSTM extended with what real TF/Keras layers use and the block ops lack (issue 16):
+  // gate_activation (i, f, o): sigmoid | hard_sigmoid_keras2 (clip(0.2·x + 0.5, 0, 1)) |
+  // hard_sigmoid_keras3 (relu6(x + 3) / 6); activation (ci, co): tanh | relu | linear;
+  // clip_gradient: straight_through (TF's block ops) | zero (clip_by_value, TF1 LSTMCell);
+  // w_proj [H, P] (TF1 LSTMCell num_proj): h = clip(o ⊙ act(cs) · w_proj, ±proj_clip when > 0)
+  // is the output and the recurrent input (h_prev [B, P], w [I + P, 4H]); the projection
+  // clip's gradient is clip_by_value's. gate_order: icfo (BlockLSTM, LSTMCell) | ifco (Keras).
+  // Time-major, outputs as BlockLSTM's (h: [T, B, P]); the grad op's w_proj_grad is empty
+  // without a projection.
+  m.def("block_lstm_ex(Tensor seq_len_max, " TLG_LSTM_INPUTS
+        ", Tensor? w_proj, float forget_bias, float cell_clip, float proj_clip, "
+        "bool use_peephole, str gate_order, str gate_activation, str activation, "
+        "str clip_gradient) -> " TLG_LSTM_OUTPUTS);
+  m.def("block_lstm_ex_grad(Tensor seq_len_max, " TLG_LSTM_INPUTS ", Tensor? w_proj, "
+        TLG_LSTM_ACTIVATIONS ", Tensor h, Tensor cs_grad, Tensor h_grad, float cell_clip, "
+        "float proj_clip, bool use_peephole, str gate_order, str gate_activation, "
+        "str activation, str clip_gradient) -> (Tensor x_grad, Tensor cs_prev_grad, "
+        "Tensor h_prev_grad, Tensor w_grad, Tensor wci_grad, Tensor wcf_grad, Tensor wco_grad, "
+        "Tensor b_grad, Tensor w_proj_grad)");
+
+  // Keras' GRU layer over a sequence (issue 16): time-major x [T, B, I], h_prev [B, H],
+  // kernel [I, 3H], recurrent_kernel [H, 3H] (gate order z, r, h), bias [2, 3H] (reset_after:
+  // input and recurrent rows) or [3H] or None; gate_activation (z, r) and activation (the
+  // candidate) as block_lstm_ex's. Outputs [T, B, H], zero beyond seq_len_max: the gates z, r,
+  // the candidate hh, hr (what the reset multiplied: h·R_h + b_rec_h, or r ⊙ h_prev) and h.
+  m.def("keras_gru(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
+        "Tensor recurrent_kernel, Tensor? bias, bool reset_after, str gate_activation, "
+        "str activation) -> (Tensor z, Tensor r, Tensor hh, Tensor hr, Tensor h)");
+  m.def("keras_gru_grad(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
+        "Tensor recurrent_kernel, Tensor? bias, Tensor z, Tensor r, Tensor hh, Tensor hr, "
+        "Tensor h, Tensor h_grad, bool reset_after, str gate_activation, str activation) -> "
+        "(Tensor x_grad, Tensor h_prev_grad, Tensor kernel_grad, Tensor recurrent_kernel_grad, "
+        "Tensor bias_grad)");
+
   // CudnnRNN family (V1/V2 are V3 with every length = T and time-major). sequence_lengths
   // None means every row runs T steps. reserve_space is opaque and device-specific.
   m.def("cudnn_rnn(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "

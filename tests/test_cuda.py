@@ -160,3 +160,57 @@ def test_params_layout_is_cudnns(L, bidirectional, proj):
             b = getattr(lstm, name + sfx)
             theirs += [(b[g * H :].data_ptr() - base) // 4 for g in range(4)]
     assert ours == theirs
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 16's variant ops: block_lstm_ex and keras_gru, every variant, against the CPU kernels.
+
+_VARIANTS = [
+    ("sigmoid", "tanh", "straight_through"),
+    ("hard_sigmoid_keras2", "relu", "zero"),
+    ("hard_sigmoid_keras3", "linear", "zero"),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("proj", [False, True])
+@pytest.mark.parametrize("gate,act,clip_grad", _VARIANTS)
+def test_block_lstm_ex_matches_cpu(dtype, proj, gate, act, clip_grad):
+    from torch_lstm_grad import ops
+
+    T, B, I, H, P = 5, 3, 4, 6, 3  # noqa: E741
+    n = P if proj else H
+    g = lambda *s: torch.randn(*s, dtype=dtype) * 0.5  # noqa: E731
+    base = [g(T, B, I), g(B, H), g(B, n), g(I + n, 4 * H), g(H), g(H), g(H), g(4 * H)]
+    if proj:
+        base.append(g(H, P))
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(base, device)
+        out = ops.block_lstm_ex(
+            ins[0], ins[1], ins[2], ins[3], ins[7], seq_len_max=T - 1, wci=ins[4], wcf=ins[5],
+            wco=ins[6], w_proj=ins[8] if proj else None, cell_clip=0.4, proj_clip=0.3,
+            use_peephole=True, gate_activation=gate, activation=act, clip_gradient=clip_grad,
+        )  # fmt: skip
+        outs = [out.cs, out.h]
+        results.append(list(out) + list(_grads(outs, ins, 2)))
+    _compare(results[0], results[1], dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+@pytest.mark.parametrize("reset_after", [True, False])
+@pytest.mark.parametrize("gate,act,_clip", _VARIANTS)
+def test_keras_gru_matches_cpu(dtype, reset_after, gate, act, _clip):
+    from torch_lstm_grad import ops
+
+    T, B, I, H = 5, 3, 4, 6  # noqa: E741
+    g = lambda *s: torch.randn(*s, dtype=dtype) * 0.5  # noqa: E731
+    bias = g(2, 3 * H) if reset_after else g(3 * H)
+    base = [g(T, B, I), g(B, H), g(I, 3 * H), g(H, 3 * H), bias]
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(base, device)
+        out = ops.keras_gru(*ins, seq_len_max=T - 1, reset_after=reset_after,
+                            gate_activation=gate, activation=act)  # fmt: skip
+        results.append(list(out) + list(_grads([out.h], ins, 1)))
+    _compare(results[0], results[1], dtype)

@@ -20,12 +20,14 @@ except ImportError as err:  # pragma: no cover - exercised only on a broken inst
 
 # Order matters: the ops must be registered (above) before their fakes and autograd.
 from . import _registrations  # noqa: E402, F401, I001
-from . import layouts, modules, porting, raw_ops, reference  # noqa: E402
+from . import layouts, modules, ops, porting, raw_ops, reference  # noqa: E402
 from .autograd import (  # noqa: E402
+    BlockLSTMExFunction,
     BlockLSTMFunction,
     BlockLSTMV2Function,
     CudnnRNNFunction,
     GRUBlockCellFunction,
+    KerasGRUFunction,
     LSTMBlockCellFunction,
 )
 from .modules import (  # noqa: E402
@@ -34,6 +36,7 @@ from .modules import (  # noqa: E402
     CudnnRNNRelu,
     CudnnRNNTanh,
     GRUBlockCell,
+    GRUBlockFusedCell,
     LSTMBlockCell,
     LSTMBlockFusedCell,
 )
@@ -48,6 +51,7 @@ def built_with_cuda() -> bool:
 
 
 __all__ = [
+    "BlockLSTMExFunction",
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
     "CudnnGRU",
@@ -57,6 +61,8 @@ __all__ = [
     "CudnnRNNTanh",
     "GRUBlockCell",
     "GRUBlockCellFunction",
+    "GRUBlockFusedCell",
+    "KerasGRUFunction",
     "LSTMBlockCell",
     "LSTMBlockCellFunction",
     "LSTMBlockFusedCell",
@@ -64,6 +70,7 @@ __all__ = [
     "layouts",
     "load",
     "modules",
+    "ops",
     "porting",
     "raw_ops",
     "reference",

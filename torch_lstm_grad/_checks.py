@@ -143,3 +143,88 @@ def check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c):
         check_like(t, name, x)
         check_shape(t, name, expected, layout)
     return B, I, H
+
+
+# block_lstm_ex's string attributes, in the order of csrc/checks.h's check_lstm_ex_attrs.
+LSTM_EX_CHOICES = {
+    "gate_order": ("icfo", "ifco"),
+    "gate_activation": ("sigmoid", "hard_sigmoid_keras2", "hard_sigmoid_keras3"),
+    "activation": ("tanh", "relu", "linear"),
+    "clip_gradient": ("straight_through", "zero"),
+}
+
+
+def check_choice(value, name: str, allowed) -> None:
+    """ValueError "name: expected one of 'a', 'b', got 'c'" unless value is in allowed."""
+    if value not in allowed:
+        names = ", ".join(f"'{a}'" for a in allowed)
+        raise ValueError(f"{name}: expected one of {names}, got '{value}'")
+
+
+def check_lstm_ex_attrs(**attrs) -> None:
+    for name, value in attrs.items():
+        check_choice(value, name, LSTM_EX_CHOICES[name])
+
+
+def check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, use_peephole):
+    """Returns (T, B, I, H, P); P = H without w_proj."""
+    if w_proj is None:
+        T, B, I, H = check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, True)
+        return T, B, I, H, H
+    check_float_input(x, "x")
+    torch._check_value(
+        x.dim() == 3, lambda: f"x: expected a 3-D tensor [T, B, I], got shape {_shape_str(x.shape)}"
+    )
+    T, B, I = x.shape
+    check_like(cs_prev, "cs_prev", x)
+    torch._check_value(
+        cs_prev.dim() == 2 and cs_prev.shape[0] == B and cs_prev.shape[1] > 0,
+        lambda: f"cs_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(cs_prev.shape)}",
+    )
+    H = cs_prev.shape[1]
+    check_like(w_proj, "w_proj", x)
+    torch._check_value(
+        w_proj.dim() == 2 and w_proj.shape[0] == H and w_proj.shape[1] > 0,
+        lambda: f"w_proj: expected shape [H, P] with H = {H} (from cs_prev) and P >= 1, got "
+        f"{_shape_str(w_proj.shape)}",
+    )
+    P = w_proj.shape[1]
+    check_like(h_prev, "h_prev", x)
+    check_shape(h_prev, "h_prev", [B, P], "[B, P]")
+    check_like(w, "w", x)
+    check_shape(w, "w", [I + P, 4 * H], "[I + P, 4 * H]")
+    check_like(b, "b", x)
+    check_shape(b, "b", [4 * H], "[4 * H]")
+    if use_peephole:
+        for t, name in ((wci, "wci"), (wcf, "wcf"), (wco, "wco")):
+            check_like(t, name, x)
+            check_shape(t, name, [H], "[H] (use_peephole=True)")
+    return T, B, I, H, P
+
+
+def check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after):
+    """keras_gru's inputs; returns (T, B, I, H)."""
+    check_float_input(x, "x")
+    torch._check_value(
+        x.dim() == 3, lambda: f"x: expected a 3-D tensor [T, B, I], got shape {_shape_str(x.shape)}"
+    )
+    T, B, I = x.shape
+    check_like(h_prev, "h_prev", x)
+    torch._check_value(
+        h_prev.dim() == 2 and h_prev.shape[0] == B and h_prev.shape[1] > 0,
+        lambda: f"h_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(h_prev.shape)}",
+    )
+    H = h_prev.shape[1]
+    check_like(kernel, "kernel", x)
+    check_shape(kernel, "kernel", [I, 3 * H], "[I, 3 * H]")
+    check_like(recurrent_kernel, "recurrent_kernel", x)
+    check_shape(recurrent_kernel, "recurrent_kernel", [H, 3 * H], "[H, 3 * H]")
+    if bias is not None:
+        check_like(bias, "bias", x)
+        if reset_after:
+            check_shape(bias, "bias", [2, 3 * H], "[2, 3 * H] (reset_after=True)")
+        else:
+            check_shape(bias, "bias", [3 * H], "[3 * H] (reset_after=False)")
+    return T, B, I, H

@@ -73,6 +73,64 @@ def _lstm_block_cell_grad_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
     return (x.new_empty((B, H)), x.new_empty((B, 4 * H)), *peepholes)
 
 
+@torch.library.register_fake(_LIB + "block_lstm_ex")
+def _block_lstm_ex_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                        forget_bias, cell_clip, proj_clip, use_peephole, gate_order,
+                        gate_activation, activation, clip_gradient):  # fmt: skip
+    C.check_lstm_ex_attrs(gate_order=gate_order, gate_activation=gate_activation,
+                          activation=activation, clip_gradient=clip_gradient)  # fmt: skip
+    T, B, _, H, P = C.check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                           use_peephole)  # fmt: skip
+    C.check_seq_len_max(seq_len_max)
+    return (*_empties(x, (T, B, H), 6), x.new_empty((T, B, P)))
+
+
+@torch.library.register_fake(_LIB + "block_lstm_ex_grad")
+def _block_lstm_ex_grad_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                             i, cs, f, o, ci, co, h, cs_grad, h_grad, cell_clip, proj_clip,
+                             use_peephole, gate_order, gate_activation, activation,
+                             clip_gradient):  # fmt: skip
+    C.check_lstm_ex_attrs(gate_order=gate_order, gate_activation=gate_activation,
+                          activation=activation, clip_gradient=clip_gradient)  # fmt: skip
+    T, B, I, H, P = C.check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                           use_peephole)  # fmt: skip
+    named = list(zip((i, cs, f, o, ci, co), _LSTM_ACT_NAMES, strict=True)) + [(cs_grad, "cs_grad")]
+    C.check_lstm_activations(named, x, (T, B, I, H), True)
+    layout = "[T, B, H]" if w_proj is None else "[T, B, P]"
+    for t, name in ((h, "h"), (h_grad, "h_grad")):
+        C.check_like(t, name, x)
+        C.check_shape(t, name, [T, B, P], layout)
+    C.check_seq_len_max(seq_len_max)
+    grads = tuple(t.new_empty(t.shape) for t in (x, cs_prev, h_prev, w, wci, wcf, wco, b))
+    return (*grads, x.new_empty((0,)) if w_proj is None else w_proj.new_empty(w_proj.shape))
+
+
+def _check_gru_attrs(gate_activation, activation):
+    C.check_lstm_ex_attrs(gate_activation=gate_activation, activation=activation)
+
+
+@torch.library.register_fake(_LIB + "keras_gru")
+def _keras_gru_fake(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after,
+                    gate_activation, activation):  # fmt: skip
+    _check_gru_attrs(gate_activation, activation)
+    T, B, _, H = C.check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after)
+    C.check_seq_len_max(seq_len_max)
+    return _empties(x, (T, B, H), 5)
+
+
+@torch.library.register_fake(_LIB + "keras_gru_grad")
+def _keras_gru_grad_fake(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, z, r, hh, hr, h,
+                         h_grad, reset_after, gate_activation, activation):  # fmt: skip
+    _check_gru_attrs(gate_activation, activation)
+    T, B, _, H = C.check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after)
+    for t, name in ((z, "z"), (r, "r"), (hh, "hh"), (hr, "hr"), (h, "h"), (h_grad, "h_grad")):
+        C.check_like(t, name, x)
+        C.check_shape(t, name, [T, B, H], "[T, B, H]")
+    C.check_seq_len_max(seq_len_max)
+    grads = tuple(t.new_empty(t.shape) for t in (x, h_prev, kernel, recurrent_kernel))
+    return (*grads, x.new_empty((0,)) if bias is None else bias.new_empty(bias.shape))
+
+
 @torch.library.register_fake(_LIB + "gru_block_cell")
 def _gru_block_cell_fake(x, h_prev, w_ru, w_c, b_ru, b_c):
     B, _, H = C.check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c)
@@ -112,6 +170,8 @@ def _no_double_backward(forward_name: str):
 for _grad_op, _fwd in (
     ("block_lstm_grad", "BlockLSTM"),
     ("block_lstm_grad_v2", "BlockLSTMV2"),
+    ("block_lstm_ex_grad", "block_lstm_ex"),
+    ("keras_gru_grad", "keras_gru"),
     ("lstm_block_cell_grad", "LSTMBlockCell"),
     ("gru_block_cell_grad", "GRUBlockCell"),
     ("cudnn_rnn_backprop", "CudnnRNN"),

@@ -23,10 +23,12 @@ import contextvars
 import torch
 
 __all__ = [
+    "BlockLSTMExFunction",
     "BlockLSTMFunction",
     "BlockLSTMV2Function",
     "CudnnRNNFunction",
     "GRUBlockCellFunction",
+    "KerasGRUFunction",
     "LSTMBlockCellFunction",
 ]
 
@@ -105,6 +107,50 @@ class BlockLSTMV2Function(torch.autograd.Function):
         return (None, *_block_backward(_ops.block_lstm_grad_v2.default, ctx, grads), None, None)
 
 
+class BlockLSTMExFunction(torch.autograd.Function):
+    """`block_lstm_ex` (BlockLSTM with the activation / clip-gradient variants and TF1
+    LSTMCell's projection; csrc/torch_lstm_grad.cpp has the schema) whose backward is
+    `block_lstm_ex_grad`.
+
+    apply(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, forget_bias, cell_clip,
+    proj_clip, use_peephole, gate_order, gate_activation, activation, clip_gradient) ->
+    (i, cs, f, o, ci, co, h): [T, B, H] (h [T, B, P] with w_proj [H, P]). Only cs and h are
+    differentiable; w_proj may be None.
+    """
+
+    @staticmethod
+    def forward(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj=None,
+                forget_bias=1.0, cell_clip=0.0, proj_clip=0.0, use_peephole=False,
+                gate_order="icfo", gate_activation="sigmoid", activation="tanh",
+                clip_gradient="straight_through"):  # fmt: skip
+        return _ops.block_lstm_ex.default(
+            seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, forget_bias, cell_clip,
+            proj_clip, use_peephole, gate_order, gate_activation, activation, clip_gradient,
+        )  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, _forget_bias, cell_clip,
+         proj_clip, use_peephole, gate_order, gate_activation, activation,
+         clip_gradient) = inputs  # fmt: skip
+        _save_lstm(ctx, (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj), output,
+                   use_peephole)  # fmt: skip
+        ctx.attrs = (cell_clip, proj_clip, use_peephole, gate_order, gate_activation, activation,
+                     clip_gradient)  # fmt: skip
+        ctx.has_proj = w_proj is not None
+
+    @staticmethod
+    def backward(ctx, *grads):
+        _gi, cs_grad, _gf, _go, _gci, _gco, h_grad = grads
+        (seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, i, cs, f, o, ci, co,
+         h) = ctx.saved_tensors  # fmt: skip
+        g = _ops.block_lstm_ex_grad.default(
+            seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, i, cs, f, o, ci, co, h,
+            _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), *ctx.attrs,
+        )  # fmt: skip
+        return (None, *g[:8], g[8] if ctx.has_proj else None, *(None,) * 8)
+
+
 class LSTMBlockCellFunction(torch.autograd.Function):
     """`LSTMBlockCell` (one step, ICFO) whose backward is `LSTMBlockCellGrad` plus the matrix
     products of TF1's Python gradient: xh_grad = dicfo·wᵀ, w_grad = [x, h_prev]ᵀ·dicfo,
@@ -167,6 +213,39 @@ class GRUBlockCellFunction(torch.autograd.Function):
         d_w_ru = torch.cat([x, h_prev], dim=1).t() @ d_ru
         d_w_c = torch.cat([x, r * h_prev], dim=1).t() @ d_c_bar
         return d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0), d_c_bar.sum(0)
+
+
+class KerasGRUFunction(torch.autograd.Function):
+    """`keras_gru` (Keras' GRU over a time-major sequence, fused; csrc/gru_seq.h) whose backward
+    is `keras_gru_grad`.
+
+    apply(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after, gate_activation,
+    activation) -> (z, r, hh, hr, h), each [T, B, H]; only h is differentiable; bias may be None.
+    """
+
+    @staticmethod
+    def forward(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias=None, reset_after=True,
+                gate_activation="sigmoid", activation="tanh"):  # fmt: skip
+        return _ops.keras_gru.default(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias,
+                                      reset_after, gate_activation, activation)  # fmt: skip
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        (seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after, gate_activation,
+         activation) = inputs  # fmt: skip
+        z, r, hh, hr, h = output
+        ctx.mark_non_differentiable(z, r, hh, hr)
+        ctx.set_materialize_grads(False)
+        ctx.save_for_backward(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, z, r, hh,
+                              hr, h)  # fmt: skip
+        ctx.attrs = (reset_after, gate_activation, activation)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, _gz, _gr, _ghh, _ghr, h_grad):
+        saved = ctx.saved_tensors
+        g = _ops.keras_gru_grad.default(*saved, _grad_or_zeros(h_grad, saved[-1]), *ctx.attrs)
+        return (None, *g[:4], g[4] if ctx.has_bias else None, None, None, None)
 
 
 # The op that TF's "To use <op> in gradients, is_training must be set to True." names: TF's
@@ -240,8 +319,10 @@ class CudnnRNNFunction(torch.autograd.Function):
 DIFFERENTIABLE_OPS: dict[str, type[torch.autograd.Function]] = {
     "torch_lstm_grad::block_lstm": BlockLSTMFunction,
     "torch_lstm_grad::block_lstm_v2": BlockLSTMV2Function,
+    "torch_lstm_grad::block_lstm_ex": BlockLSTMExFunction,
     "torch_lstm_grad::lstm_block_cell": LSTMBlockCellFunction,
     "torch_lstm_grad::gru_block_cell": GRUBlockCellFunction,
+    "torch_lstm_grad::keras_gru": KerasGRUFunction,
     "torch_lstm_grad::cudnn_rnn": CudnnRNNFunction,
 }
 

@@ -17,7 +17,8 @@ import math
 import torch
 from torch import nn
 
-from . import raw_ops
+from . import ops, raw_ops
+from ._checks import LSTM_EX_CHOICES, check_choice
 
 __all__ = [
     "CudnnGRU",
@@ -25,6 +26,7 @@ __all__ = [
     "CudnnRNNRelu",
     "CudnnRNNTanh",
     "GRUBlockCell",
+    "GRUBlockFusedCell",
     "LSTMBlockCell",
     "LSTMBlockFusedCell",
 ]
@@ -43,6 +45,14 @@ def _clip(cell_clip: float | None) -> float:
     return -1.0 if cell_clip is None else float(cell_clip)
 
 
+_LSTM_VARIANT_DEFAULTS = {
+    "gate_activation": "sigmoid",
+    "activation": "tanh",
+    "clip_gradient": "straight_through",
+    "gate_order": "icfo",
+}
+
+
 class _LSTMBlockBase(nn.Module):
     def __init__(
         self,
@@ -52,6 +62,12 @@ class _LSTMBlockBase(nn.Module):
         cell_clip: float | None = None,
         use_peephole: bool = False,
         *,
+        gate_activation: str = "sigmoid",
+        activation: str = "tanh",
+        clip_gradient: str = "straight_through",
+        num_proj: int | None = None,
+        proj_clip: float | None = None,
+        gate_order: str = "icfo",
         device=None,
         dtype=None,
     ) -> None:
@@ -60,14 +76,66 @@ class _LSTMBlockBase(nn.Module):
         self.num_units, self.input_size = int(num_units), int(input_size)
         self.forget_bias, self.cell_clip = float(forget_bias), cell_clip
         self.use_peephole = bool(use_peephole)
+        variants = {
+            "gate_activation": gate_activation,
+            "activation": activation,
+            "clip_gradient": clip_gradient,
+            "gate_order": gate_order,
+        }
+        for name, value in variants.items():
+            check_choice(value, name, LSTM_EX_CHOICES[name])
+        self.gate_activation, self.activation = gate_activation, activation
+        self.clip_gradient, self.gate_order = clip_gradient, gate_order
+        if num_proj is not None and int(num_proj) < 1:
+            raise ValueError(f"num_proj: expected None or an int >= 1, got {num_proj!r}")
+        if proj_clip is not None and num_proj is None:
+            raise ValueError("proj_clip: needs num_proj (TF1 LSTMCell ignores it without one)")
+        self.num_proj = None if num_proj is None else int(num_proj)
+        self.proj_clip = proj_clip
         H = self.num_units
-        self.kernel = nn.Parameter(torch.empty(self.input_size + H, 4 * H, **factory))
+        P = H if self.num_proj is None else self.num_proj
+        self.kernel = nn.Parameter(torch.empty(self.input_size + P, 4 * H, **factory))
         self.bias = nn.Parameter(torch.empty(4 * H, **factory))
         if self.use_peephole:
             self.w_i_diag = nn.Parameter(torch.empty(H, **factory))
             self.w_f_diag = nn.Parameter(torch.empty(H, **factory))
             self.w_o_diag = nn.Parameter(torch.empty(H, **factory))
+        if self.num_proj is not None:
+            self.projection_kernel = nn.Parameter(torch.empty(H, self.num_proj, **factory))
         self.reset_parameters()
+
+    @property
+    def output_size(self) -> int:
+        """Width of h: num_proj with a projection, else num_units."""
+        return self.num_units if self.num_proj is None else self.num_proj
+
+    def _uses_variant_op(self) -> bool:
+        # Every attribute at its default: TF's own block ops (same numbers and speed as before).
+        return self.num_proj is not None or any(
+            getattr(self, k) != v for k, v in _LSTM_VARIANT_DEFAULTS.items()
+        )
+
+    def _ex(self, inputs, cs0, h0, wci, wcf, wco, seq_len_max):
+        return ops.block_lstm_ex(
+            inputs,
+            cs0,
+            h0,
+            self.kernel,
+            self.bias,
+            seq_len_max=seq_len_max,
+            wci=wci,
+            wcf=wcf,
+            wco=wco,
+            w_proj=self.projection_kernel if self.num_proj is not None else None,
+            forget_bias=self.forget_bias,
+            cell_clip=_clip(self.cell_clip),
+            proj_clip=0.0 if self.proj_clip is None else float(self.proj_clip),
+            use_peephole=self.use_peephole,
+            gate_order=self.gate_order,
+            gate_activation=self.gate_activation,
+            activation=self.activation,
+            clip_gradient=self.clip_gradient,
+        )
 
     def reset_parameters(self) -> None:
         _glorot_(self.kernel)
@@ -75,6 +143,8 @@ class _LSTMBlockBase(nn.Module):
         if self.use_peephole:
             for p in (self.w_i_diag, self.w_f_diag, self.w_o_diag):
                 _glorot_(p)
+        if self.num_proj is not None:
+            _glorot_(self.projection_kernel)
 
     def _peepholes(self, like: torch.Tensor):
         if self.use_peephole:
@@ -83,15 +153,32 @@ class _LSTMBlockBase(nn.Module):
         return zero, zero, zero
 
     def _zero_state(self, batch: int, like: torch.Tensor):
-        z = like.new_zeros(batch, self.num_units)
-        return z, z
+        return like.new_zeros(batch, self.num_units), like.new_zeros(batch, self.output_size)
 
     def extra_repr(self) -> str:
-        return (
+        out = (
             f"num_units={self.num_units}, input_size={self.input_size}, "
             f"forget_bias={self.forget_bias}, cell_clip={self.cell_clip}, "
             f"use_peephole={self.use_peephole}"
         )
+        for k, v in _LSTM_VARIANT_DEFAULTS.items():
+            if getattr(self, k) != v:
+                out += f", {k}={getattr(self, k)!r}"
+        if self.num_proj is not None:
+            out += f", num_proj={self.num_proj}, proj_clip={self.proj_clip}"
+        return out
+
+
+_VARIANT_DOC = """
+    Keyword-only variants (issue 16; `torch_lstm_grad.ops.block_lstm_ex` has the math):
+    `gate_activation` ("sigmoid", "hard_sigmoid_keras2", "hard_sigmoid_keras3") for i, f, o;
+    `activation` ("tanh", "relu", "linear") for ci and co; `clip_gradient` ("straight_through",
+    TF's block ops, or "zero", TF1 LSTMCell's clip_by_value); `num_proj` / `proj_clip` (TF1
+    LSTMCell's projection: parameter `projection_kernel [H, P]` = TF's `projection/kernel`,
+    `kernel` then `[I + P, 4H]`, h and the state's h `[.., P]`); `gate_order` ("icfo", or "ifco"
+    for Keras' column order). With every one at its default the module runs TF's own raw op
+    (same numbers and speed as without them); otherwise the `block_lstm_ex` op.
+"""
 
 
 class LSTMBlockCell(_LSTMBlockBase):
@@ -104,12 +191,18 @@ class LSTMBlockCell(_LSTMBlockBase):
 
     `forward(x [B, I], state=(cs [B, H], h [B, H]) or None (zeros))` returns
     `(h, (cs, h))`: the output and the new state, as TF's `cell(x, state)` with an
-    `LSTMStateTuple(c, h)`.
+    `LSTMStateTuple(c, h)` (h [B, P] with num_proj). With a variant it is one step of
+    `block_lstm_ex` (T = 1).
     """
+
+    __doc__ += _VARIANT_DOC
 
     def forward(self, x: torch.Tensor, state=None):
         cs_prev, h_prev = self._zero_state(x.shape[0], x) if state is None else state
         wci, wcf, wco = self._peepholes(x)
+        if self._uses_variant_op():
+            out = self._ex(x.unsqueeze(0), cs_prev, h_prev, wci, wcf, wco, None)
+            return out.h[0], (out.cs[0], out.h[0])
         out = raw_ops.LSTMBlockCell(
             x,
             cs_prev,
@@ -138,7 +231,10 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
     for every row, the `h` outputs are multiplied by the sequence mask (zero at t >= length; the
     cell states are not masked), and each row's final `(cs, h)` is taken at its own
     `length - 1`, the initial state for length 0. Without it the final state is step T - 1.
+    With num_proj, outputs and the state's h are `[.., P]`.
     """
+
+    __doc__ += _VARIANT_DOC
 
     def forward(self, inputs: torch.Tensor, initial_state=None, sequence_length=None):
         T, B = inputs.shape[0], inputs.shape[1]
@@ -149,20 +245,23 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
         else:
             sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
             seq_len_max = int(sequence_length.max()) if B > 0 else 0
-        out = raw_ops.BlockLSTM(
-            torch.tensor(seq_len_max, dtype=torch.int64),
-            inputs,
-            cs0,
-            h0,
-            self.kernel,
-            wci,
-            wcf,
-            wco,
-            self.bias,
-            forget_bias=self.forget_bias,
-            cell_clip=_clip(self.cell_clip),
-            use_peephole=self.use_peephole,
-        )
+        if self._uses_variant_op():
+            out = self._ex(inputs, cs0, h0, wci, wcf, wco, seq_len_max)
+        else:
+            out = raw_ops.BlockLSTM(
+                torch.tensor(seq_len_max, dtype=torch.int64),
+                inputs,
+                cs0,
+                h0,
+                self.kernel,
+                wci,
+                wcf,
+                wco,
+                self.bias,
+                forget_bias=self.forget_bias,
+                cell_clip=_clip(self.cell_clip),
+                use_peephole=self.use_peephole,
+            )
         cs, h = out.cs, out.h
         if sequence_length is None:
             if T == 0:
@@ -172,9 +271,17 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
         mask = torch.arange(T, device=inputs.device)[:, None] < lengths[None, :]  # [T, B]
         h = h * mask.unsqueeze(-1).to(h.dtype)
         # Index length (not length - 1) into [initial, step 0, ...]: length 0 = initial state.
-        index = lengths.view(1, B, 1).expand(1, B, self.num_units)
-        final_cs = torch.cat([cs0.unsqueeze(0), cs]).gather(0, index).squeeze(0)
-        final_h = torch.cat([h0.unsqueeze(0), h]).gather(0, index).squeeze(0)
+        index = lengths.view(1, B, 1)
+        final_cs = (
+            torch.cat([cs0.unsqueeze(0), cs])
+            .gather(0, index.expand(1, B, self.num_units))
+            .squeeze(0)
+        )
+        final_h = (
+            torch.cat([h0.unsqueeze(0), h])
+            .gather(0, index.expand(1, B, self.output_size))
+            .squeeze(0)
+        )
         return h, (final_cs, final_h)
 
 
@@ -190,10 +297,28 @@ class GRUBlockCell(nn.Module):
     tf_semantics §5.4; `porting.py` maps both.)
 
     `forward(x [B, I], h [B, H] or None (zeros))` returns `(h_new, h_new)` (output, state).
+
+    Keyword-only variants (issue 16): `gate_activation` ("sigmoid", "hard_sigmoid_keras2",
+    "hard_sigmoid_keras3") for r and u, `activation` ("tanh", "relu", "linear") for the
+    candidate. At their defaults the module runs TF's `GRUBlockCell` raw op; otherwise one step
+    of the `keras_gru` op (reset_after=False) on the same parameters, which computes
+    `h = u ⊙ h_prev + (1 − u) ⊙ c` in Keras' form (TF's op: `u ⊙ (h_prev − c) + c`).
     """
 
-    def __init__(self, num_units: int, input_size: int, *, device=None, dtype=None) -> None:
+    def __init__(
+        self,
+        num_units: int,
+        input_size: int,
+        *,
+        gate_activation: str = "sigmoid",
+        activation: str = "tanh",
+        device=None,
+        dtype=None,
+    ) -> None:
         super().__init__()
+        check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+        check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+        self.gate_activation, self.activation = gate_activation, activation
         factory = {"device": device, "dtype": dtype}
         self.num_units, self.input_size = int(num_units), int(input_size)
         H, I = self.num_units, self.input_size
@@ -211,6 +336,17 @@ class GRUBlockCell(nn.Module):
 
     def forward(self, x: torch.Tensor, h=None):
         h_prev = x.new_zeros(x.shape[0], self.num_units) if h is None else h
+        if self.gate_activation != "sigmoid" or self.activation != "tanh":
+            # The block layout as Keras' (z = u, r, h columns; rows x then h), differentiably.
+            I, H = self.input_size, self.num_units
+            gk, ck = self.gates_kernel, self.candidate_kernel
+            w = torch.cat([gk[:, H:], gk[:, :H], ck], dim=1)  # [I + H, 3H]: u, r, c
+            bias = torch.cat([self.gates_bias[H:], self.gates_bias[:H], self.candidate_bias])
+            out = ops.keras_gru(x.unsqueeze(0), h_prev, w[:I], w[I:], bias, reset_after=False,
+                                gate_activation=self.gate_activation,
+                                activation=self.activation)  # fmt: skip
+            h_new = out.h[0]
+            return h_new, h_new
         out = raw_ops.GRUBlockCell(
             x,
             h_prev,
@@ -222,7 +358,103 @@ class GRUBlockCell(nn.Module):
         return out.h, out.h
 
     def extra_repr(self) -> str:
-        return f"num_units={self.num_units}, input_size={self.input_size}"
+        out = f"num_units={self.num_units}, input_size={self.input_size}"
+        if self.gate_activation != "sigmoid":
+            out += f", gate_activation={self.gate_activation!r}"
+        if self.activation != "tanh":
+            out += f", activation={self.activation!r}"
+        return out
+
+
+class GRUBlockFusedCell(nn.Module):
+    """Keras' `GRU` layer over a whole sequence, as one fused op (`keras_gru`; the GRU
+    counterpart of `LSTMBlockFusedCell`, with Keras' parameters).
+
+    Parameters (Keras' names and layouts, gate order z, r, h): `kernel [I, 3H]`,
+    `recurrent_kernel [H, 3H]`, `bias` (`use_bias=True`): `[2, 3H]` with `reset_after=True`
+    (row 0 the input bias, row 1 the recurrent bias; cuDNN's GRU, Keras 3's default) or `[3H]`
+    with `reset_after=False` (TF's GRUBlockCell math). `gate_activation` is Keras'
+    `recurrent_activation` ("sigmoid", "hard_sigmoid_keras2" for Keras 2.x's "hard_sigmoid",
+    "hard_sigmoid_keras3" for Keras 3's), `activation` ("tanh", "relu", "linear"). Initialised as
+    Keras does: glorot-uniform kernel, orthogonal recurrent kernel, zero bias.
+
+    `forward(inputs [T, B, I] (time-major), initial_state=h [B, H] or None (zeros),
+    sequence_length=[B] ints or None)` returns `(outputs [T, B, H], h [B, H])`. With
+    `sequence_length` (right-padded rows): the op runs `max(sequence_length)` steps, outputs are
+    zero at t >= length (as cuDNN's lengths and Keras' `zero_output_for_mask=True`; Keras'
+    default non-cuDNN path repeats the last valid output there instead) and each row's final
+    state is the one at its own length (the initial state for length 0), as both.
+    """
+
+    def __init__(
+        self,
+        num_units: int,
+        input_size: int,
+        *,
+        reset_after: bool = True,
+        use_bias: bool = True,
+        gate_activation: str = "sigmoid",
+        activation: str = "tanh",
+        device=None,
+        dtype=None,
+    ) -> None:
+        super().__init__()
+        check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+        check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+        factory = {"device": device, "dtype": dtype}
+        self.num_units, self.input_size = int(num_units), int(input_size)
+        self.reset_after, self.use_bias = bool(reset_after), bool(use_bias)
+        self.gate_activation, self.activation = gate_activation, activation
+        H, I = self.num_units, self.input_size
+        self.kernel = nn.Parameter(torch.empty(I, 3 * H, **factory))
+        self.recurrent_kernel = nn.Parameter(torch.empty(H, 3 * H, **factory))
+        if self.use_bias:
+            shape = (2, 3 * H) if self.reset_after else (3 * H,)
+            self.bias = nn.Parameter(torch.empty(shape, **factory))
+        else:
+            self.register_parameter("bias", None)
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        _glorot_(self.kernel)
+        with torch.no_grad():
+            nn.init.orthogonal_(self.recurrent_kernel)
+        if self.bias is not None:
+            nn.init.zeros_(self.bias)
+
+    def forward(self, inputs: torch.Tensor, initial_state=None, sequence_length=None):
+        T, B = inputs.shape[0], inputs.shape[1]
+        h0 = inputs.new_zeros(B, self.num_units) if initial_state is None else initial_state
+        if sequence_length is None:
+            seq_len_max = T
+        else:
+            sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
+            seq_len_max = int(sequence_length.max()) if B > 0 else 0
+        h = ops.keras_gru(
+            inputs,
+            h0,
+            self.kernel,
+            self.recurrent_kernel,
+            self.bias,
+            seq_len_max=seq_len_max,
+            reset_after=self.reset_after,
+            gate_activation=self.gate_activation,
+            activation=self.activation,
+        ).h
+        if sequence_length is None:
+            return h, (h[-1] if T > 0 else h0)
+        lengths = sequence_length.to(torch.int64)
+        mask = torch.arange(T, device=inputs.device)[:, None] < lengths[None, :]
+        h = h * mask.unsqueeze(-1).to(h.dtype)
+        index = lengths.view(1, B, 1).expand(1, B, self.num_units)
+        return h, torch.cat([h0.unsqueeze(0), h]).gather(0, index).squeeze(0)
+
+    def extra_repr(self) -> str:
+        return (
+            f"num_units={self.num_units}, input_size={self.input_size}, "
+            f"reset_after={self.reset_after}, use_bias={self.use_bias}, "
+            f"gate_activation={self.gate_activation!r}, activation={self.activation!r}"
+        )
 
 
 class _CudnnRNN(nn.Module):

@@ -1,5 +1,6 @@
-// CUDA backend of the LSTM block ops (drivers and cell math: csrc/lstm_block.h): the per-step
-// pointwise passes as one elementwise kernel each, on PyTorch's current stream. GEMMs and the
+// CUDA backend of the LSTM block ops and block_lstm_ex (drivers and cell math:
+// csrc/lstm_block.h): the per-step pointwise passes as one elementwise kernel each (one per
+// activation variant), on PyTorch's current stream. GEMMs and the
 // whole-sequence reductions (peephole and bias grads: no atomics) are ATen's, i.e. cuBLAS.
 //
 // Unverified: written and compiled without a GPU (see README, "Status").
@@ -28,22 +29,23 @@ struct CudaAct {
   }
 };
 
-template <typename scalar_t, bool kPeep, bool kClip>
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kClip>
 __global__ void forward_kernel(FwdStep<scalar_t> s, int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t H = s.H;
   const auto L = s.attrs.layout;
   const acc_t fb = static_cast<acc_t>(s.attrs.forget_bias);
   const acc_t clip = static_cast<acc_t>(s.attrs.cell_clip);
+  const auto p = lstm_block::ActParams<acc_t>::from(s.attrs.fns);
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = k / H, j = k % H;
     const acc_t* g = s.gates + b * 4 * H;
-    const auto r = lstm_block::lstm_cell_forward<CudaAct, kPeep, kClip, acc_t>(
+    const auto r = lstm_block::lstm_cell_forward<Gate, Cell, kPeep, kClip, acc_t>(
         g[L.i * H + j] + s.bias[L.i * H + j], g[L.c * H + j] + s.bias[L.c * H + j],
         g[L.f * H + j] + s.bias[L.f * H + j], g[L.o * H + j] + s.bias[L.o * H + j],
         static_cast<acc_t>(s.cs_prev[k]), kPeep ? s.wci[j] : acc_t(0),
-        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0), fb, clip);
+        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0), fb, clip, p);
     s.out[0][k] = static_cast<scalar_t>(r.i);
     s.out[1][k] = static_cast<scalar_t>(r.cs);
     s.out[2][k] = static_cast<scalar_t>(r.f);
@@ -56,19 +58,22 @@ __global__ void forward_kernel(FwdStep<scalar_t> s, int64_t n) {
   }
 }
 
-template <typename scalar_t, bool kPeep>
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kMaskClip>
 __global__ void backward_kernel(BwdStep<scalar_t> s, int64_t n) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t H = s.H;
   const auto L = s.layout;
+  const auto p = lstm_block::ActParams<acc_t>::from(s.fns);
+  const acc_t mask_clip = static_cast<acc_t>(s.mask_clip);
   for (int64_t k = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; k < n;
        k += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t b = k / H, j = k % H;
-    const auto r = lstm_block::lstm_cell_backward<kPeep, acc_t>(
-        s.act[0][k], s.act[2][k], s.act[3][k], s.act[4][k], s.act[5][k], s.cs_prev[k],
+    const auto r = lstm_block::lstm_cell_backward<Gate, Cell, kPeep, kMaskClip, acc_t>(
+        s.act[0][k], s.act[2][k], s.act[3][k], s.act[4][k], s.act[5][k],
+        kMaskClip ? static_cast<acc_t>(s.act[1][k]) : acc_t(0), s.cs_prev[k],
         s.dh_carry[k] + static_cast<acc_t>(s.h_grad[k]),
         s.dcs_carry[k] + static_cast<acc_t>(s.cs_grad[k]), kPeep ? s.wci[j] : acc_t(0),
-        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0));
+        kPeep ? s.wcf[j] : acc_t(0), kPeep ? s.wco[j] : acc_t(0), mask_clip, p);
     acc_t* dg = s.dgates + b * 4 * H;
     dg[L.i * H + j] = r.di;
     dg[L.c * H + j] = r.dci;
@@ -76,6 +81,51 @@ __global__ void backward_kernel(BwdStep<scalar_t> s, int64_t n) {
     dg[L.o * H + j] = r.d_o;
     s.dcs_carry[k] = r.dcs_prev;
   }
+}
+
+// The kernel for a step's activation variant (every combination is compiled: TF's block ops
+// and block_lstm_ex share these kernels).
+using Sigmoid = lstm_block::SigmoidGate<CudaAct>;
+using Hard = lstm_block::HardSigmoidGate;
+using Tanh = lstm_block::TanhCell<CudaAct>;
+using Rect = lstm_block::RectCell;
+
+template <typename scalar_t, class Gate, class Cell>
+auto forward_kernel_for(bool peep, bool clip) {
+  return peep ? (clip ? forward_kernel<scalar_t, Gate, Cell, true, true>
+                      : forward_kernel<scalar_t, Gate, Cell, true, false>)
+              : (clip ? forward_kernel<scalar_t, Gate, Cell, false, true>
+                      : forward_kernel<scalar_t, Gate, Cell, false, false>);
+}
+
+template <typename scalar_t>
+auto forward_kernel_for(const lstm_block::CellAttrs& a) {
+  const bool hard = a.fns.gate != lstm_block::GateFn::kSigmoid;
+  const bool tanh = a.fns.cell == lstm_block::CellFn::kTanh;
+  const bool peep = a.use_peephole, clip = a.cell_clip > 0;
+  return hard ? (tanh ? forward_kernel_for<scalar_t, Hard, Tanh>(peep, clip)
+                      : forward_kernel_for<scalar_t, Hard, Rect>(peep, clip))
+              : (tanh ? forward_kernel_for<scalar_t, Sigmoid, Tanh>(peep, clip)
+                      : forward_kernel_for<scalar_t, Sigmoid, Rect>(peep, clip));
+}
+
+template <typename scalar_t, class Gate, class Cell>
+auto backward_kernel_for(bool peep, bool mask) {
+  return peep ? (mask ? backward_kernel<scalar_t, Gate, Cell, true, true>
+                      : backward_kernel<scalar_t, Gate, Cell, true, false>)
+              : (mask ? backward_kernel<scalar_t, Gate, Cell, false, true>
+                      : backward_kernel<scalar_t, Gate, Cell, false, false>);
+}
+
+template <typename scalar_t>
+auto backward_kernel_for(const BwdStep<scalar_t>& s) {
+  const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
+  const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
+  const bool peep = s.wci != nullptr, mask = s.mask_clip != lstm_block::kNoMask;
+  return hard ? (tanh ? backward_kernel_for<scalar_t, Hard, Tanh>(peep, mask)
+                      : backward_kernel_for<scalar_t, Hard, Rect>(peep, mask))
+              : (tanh ? backward_kernel_for<scalar_t, Sigmoid, Tanh>(peep, mask)
+                      : backward_kernel_for<scalar_t, Sigmoid, Rect>(peep, mask));
 }
 
 constexpr int kThreads = 256;
@@ -113,11 +163,7 @@ struct CudaBackend {
     const int64_t n = g.size(0) * s.H;
     if (n == 0) return;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    const bool peep = s.attrs.use_peephole, clip = s.attrs.cell_clip > 0;
-    auto kernel = peep ? (clip ? forward_kernel<scalar_t, true, true>
-                               : forward_kernel<scalar_t, true, false>)
-                       : (clip ? forward_kernel<scalar_t, false, true>
-                               : forward_kernel<scalar_t, false, false>);
+    const auto kernel = forward_kernel_for<scalar_t>(s.attrs);
     kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -129,7 +175,7 @@ struct CudaBackend {
     const int64_t n = dh_carry.size(0) * s.H;
     if (n == 0) return;
     const auto stream = at::cuda::getCurrentCUDAStream();
-    auto kernel = s.wci != nullptr ? backward_kernel<scalar_t, true> : backward_kernel<scalar_t, false>;
+    const auto kernel = backward_kernel_for<scalar_t>(s);
     kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
@@ -137,6 +183,9 @@ struct CudaBackend {
 
 }  // namespace
 
-TORCH_LIBRARY_IMPL(torch_lstm_grad, CUDA, m) { lstm_block::register_ops<CudaBackend>(m); }
+TORCH_LIBRARY_IMPL(torch_lstm_grad, CUDA, m) {
+  lstm_block::register_ops<CudaBackend>(m);
+  lstm_block::register_ex_ops<CudaBackend>(m);
+}
 
 }  // namespace torch_lstm_grad

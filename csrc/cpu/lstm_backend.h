@@ -1,0 +1,310 @@
+// The CPU Backend of the LSTM drivers (csrc/lstm_block.h): the per-step pointwise passes as
+// loops over rows, parallelised over the batch with ATen's parallel_for, each step's recurrent
+// product fused with them where brgemm runs. Each loop is instantiated per activation variant
+// and peephole/clip setting, so its body has no branches and vectorises, and is multiversioned
+// for AVX-512 / AVX2 (activations.h). Included by lstm_block.cpp (TF's block ops: sigmoid/tanh
+// only) and lstm_block_ex.cpp (block_lstm_ex: every variant), each with its own row policy.
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <limits>
+#include <vector>
+
+#include "../lstm_block.h"
+#include "activations.h"
+#include "gemm.h"
+
+// An unnamed namespace: each including file gets its own copies of the multiversioned loops.
+namespace torch_lstm_grad::cpu_lstm {
+namespace {
+
+using lstm_block::BwdStep;
+using lstm_block::FwdStep;
+using lstm_block::GateLayout;
+
+template <typename scalar_t>
+using FwdRows = void (*)(const FwdStep<scalar_t>&, int64_t, int64_t, int64_t, int64_t);
+template <typename scalar_t>
+using BwdRows = void (*)(const BwdStep<scalar_t>&, int64_t, int64_t, int64_t, int64_t);
+
+struct CpuAct {
+  template <typename T>
+  static T sigmoid(T x) {
+    return cpu::sigmoid(x);
+  }
+  template <typename T>
+  static T tanh(T x) {
+    return cpu::tanh(x);
+  }
+};
+
+// kClip: clip at ±cell_clip, or (cell_clip <= 0: only block_lstm_ex's rows, which always clip)
+// at ±inf, i.e. not at all.
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kClip>
+TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1,
+                                       int64_t j0, int64_t j1) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = s.H;
+  const GateLayout L = s.attrs.layout;
+  const acc_t fb = static_cast<acc_t>(s.attrs.forget_bias);
+  const acc_t clip = s.attrs.cell_clip > 0 ? static_cast<acc_t>(s.attrs.cell_clip)
+                                           : std::numeric_limits<acc_t>::infinity();
+  const auto p = lstm_block::ActParams<acc_t>::from(s.attrs.fns);
+  const acc_t* __restrict bi = s.bias + L.i * H;
+  const acc_t* __restrict bc = s.bias + L.c * H;
+  const acc_t* __restrict bf = s.bias + L.f * H;
+  const acc_t* __restrict bo = s.bias + L.o * H;
+  const acc_t* __restrict wci = s.wci;  // hoisted: loads through `s` inside the loop
+  const acc_t* __restrict wcf = s.wcf;  // would keep it from vectorising
+  const acc_t* __restrict wco = s.wco;
+  for (int64_t b = b0; b < b1; ++b) {
+    const acc_t* __restrict g = s.gates + b * 4 * H;
+    const acc_t* __restrict gi = g + L.i * H;
+    const acc_t* __restrict gc = g + L.c * H;
+    const acc_t* __restrict gf = g + L.f * H;
+    const acc_t* __restrict go = g + L.o * H;
+    const scalar_t* __restrict csp = s.cs_prev + b * H;
+    scalar_t* __restrict i_o = s.out[0] + b * H;
+    scalar_t* __restrict cs_o = s.out[1] + b * H;
+    scalar_t* __restrict f_o = s.out[2] + b * H;
+    scalar_t* __restrict o_o = s.out[3] + b * H;
+    scalar_t* __restrict ci_o = s.out[4] + b * H;
+    scalar_t* __restrict co_o = s.out[5] + b * H;
+    scalar_t* __restrict h_o = s.out[6] + b * H;
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = j0; j < j1; ++j) {
+      const auto r = lstm_block::lstm_cell_forward<Gate, Cell, kPeep, kClip, acc_t>(
+          gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
+          static_cast<acc_t>(csp[j]), kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0),
+          kPeep ? wco[j] : acc_t(0), fb, clip, p);
+      i_o[j] = static_cast<scalar_t>(r.i);
+      cs_o[j] = static_cast<scalar_t>(r.cs);
+      f_o[j] = static_cast<scalar_t>(r.f);
+      o_o[j] = static_cast<scalar_t>(r.o);
+      ci_o[j] = static_cast<scalar_t>(r.ci);
+      co_o[j] = static_cast<scalar_t>(r.co);
+      h_o[j] = static_cast<scalar_t>(r.h);
+    }
+    if (s.h_acc != nullptr) {
+      for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h_o[j]);
+    }
+  }
+}
+
+// kSums: also add this step's rows into s.sums (units j0..j1 belong to this thread).
+// kMaskClip: zero the cell-state gradient where |cs| reached s.mask_clip (+inf: nowhere).
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kMaskClip, bool kSums>
+TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1,
+                                        int64_t j0, int64_t j1) {
+  using acc_t = at::opmath_type<scalar_t>;
+  const int64_t H = s.H;
+  const GateLayout L = s.layout;
+  const auto p = lstm_block::ActParams<acc_t>::from(s.fns);
+  const acc_t mask_clip = static_cast<acc_t>(s.mask_clip);
+  const acc_t* __restrict wci = s.wci;
+  const acc_t* __restrict wcf = s.wcf;
+  const acc_t* __restrict wco = s.wco;
+  // Rows of s.sums: the gate sums in dgates' block order, then the three peephole sums.
+  double* __restrict sum_i = kSums ? s.sums + L.i * H : nullptr;
+  double* __restrict sum_c = kSums ? s.sums + L.c * H : nullptr;
+  double* __restrict sum_f = kSums ? s.sums + L.f * H : nullptr;
+  double* __restrict sum_o = kSums ? s.sums + L.o * H : nullptr;
+  double* __restrict sum_wci = kSums ? s.sums + 4 * H : nullptr;
+  double* __restrict sum_wcf = kSums ? s.sums + 5 * H : nullptr;
+  double* __restrict sum_wco = kSums ? s.sums + 6 * H : nullptr;
+  for (int64_t b = b0; b < b1; ++b) {
+    const int64_t r0 = b * H;
+    const scalar_t* __restrict i_p = s.act[0] + r0;
+    const scalar_t* __restrict cs_p = s.act[1] + r0;
+    const scalar_t* __restrict f_p = s.act[2] + r0;
+    const scalar_t* __restrict o_p = s.act[3] + r0;
+    const scalar_t* __restrict ci_p = s.act[4] + r0;
+    const scalar_t* __restrict co_p = s.act[5] + r0;
+    const scalar_t* __restrict csp_p = s.cs_prev + r0;
+    const scalar_t* __restrict csg_p = s.cs_grad + r0;
+    const scalar_t* __restrict hg_p = s.h_grad + r0;
+    const acc_t* __restrict dh_p = s.dh_carry + r0;
+    acc_t* __restrict dcs_c = s.dcs_carry + r0;
+    acc_t* __restrict dgi = s.dgates + 4 * r0 + L.i * H;
+    acc_t* __restrict dgc = s.dgates + 4 * r0 + L.c * H;
+    acc_t* __restrict dgf = s.dgates + 4 * r0 + L.f * H;
+    acc_t* __restrict dgo = s.dgates + 4 * r0 + L.o * H;
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = j0; j < j1; ++j) {
+      // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
+      const auto r = lstm_block::lstm_cell_backward<Gate, Cell, kPeep, kMaskClip, acc_t>(
+          i_p[j], f_p[j], o_p[j], ci_p[j], co_p[j], kMaskClip ? static_cast<acc_t>(cs_p[j]) : acc_t(0), csp_p[j],
+          dh_p[j] + static_cast<acc_t>(hg_p[j]), dcs_c[j] + static_cast<acc_t>(csg_p[j]),
+          kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0), kPeep ? wco[j] : acc_t(0),
+          mask_clip, p);
+      dgi[j] = r.di;
+      dgc[j] = r.dci;
+      dgf[j] = r.df;
+      dgo[j] = r.d_o;
+      dcs_c[j] = r.dcs_prev;
+      if constexpr (kSums) {
+        sum_i[j] += r.di;
+        sum_c[j] += r.dci;
+        sum_f[j] += r.df;
+        sum_o[j] += r.d_o;
+        if constexpr (kPeep) {
+          const double cb = static_cast<acc_t>(csp_p[j]);
+          sum_wci[j] += static_cast<double>(r.di) * cb;
+          sum_wcf[j] += static_cast<double>(r.df) * cb;
+          sum_wco[j] += static_cast<double>(r.d_o) * static_cast<acc_t>(cs_p[j]);
+        }
+      }
+    }
+    if (s.dgates_lp != nullptr) {  // the rounded copy the bfloat16 products read
+      for (int64_t q = 0; q < 4; ++q) {
+        const acc_t* __restrict from = s.dgates + 4 * r0 + q * H;
+        scalar_t* __restrict to = s.dgates_lp + 4 * r0 + q * H;
+        for (int64_t j = j0; j < j1; ++j) to[j] = static_cast<scalar_t>(from[j]);
+      }
+    }
+  }
+}
+
+// The three peephole reductions in one pass over dgates, split over threads by columns: each
+// column is summed by one thread, in row order, in double (a float running sum over T·B rows
+// would lose more than ATen's pairwise sum, which this replaces).
+template <typename scalar_t>
+void peephole_columns(const float* dg, const scalar_t* cs_prev, const scalar_t* cs, int64_t L,
+                      int64_t B, int64_t H, GateLayout layout, double* out) {
+  at::parallel_for(0, H, 64, [&](int64_t j0, int64_t j1) {
+    const int64_t w = j1 - j0;
+    std::vector<double> acc(3 * w, 0.0);
+    double* __restrict ai = acc.data();
+    double* __restrict af = ai + w;
+    double* __restrict ao = af + w;
+    for (int64_t t = 0; t < L; ++t) {
+      for (int64_t b = 0; b < B; ++b) {
+        const float* g = dg + (t * B + b) * 4 * H + j0;
+        const float* __restrict gi = g + layout.i * H;
+        const float* __restrict gf = g + layout.f * H;
+        const float* __restrict go = g + layout.o * H;
+        const scalar_t* __restrict before =
+            (t == 0 ? cs_prev + b * H : cs + ((t - 1) * B + b) * H) + j0;
+        const scalar_t* __restrict now = cs + (t * B + b) * H + j0;
+        for (int64_t j = 0; j < w; ++j) {
+          const double cb = static_cast<float>(before[j]);
+          ai[j] += static_cast<double>(gi[j]) * cb;
+          af[j] += static_cast<double>(gf[j]) * cb;
+          ao[j] += static_cast<double>(go[j]) * static_cast<float>(now[j]);
+        }
+      }
+    }
+    for (int64_t j = 0; j < w; ++j) {
+      out[j0 + j] = ai[j];
+      out[H + j0 + j] = af[j];
+      out[2 * H + j0 + j] = ao[j];
+    }
+  });
+}
+
+// Rows: the policy that picks the pointwise loops (`forward<scalar_t>(attrs)`,
+// `backward<scalar_t>(step, sums)`): TF's sigmoid/tanh only (lstm_block.cpp) or every variant
+// (lstm_block_ex.cpp), so the block ops' file does not compile the variants.
+template <class Rows>
+struct CpuBackend {
+  static std::array<at::Tensor, 3> peephole_grads(const at::Tensor& dgates, const at::Tensor& cs_prev,
+                                                  const at::Tensor& cs, int64_t L, GateLayout layout,
+                                                  at::ScalarType out_type) {
+    if (dgates.scalar_type() != at::kFloat) {  // float64: ATen's reductions are exact enough
+      return lstm_block::aten_peephole_grads(dgates, cs_prev, cs, L, layout, out_type);
+    }
+    const int64_t B = cs_prev.size(0), H = cs_prev.size(1);
+    at::Tensor out = at::empty({3, H}, dgates.options().dtype(at::kDouble));
+    // float32 dgates: cs is float32, float16 or bfloat16.
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, cs.scalar_type(), "peephole_grads", [&] {
+      peephole_columns<scalar_t>(dgates.const_data_ptr<float>(), cs_prev.const_data_ptr<scalar_t>(),
+                                 cs.const_data_ptr<scalar_t>(), L, B, H, layout,
+                                 out.data_ptr<double>());
+    });
+    // Three separate tensors: op outputs must not alias each other.
+    auto own = [&](int k) { return out[k].to(out_type, /*non_blocking=*/false, /*copy=*/true); };
+    return {own(0), own(1), own(2)};
+  }
+
+  static at::ScalarType product_type(at::ScalarType t) { return cpu::product_type(t); }
+
+  // BlockLSTM's loops fuse their products with the cell where the blocks form is taken.
+  static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
+    return {b, m, steps, /*allow_blocks=*/true};
+  }
+
+  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
+
+  // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
+  // blocks of g for those units get h·Wh (block_gemm onto the input projection already in g),
+  // then the cell for those units, while the block is in cache: one parallel region a step.
+  // Otherwise the library product and a row-parallel pointwise pass.
+  template <typename scalar_t>
+  static void forward_step(const FwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
+                           at::Tensor& g, const at::Tensor& h) {
+    const int64_t B = g.size(0), H = s.H, K = h.size(1);
+    const auto rows = Rows::template forward<scalar_t>(s.attrs);
+    if (!rec.blocks()) {
+      rec(g, h, /*accumulate=*/true);
+      at::parallel_for(0, B, cpu::row_grain(H),
+                       [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
+      return;
+    }
+    TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
+    float* gp = g.data_ptr<float>();
+    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+      for (int64_t q = 0; q < 4; ++q) {
+        const int64_t c0 = q * H + j0;  // this gate's columns of the block
+        if (rec.bf16()) {
+          cpu::block_gemm(B, n, K, h.const_data_ptr<at::BFloat16>(), K, rec.b_vnni(), c0,
+                          gp + c0, 4 * H, /*accumulate=*/true);
+        } else {
+          cpu::block_gemm(B, n, K, h.const_data_ptr<float>(), K, rec.b_data() + c0, 4 * H,
+                          gp + c0, 4 * H, /*accumulate=*/true);
+        }
+      }
+      rows(s, 0, B, j0, j0 + n);
+    });
+  }
+
+  // The blocks form sums db and the peephole grads in the steps (BackwardState::sums): each
+  // unit's sums are only ever added to by the thread that owns the unit's block.
+  static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
+
+  static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
+    cpu::transpose_into(dst, src);
+  }
+
+  // Blocks form (weight Whᵀ, [4H, H]): each thread makes its units' columns of dh = next·Whᵀ
+  // and runs the cell backward for those units.
+  template <typename scalar_t>
+  static void backward_step(const BwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
+                            const at::Tensor& next, at::Tensor& dh_carry) {
+    const int64_t B = dh_carry.size(0), H = s.H;
+    if (!rec.blocks()) {
+      if (next.defined()) rec(dh_carry, next, /*accumulate=*/false);
+      const auto rows = Rows::template backward<scalar_t>(s, /*sums=*/false);
+      at::parallel_for(0, B, cpu::row_grain(H),
+                       [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
+      return;
+    }
+    TORCH_INTERNAL_ASSERT(s.sums != nullptr);
+    const auto rows = Rows::template backward<scalar_t>(s, /*sums=*/true);
+    float* dp = dh_carry.data_ptr<float>();
+    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+      if (next.defined() && rec.bf16()) {
+        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<at::BFloat16>(), 4 * H, rec.b_vnni(),
+                        j0, dp + j0, H, /*accumulate=*/false);
+      } else if (next.defined()) {
+        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<float>(), 4 * H, rec.b_data() + j0, H,
+                        dp + j0, H, /*accumulate=*/false);
+      }
+      rows(s, 0, B, j0, j0 + n);
+    });
+  }
+};
+
+
+}  // namespace
+}  // namespace torch_lstm_grad::cpu_lstm

@@ -1,0 +1,74 @@
+// CPU kernels of block_lstm_ex: the CPU Backend (csrc/cpu/lstm_backend.h) with every activation
+// variant (gate: sigmoid | hard sigmoid, cell: tanh | relu/linear), the clip-gradient rule and
+// the projection (the drivers in csrc/lstm_block.h). Compiled apart from TF's block ops, whose
+// loops stay the sigmoid/tanh ones alone.
+//
+// To keep the instantiations down (each loop is compiled 3 times, for AVX-512, AVX2 and
+// baseline, per dtype), the loops here always clip and always mask: the clip at +inf, or the
+// mask at +inf, does nothing (two compares an element), and the two hard sigmoids (and relu /
+// linear) are one loop each with their constants as loop invariants (ActivationFns).
+
+#include <torch/library.h>
+
+#include "lstm_backend.h"
+
+namespace torch_lstm_grad {
+namespace {
+
+using cpu_lstm::BwdRows;
+using cpu_lstm::CpuAct;
+using cpu_lstm::FwdRows;
+using lstm_block::BwdStep;
+using lstm_block::CellAttrs;
+using lstm_block::CellFn;
+using lstm_block::GateFn;
+using Sigmoid = lstm_block::SigmoidGate<CpuAct>;
+using Hard = lstm_block::HardSigmoidGate;
+using Tanh = lstm_block::TanhCell<CpuAct>;
+using Rect = lstm_block::RectCell;
+
+template <typename scalar_t, class Gate, class Cell>
+FwdRows<scalar_t> forward_for(bool peep) {
+  using cpu_lstm::forward_rows;
+  return peep ? &forward_rows<scalar_t, Gate, Cell, true, true>
+              : &forward_rows<scalar_t, Gate, Cell, false, true>;
+}
+
+template <typename scalar_t, class Gate, class Cell>
+BwdRows<scalar_t> backward_for(bool peep, bool sums) {
+  using cpu_lstm::backward_rows;
+  return peep ? (sums ? &backward_rows<scalar_t, Gate, Cell, true, true, true>
+                      : &backward_rows<scalar_t, Gate, Cell, true, true, false>)
+              : (sums ? &backward_rows<scalar_t, Gate, Cell, false, true, true>
+                      : &backward_rows<scalar_t, Gate, Cell, false, true, false>);
+}
+
+struct VariantRows {
+  template <typename scalar_t>
+  static FwdRows<scalar_t> forward(const CellAttrs& a) {
+    const bool hard = a.fns.gate != GateFn::kSigmoid, tanh = a.fns.cell == CellFn::kTanh;
+    const bool peep = a.use_peephole;
+    return hard ? (tanh ? forward_for<scalar_t, Hard, Tanh>(peep)
+                        : forward_for<scalar_t, Hard, Rect>(peep))
+                : (tanh ? forward_for<scalar_t, Sigmoid, Tanh>(peep)
+                        : forward_for<scalar_t, Sigmoid, Rect>(peep));
+  }
+
+  template <typename scalar_t>
+  static BwdRows<scalar_t> backward(const BwdStep<scalar_t>& s, bool sums) {
+    const bool hard = s.fns.gate != GateFn::kSigmoid, tanh = s.fns.cell == CellFn::kTanh;
+    const bool peep = s.wci != nullptr;
+    return hard ? (tanh ? backward_for<scalar_t, Hard, Tanh>(peep, sums)
+                        : backward_for<scalar_t, Hard, Rect>(peep, sums))
+                : (tanh ? backward_for<scalar_t, Sigmoid, Tanh>(peep, sums)
+                        : backward_for<scalar_t, Sigmoid, Rect>(peep, sums));
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_IMPL(torch_lstm_grad, CPU, m) {
+  lstm_block::register_ex_ops<cpu_lstm::CpuBackend<VariantRows>>(m);
+}
+
+}  // namespace torch_lstm_grad
