@@ -228,26 +228,50 @@ def test_keras3_tf2_checkpoint_after_fit_with_optimizer(tmp_path, capsys):
     del keras
 
 
+def _activation_variants(keras):
+    return [
+        keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", activation="relu",
+                          return_sequences=True, name="hard_relu"),
+        keras.layers.LSTM(3, activation="linear", return_sequences=True, name="linear"),
+        keras.layers.GRU(3, recurrent_activation="hard_sigmoid", activation="relu",
+                         return_sequences=True, name="gru_hard"),
+        keras.layers.GRU(3, activation="linear", reset_after=False, return_sequences=True,
+                         go_backwards=True, name="gru_before_linear"),
+        keras.layers.Bidirectional(keras.layers.LSTM(2, recurrent_activation="hard_sigmoid"),
+                                   name="bi_hard"),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
+def test_keras3_activation_variants(tmp_path, capsys, mask):
+    """Keras 3's hard_sigmoid gates (relu6(x + 3) / 6), relu and linear activations, in LSTM,
+    both GRUs and a Bidirectional: exact on the fused variant kernels."""
+    model, names = _chain_model(_activation_variants, mask, seed=10)
+    model.save(tmp_path / "v.keras")
+    mods, log = _convert(tmp_path / "v.keras", tmp_path, capsys)
+    assert "gate_activation      = 'hard_sigmoid_keras3'  <- config.json ('hard_sigmoid' of " in log
+    _compare(model, names, mods, seed=11, mask=mask)
+
+
 def test_keras3_activations_refused_by_name(tmp_path, capsys):
-    """Keras 3's hard_sigmoid gates and a relu GRU: refused naming the layer, the attribute and
-    the value, and nothing written; --approximate does not change that (nothing is close)."""
-    keras = _keras()
+    """What the kernels do not compute (softsign, tanh gates, a linear SimpleRNN) is refused
+    naming the layer, the attribute and the value, and nothing is written; --approximate does
+    not change that (nothing is close)."""
     model, _ = _chain_model(
         lambda k: [
-            k.layers.LSTM(4, recurrent_activation="hard_sigmoid", name="hard"),
+            k.layers.LSTM(4, activation="softsign", return_sequences=True, name="soft"),
+            k.layers.GRU(3, recurrent_activation="tanh", return_sequences=True, name="tgates"),
+            k.layers.SimpleRNN(2, activation="linear", name="lin"),
         ],
         False,
-        10,
+        12,
     )
     model.save(tmp_path / "a.keras")
-    err = _convert(tmp_path / "a.keras", tmp_path, capsys, code=2)
-    assert "hard: recurrent_activation = 'hard_sigmoid_keras3'" in err
+    err = _convert(tmp_path / "a.keras", tmp_path, capsys, "--approximate", code=2)
+    assert "soft: activation = 'softsign'" in err
+    assert "tgates: recurrent_activation = 'tanh'" in err
+    assert "lin: activation = 'linear'" in err
     assert not (tmp_path / "out.pt").exists()
-    model, _ = _chain_model(lambda k: [k.layers.GRU(3, activation="relu", name="g")], False, 11)
-    model.save(tmp_path / "b.keras")
-    err = _convert(tmp_path / "b.keras", tmp_path, capsys, "--approximate", code=2)
-    assert "g: activation = 'relu'" in err
-    del keras
 
 
 def _edit_config(src, dst, edit):

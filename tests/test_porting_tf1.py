@@ -223,44 +223,55 @@ def test_gru_cell_dynamic_rnn(tmp_path, capsys):
     run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
 
 
-def test_lstm_cell_variants_refused_by_name(tmp_path, capsys):
-    """LSTMCell's clip_by_value (zero gradient where it clips), its projection, a relu
-    activation and a relu GRUCell: each refused naming the layer, attribute and value."""
+def _lstm_variants(tf, rci):
+    return {
+        "clip": lambda: rci.LSTMCell(3, cell_clip=0.3),
+        "lstmp": lambda: rci.LSTMCell(3, use_peepholes=True, cell_clip=0.5, num_proj=2,
+                                      proj_clip=0.15, forget_bias=0.8),
+        "relu": lambda: rci.LSTMCell(3, activation=tf.nn.relu, forget_bias=0.0),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("variant", ["clip", "lstmp", "relu"])
+def test_lstm_cell_variants(tmp_path, capsys, variant):
+    """TF1 LSTMCell's clip_by_value (zero gradient where it clips), its projection with
+    proj_clip (LSTMP), a relu activation: read from the meta graph, exact on the variant
+    kernels, the gradients included (the clips were active)."""
     rci = _rci()
     tf = tf_module()
-    cases = [
-        (lambda: rci.LSTMCell(3, cell_clip=0.4), "rnn.lstm_cell: clip_gradient = 'zero'"),
-        (lambda: rci.LSTMCell(3, num_proj=2, proj_clip=0.3), "num_proj, proj_clip"),
-        (lambda: rci.LSTMCell(3, activation=tf.nn.relu), "rnn.lstm_cell: activation = 'relu'"),
-        (lambda: rci.GRUCell(3, activation=tf.nn.relu), "rnn.gru_cell: activation = 'relu'"),
-    ]
-    for k, (make, expect) in enumerate(cases):
-        run = _TF1Run(tmp_path / f"m{k}", make, seed=4 + k)
-        err = _convert(run.prefix, tmp_path, capsys, code=2)
-        assert expect in err, err
-        assert not (tmp_path / "out.pt").exists()
+    run = _TF1Run(tmp_path / "m", _lstm_variants(tf, rci)[variant], seed=4)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    cell = mods["rnn.lstm_cell"]
+    if variant != "relu":
+        assert "clip_gradient   = 'zero'  <- LSTMCell's clip_by_value" in log
+        assert np.abs(run.values[1]).max() == pytest.approx(cell.cell_clip)  # it clipped
+    if variant == "lstmp":
+        assert cell.num_proj == 2 and np.abs(run.values[0]).max() == pytest.approx(0.15)
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
 
 
-def test_lstm_cell_clip_approximate_is_loud_and_forward_exact(tmp_path, capsys):
-    """--approximate turns LSTMCell's clip into the block kernels' straight-through one, with a
-    WARNING naming it: the forward is TF's, the gradients differ where the state was clipped."""
+def test_gru_cell_relu(tmp_path, capsys):
     rci = _rci()
-    run = _TF1Run(tmp_path / "m", lambda: rci.LSTMCell(3, cell_clip=0.3), seed=9)
-    out = tmp_path / "out.pt"
-    assert cli.main(["convert", run.prefix, "-o", str(out), "--approximate"]) == 0
-    err = capsys.readouterr().err
-    assert "WARNING: approximate port: rnn.lstm_cell: clip_gradient = 'zero'" in err
-    with pytest.warns(UserWarning, match="--approximate"):
-        cell = porting.load(out)["rnn.lstm_cell"]
-    outs, state = _step_lstm(cell, torch.from_numpy(run.x), run.lengths)
-    assert_close(
-        {
-            "output": (outs, run.values[0]),
-            "c": (state[0], run.values[1]),
-            "h": (state[1], run.values[2]),
-        }
-    )
-    assert np.abs(run.values[1]).max() == pytest.approx(0.3)  # the clip was active
+    tf = tf_module()
+    run = _TF1Run(tmp_path / "m", lambda: rci.GRUCell(3, activation=tf.nn.relu), seed=8)
+    mods, log = _convert(run.prefix, tmp_path, capsys)
+    assert "activation      = 'relu'  <- meta graph" in log
+    cell = mods["rnn.gru_cell"]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_gru(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
+
+
+def test_cell_activation_not_computed_is_refused(tmp_path, capsys):
+    """An activation the kernels do not compute (softsign) is refused by name, nothing written."""
+    rci = _rci()
+    tf = tf_module()
+    run = _TF1Run(tmp_path / "m", lambda: rci.LSTMCell(3, activation=tf.nn.softsign), seed=9)
+    err = _convert(run.prefix, tmp_path, capsys, "--approximate", code=2)
+    assert "rnn.lstm_cell: activation = 'Softsign'" in err
+    assert not (tmp_path / "out.pt").exists()
 
 
 def test_checkpoint_without_meta_graph(tmp_path, capsys):

@@ -19,14 +19,15 @@ the TF backend's `rnn`), on the CPU path (the only one without cuDNN's restricti
   next call (`reset_states()` clears them), as Keras' stateful layers do.
 
 The cores are the fused ops: LSTM = `BlockLSTMV2` (Keras' i, f, c, o order, no forget bias, no
-clip; tf_semantics §8.3), GRU(reset_after=True) = `CudnnRNNV3` gru (cuDNN's GRU is Keras'
-reset-after GRU), GRU(reset_after=False) = `GRUBlockCell` step by step, SimpleRNN =
+clip; tf_semantics §8.3) with sigmoid gates and tanh, else `ops.block_lstm_ex` (gate_order
+"ifco"); GRU = `ops.keras_gru` (both reset positions, Keras' layout as it is); SimpleRNN =
 `CudnnRNNV3` rnn_tanh / rnn_relu. Activation names are `torch_lstm_grad`'s own, unambiguous
-ones (`porting` maps a file's strings to them): "sigmoid", "tanh", "relu", "linear",
-"hard_sigmoid_keras2" (Keras 2's `clip(0.2·x + 0.5, 0, 1)`), "hard_sigmoid_keras3" (Keras 3's
-`relu6(x + 3) / 6`). A combination the kernels do not compute raises NotImplementedError at
-construction. Keras' dropout and recurrent_dropout are training-time noise and are not applied
-(the modules compute Keras' `training=False` function).
+ones (`porting` maps a file's strings to them): gates (Keras `recurrent_activation`)
+"sigmoid", "hard_sigmoid_keras2" (Keras 2's `clip(0.2·x + 0.5, 0, 1)`), "hard_sigmoid_keras3"
+(Keras 3's `relu6(x + 3) / 6`); candidate and cell output (`activation`) "tanh", "relu",
+"linear" (SimpleRNN: tanh, relu). Anything else raises NotImplementedError at construction.
+Keras' dropout and recurrent_dropout are training-time noise and are not applied (the modules
+compute Keras' `training=False` function).
 
 `KerasBidirectional(forward, backward, merge_mode)` is Keras' `Bidirectional` around two of them.
 """
@@ -36,7 +37,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import layouts, raw_ops
+from . import ops, raw_ops
 
 __all__ = ["KerasBidirectional", "KerasGRU", "KerasLSTM", "KerasSimpleRNN"]
 
@@ -54,6 +55,18 @@ def _check_choice(name: str, value: str, allowed, cls: str) -> None:
             f"{cls}: {name}={value!r}{known} is not computed by this version's kernels (they "
             f"compute {name} in {{{', '.join(allowed)}}})"
         )
+
+
+GATE_ACTIVATIONS = ("sigmoid", "hard_sigmoid_keras2", "hard_sigmoid_keras3")
+CANDIDATE_ACTIVATIONS = ("tanh", "relu", "linear")
+
+
+def _check_gated(kwargs: dict, cls: str) -> None:
+    """The activations the fused LSTM/GRU kernels compute (`ops.block_lstm_ex`,
+    `ops.keras_gru`)."""
+    _check_choice("recurrent_activation", kwargs.get("recurrent_activation", "sigmoid"),
+                  GATE_ACTIVATIONS, cls)  # fmt: skip
+    _check_choice("activation", kwargs.get("activation", "tanh"), CANDIDATE_ACTIVATIONS, cls)
 
 
 class _KerasRNN(nn.Module):
@@ -240,13 +253,7 @@ class KerasLSTM(_KerasRNN):
     num_states = 2
 
     def __init__(self, units: int, input_size: int, **kwargs) -> None:
-        _check_choice(
-            "recurrent_activation",
-            kwargs.get("recurrent_activation", "sigmoid"),
-            ("sigmoid",),
-            "KerasLSTM",
-        )
-        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasLSTM")
+        _check_gated(kwargs, "KerasLSTM")
         super().__init__(units, input_size, **kwargs)
 
     def reset_parameters(self) -> None:
@@ -257,22 +264,19 @@ class KerasLSTM(_KerasRNN):
 
     def _run(self, x, states, lengths):
         h0, c0 = states
-        U = self.units
         w = torch.cat([self.kernel, self.recurrent_kernel], 0)
-        no_peep = x.new_zeros(U)
-        out = raw_ops.BlockLSTMV2(
-            torch.tensor(x.shape[0], dtype=torch.int64),
-            x,
-            c0,
-            h0,
-            w,
-            no_peep,
-            no_peep,
-            no_peep,
-            self.bias,
-            cell_clip=0.0,
-            use_peephole=False,
-        )
+        if (self.recurrent_activation, self.activation) == ("sigmoid", "tanh"):
+            # Keras' LSTM is BlockLSTMV2 exactly: IFCO, no forget bias, no clip (§8.3).
+            no_peep = x.new_zeros(self.units)
+            out = raw_ops.BlockLSTMV2(
+                torch.tensor(x.shape[0], dtype=torch.int64), x, c0, h0, w, no_peep, no_peep,
+                no_peep, self.bias, cell_clip=0.0, use_peephole=False,
+            )  # fmt: skip
+        else:
+            out = ops.block_lstm_ex(
+                x, c0, h0, w, self.bias, forget_bias=0.0, gate_order="ifco",
+                gate_activation=self.recurrent_activation, activation=self.activation,
+            )  # fmt: skip
         return out.h, [self._final(out.h, h0, lengths), self._final(out.cs, c0, lengths)]
 
 
@@ -285,13 +289,7 @@ class KerasGRU(_KerasRNN):
 
     def __init__(self, units: int, input_size: int, *, reset_after: bool = True, **kwargs) -> None:
         self.reset_after = bool(reset_after)
-        _check_choice(
-            "recurrent_activation",
-            kwargs.get("recurrent_activation", "sigmoid"),
-            ("sigmoid",),
-            "KerasGRU",
-        )
-        _check_choice("activation", kwargs.get("activation", "tanh"), ("tanh",), "KerasGRU")
+        _check_gated(kwargs, "KerasGRU")
         super().__init__(units, input_size, **kwargs)
 
     def _bias_shape(self) -> tuple[int, ...]:
@@ -299,24 +297,12 @@ class KerasGRU(_KerasRNN):
 
     def _run(self, x, states, lengths):
         (h0,) = states
-        if self.reset_after:
-            return _cudnn_core(
-                self,
-                "gru",
-                x,
-                h0,
-                lengths,
-                *layouts.keras_gru_to_canonical(self.kernel, self.recurrent_kernel, self.bias),
-            )
-        w_ru, b_ru, w_c, b_c = layouts.keras_gru_to_block(
-            self.kernel, self.recurrent_kernel, self.bias
-        )
-        h, hs = h0, []
-        for t in range(x.shape[0]):  # TF's GRUBlockCell is a single-step op
-            h = raw_ops.GRUBlockCell(x[t], h, w_ru, w_c, b_ru, b_c).h
-            hs.append(h)
-        seq = torch.stack(hs)
-        return seq, [self._final(seq, h0, lengths)]
+        out = ops.keras_gru(
+            x, h0, self.kernel, self.recurrent_kernel, self.bias if self.use_bias else None,
+            reset_after=self.reset_after, gate_activation=self.recurrent_activation,
+            activation=self.activation,
+        )  # fmt: skip
+        return out.h, [self._final(out.h, h0, lengths)]
 
     def extra_repr(self) -> str:
         return f"{super().extra_repr()}, reset_after={self.reset_after}"

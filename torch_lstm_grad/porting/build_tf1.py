@@ -1,10 +1,10 @@
 """TF1 cell descriptions -> this package's TF1-layout modules (`modules.py`), the TF1 half of
 `builders.py`.
 
-* tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell,
-  tf1.BlockLSTMV2 -> `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict
-  for a whole sequence); BlockLSTMV2's i, f, c, o columns are reordered to i, c, f, o;
-* tf1.LSTMBlockFusedCell (the BlockLSTM op) -> `LSTMBlockFusedCell`;
+* tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell ->
+  `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict for a sequence);
+* tf1.LSTMBlockFusedCell (the BlockLSTM and BlockLSTMV2 ops) -> `LSTMBlockFusedCell`
+  (BlockLSTMV2's weights keep their i, f, c, o order: `gate_order="ifco"`);
 * tf1.GRUCell, tf1.GRUBlockCell -> `GRUBlockCell`;
 * tf1.CudnnLSTM, tf1.CudnnGRU -> `CudnnLSTM`, `CudnnGRU`.
 
@@ -29,7 +29,6 @@ _LSTM_CELLS = {
     "tf1.BasicLSTMCell",
     "tf1.LSTMBlockCell",
     "tf1.CudnnCompatibleLSTMCell",
-    "tf1.BlockLSTMV2",
 }
 _CLASSES = {
     "LSTMBlockCell": modules.LSTMBlockCell,
@@ -38,19 +37,10 @@ _CLASSES = {
     "CudnnLSTM": modules.CudnnLSTM,
     "CudnnGRU": modules.CudnnGRU,
 }
-_CLIP_APPROXIMATION = (
-    "the block kernels' straight-through clip gradient: forward exact, "
-    "gradients differ where the cell state is clipped"
-)
 
 
 def _t(v) -> torch.Tensor:
     return torch.from_numpy(np.array(v, copy=True))
-
-
-def _ifco_to_icfo(t: torch.Tensor) -> torch.Tensor:
-    i, f, c, o = t.chunk(4, dim=-1)
-    return torch.cat([i, c, f, o], dim=-1)
 
 
 def _variants(d: LayerDescription) -> dict:
@@ -61,6 +51,8 @@ def _variants(d: LayerDescription) -> dict:
         kw["activation"] = activation
     if d.value("cell_clip") is not None and d.value("clip_gradient") == "zero":
         kw["clip_gradient"] = "zero"
+    if d.value("gate_order", "icfo") != "icfo":  # BlockLSTMV2's weights, kept as they are
+        kw["gate_order"] = d.value("gate_order")
     if d.value("num_proj") is not None:
         kw["num_proj"] = d.value("num_proj")
         if d.value("proj_clip") is not None:
@@ -70,23 +62,21 @@ def _variants(d: LayerDescription) -> dict:
 
 def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype):
     """The module, or None after a refusal naming the variants it does not take (TypeError:
-    no such argument in this version) or compute (NotImplementedError)."""
+    no such argument in this version) or compute (ValueError: a value outside the kernels'
+    choices; NotImplementedError)."""
     try:
         return cls(**config, **variants, dtype=dtype)
-    except (TypeError, NotImplementedError) as err:
+    except (TypeError, ValueError, NotImplementedError) as err:
         if not variants:
             b.refuse(d.name, "layer", d.kind, str(err))
             return None
-        approx = _CLIP_APPROXIMATION if list(variants) == ["clip_gradient"] else None
         value = next(iter(variants.values())) if len(variants) == 1 else variants
-        if b.refuse(
+        b.refuse(
             d.name,
             ", ".join(variants),
             value,
             f"not computed by this version's {cls.__name__} ({type(err).__name__}: {err})",
-            approx,
-        ):
-            return cls(**config, dtype=dtype)
+        )
         return None
 
 
@@ -95,8 +85,6 @@ def build(b, d: LayerDescription):
     if d.kind in _LSTM_CELLS or d.kind == "tf1.LSTMBlockFusedCell":
         w = d.weights
         kernel, bias = _t(v[w["kernel"]]), _t(v[w["bias"]])
-        if d.value("gate_order") == "ifco":
-            kernel, bias = _ifco_to_icfo(kernel), _ifco_to_icfo(bias)
         peep = bool(d.value("use_peepholes"))
         config = {
             "num_units": d.value("units"),

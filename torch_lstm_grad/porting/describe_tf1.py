@@ -42,7 +42,7 @@ _GRU_V1_LEAVES = {"w_ru", "w_c", "b_ru", "b_c"}
 _TF1_DEFAULTS = {"forget_bias": 1.0, "cell_clip": None, "activation": "tanh", "proj_clip": None}
 _FUSED_CLASS = {
     "BlockLSTM": "LSTMBlockFusedCell",
-    "BlockLSTMV2": "BlockLSTMV2",
+    "BlockLSTMV2": "LSTMBlockFusedCell",
     "LSTMBlockCell": "LSTMBlockCell",
     "GRUBlockCell": "GRUBlockCell",
 }

@@ -51,6 +51,7 @@ _UNARY = {
     "Sin",
     "Exp",
 }  # elementwise ops a cell's activation may be
+_ACCUMULATORS = {"TensorListPushBack", "StackPushV2", "StackPush"}
 _FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
 _FUSED_GRU = {"GRUBlockCell": 2}
 
@@ -149,7 +150,10 @@ class TF1Graph:
         self.nodes, self.tf_version = nodes, tf_version
         self.consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for n in nodes.values():
-            if _is_gradient(n.name):  # the training graph reads the same values: not the cell
+            # The training graph reads the same values (and stores forward values for it: TF 2
+            # pushes them onto TensorLists in a rewritten loop body, TF 1 onto stacks): not the
+            # cell.
+            if _is_gradient(n.name) or n.op in _ACCUMULATORS:
                 continue
             for pos, ref in enumerate(n.inputs):
                 self.consumers.setdefault(self.resolve(ref), []).append((n.name, pos))
