@@ -134,7 +134,7 @@ def test_chars2vec_description(tmp_path, capsys):
     hard_sigmoid gates (printed as the version's default), never the logistic sigmoid."""
     src = porting.read_source(CHARS2VEC)
     assert src.writer.keras_version == "2.2.0" and not src.layers
-    descriptions, _, _ = porting.describe(src)
+    descriptions, _ = porting.describe(src)
     assert [d.name for d in descriptions] == ["lstm_1", "lstm_2"]
     for d in descriptions:
         gate = d.attrs["gate_activation"]

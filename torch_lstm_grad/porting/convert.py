@@ -58,10 +58,11 @@ def read_variables(path, reader: str | None = None) -> dict[str, np.ndarray]:
 
 
 def describe(source: Source, statements: Statements | None = None):
-    """`(descriptions, refusals, used --set keys)` of every recurrent layer of `source`."""
+    """`(descriptions, refusals)` of every recurrent layer of `source` (what the statements
+    supplied is recorded in `statements.used`)."""
     statements = statements or Statements()
     keras_names = {n for w in keras_rnn_scopes(source.variables).values() for n in w.values()}
-    out, refusals, used = [], [], set()
+    out, refusals = [], []
     if keras_names:
         keras_source = source
         if source.writer.family != "keras":  # Keras layers in a TF1/TF2 checkpoint
@@ -80,12 +81,12 @@ def describe(source: Source, statements: Statements | None = None):
                 source.config_origin,
                 mask_layers=source.mask_layers,
             )
-        d, r, u = describe_keras(keras_source, statements)
-        out, refusals, used = out + d, refusals + r, used | u
+        d, r = describe_keras(keras_source, statements)
+        out, refusals = out + d, refusals + r
     if source.writer.family != "keras":
-        d, r, u = describe_tf1(source, statements, exclude=keras_names)
-        out, refusals, used = out + d, refusals + r, used | u
-    return out, refusals, used
+        d, r = describe_tf1(source, statements, exclude=keras_names)
+        out, refusals = out + d, refusals + r
+    return out, refusals
 
 
 def _stderr(line: str) -> None:
@@ -125,8 +126,8 @@ def convert(
         log(f"  {shown} {list(np.shape(value))} {np.asarray(value).dtype}")
     if not source.variables:
         raise ValueError(f"{source.path}: no weight variables found")
-    descriptions, refusals, used = describe(source, statements)
-    unused = statements.unused(used)
+    descriptions, refusals = describe(source, statements)
+    unused = statements.unused()
     if unused:
         raise ValueError(
             f"--set {', '.join(unused)}: not used (no layer of {source.path} takes that key "

@@ -191,25 +191,18 @@ class _Describer:
         self.source, self.statements = source, statements
         self.writer = _Writer(source, statements)
         self.refusals: list[Refusal] = []
-        self.used_settings: set = set()
 
     def refuse(self, layer, attr, value, reason, approximation=None):
         self.refusals.append(Refusal(layer, attr, value, reason, approximation))
 
     # -- one recurrent layer (or one direction of a Bidirectional) -------------------------------
 
-    def _config_value(self, d: LayerDescription, names, config: dict | None, key: str):
+    def _config_value(self, names, config: dict | None, key: str):
         """`(found, value, origin, stored)` of a config key: the config, else `--set`."""
         if config is not None and key in config:
             return True, config[key], self.source.config_origin or "the model config", True
-        found, value = self.statements.lookup(names, key)
-        if found:
-            for n in [*names, None]:
-                if (n, key) in self.statements.settings:
-                    self.used_settings.add((n, key))
-                    break
-            return True, value, "--set", False
-        return False, None, "", False
+        found, value = self.statements.take(names, key)
+        return (True, value, "--set", False) if found else (False, None, "", False)
 
     def describe_rnn(
         self,
@@ -262,7 +255,7 @@ class _Describer:
             bias is not None,
             "a bias variable is present" if bias is not None else "no bias variable",
         )
-        found, use_bias, origin, _ = self._config_value(d, names, config, "use_bias")
+        found, use_bias, origin, _ = self._config_value(names, config, "use_bias")
         if found and bool(use_bias) != (bias is not None):
             self.refuse(
                 name,
@@ -300,7 +293,7 @@ class _Describer:
                     f"(reset_after=False) nor [2, {3 * units}] (reset_after=True)",
                 )
             d.set("reset_after", reset_after, "the bias shape")
-            found, ra, origin, _ = self._config_value(d, names, config, "reset_after")
+            found, ra, origin, _ = self._config_value(names, config, "reset_after")
             if found and bool(ra) != reset_after:
                 self.refuse(
                     name,
@@ -309,7 +302,7 @@ class _Describer:
                     f"{origin} says so, but the bias has shape {list(bias.shape)}",
                 )
         elif cls == "GRU":
-            found, ra, origin, stored = self._config_value(d, names, config, "reset_after")
+            found, ra, origin, stored = self._config_value(names, config, "reset_after")
             if found:
                 d.set("reset_after", bool(ra), origin, stored)
             else:
@@ -330,7 +323,7 @@ class _Describer:
             self._activations(d, names, config, cls)
         # call semantics
         for key in _CALL_KEYS:
-            found, value, origin, stored = self._config_value(d, names, config, key)
+            found, value, origin, stored = self._config_value(names, config, key)
             if key == "go_backwards" and go_backwards_by_structure is not None and not found:
                 d.set(
                     key,
@@ -355,7 +348,7 @@ class _Describer:
                 "Keras <= 2.2 are not reproduced (calls with a mask raise)",
                 stored=False,
             )
-        found, dtype, origin, stored = self._config_value(d, names, config, "dtype")
+        found, dtype, origin, stored = self._config_value(names, config, "dtype")
         policy = _dtype_policy(dtype) if found else str(kernel.dtype)
         d.set("dtype", policy, origin if found else "the weights' dtype", stored or not found)
         if policy not in ("float32", "float64"):
@@ -376,7 +369,7 @@ class _Describer:
         for key, attr in keys:
             if cls == "SimpleRNN" and key == "recurrent_activation":
                 continue
-            found, raw, origin, stored = self._config_value(d, names, config, key)
+            found, raw, origin, stored = self._config_value(names, config, key)
             if found:
                 value = _activation(raw, major)
                 if value is None:
@@ -514,7 +507,7 @@ class _Describer:
             )
             return None
         found, merge, origin, stored = self._config_value(
-            d, [layer], cfg.config if cfg else None, "merge_mode"
+            [layer], cfg.config if cfg else None, "merge_mode"
         )
         d.set(
             "merge_mode",
@@ -583,7 +576,7 @@ class _Describer:
 
 
 def describe_keras(source: Source, statements: Statements):
-    """`(descriptions, refusals, used settings)` of a Keras source's recurrent layers."""
+    """`(descriptions, refusals)` of a Keras source's recurrent layers."""
     describer = _Describer(source, statements)
     out = describer.run()
-    return out, describer.refusals, describer.used_settings
+    return out, describer.refusals

@@ -102,27 +102,17 @@ class _Describer:
             else f"a {source.format} holds no graph of the computation"
         )
         self.refusals: list[Refusal] = []
-        self.used_settings: set = set()
         self.used_names: set[str] = set()
 
     def refuse(self, layer, attr, value, reason, approximation=None):
         self.refusals.append(Refusal(layer, attr, value, reason, approximation))
-
-    def _stated(self, names, key):
-        found, value = self.statements.lookup(names, key)
-        if found:
-            for n in [*names, None]:
-                if (n, key) in self.statements.settings:
-                    self.used_settings.add((n, key))
-                    break
-        return found, value
 
     def _unstored(self, d: LayerDescription, names, keys, why: str) -> None:
         """Attributes the file does not store: `--set`, else `--assume-defaults`, else one
         refusal naming them all."""
         missing = []
         for key in keys:
-            found, value = self._stated(names, key)
+            found, value = self.statements.take(names, key)
             if found:
                 d.set(key, value, "--set", stored=False)
             elif self.statements.assume_defaults:
@@ -189,7 +179,7 @@ class _Describer:
                 "arguments"
             )
             if d.value("cell_clip") is not None:
-                found, rule = self._stated([d.name, scope], "clip_gradient")
+                found, rule = self.statements.take([d.name, scope], "clip_gradient")
                 if found:
                     d.set("clip_gradient", rule, "--set", stored=False)
                 elif d.kind == "tf1.LSTMBlockFusedCell":
@@ -467,7 +457,7 @@ class _Describer:
 
 
 def describe_tf1(source: Source, statements: Statements, exclude: set[str] = frozenset()):
-    """`(descriptions, refusals, used settings)` of a TF1 checkpoint's recurrent cells."""
+    """`(descriptions, refusals)` of a TF1 checkpoint's recurrent cells."""
     describer = _Describer(source, statements, set(exclude))
     out = describer.run()
-    return out, describer.refusals, describer.used_settings
+    return out, describer.refusals

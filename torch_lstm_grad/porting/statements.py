@@ -44,6 +44,7 @@ class Statements:
     settings: dict[tuple[str | None, str], object] = field(default_factory=dict)
     keras_version: str | None = None
     assume_defaults: bool = False
+    used: set = field(default_factory=set)
 
     @classmethod
     def from_args(cls, sets=(), keras_version=None, assume_defaults=False, forget_bias=None):
@@ -55,19 +56,19 @@ class Statements:
             settings.setdefault((None, "forget_bias"), float(forget_bias))
         return cls(settings, keras_version, assume_defaults)
 
-    def lookup(self, layer_names, key: str):
+    def take(self, layer_names, key: str):
         """`(found, value)` for `key` of the layer known by any of `layer_names` (most specific
-        first), else of every layer."""
-        for name in layer_names:
+        first), else of every layer; what is found is recorded as used."""
+        for name in [*layer_names, None]:
             if (name, key) in self.settings:
+                self.used.add((name, key))
                 return True, self.settings[(name, key)]
-        if (None, key) in self.settings:
-            return True, self.settings[(None, key)]
         return False, None
 
-    def unused(self, used: set) -> list[str]:
+    def unused(self) -> list[str]:
+        """The statements no layer took (a typo, or a value the file stores)."""
         return [
             f"{layer + ':' if layer else ''}{key}"
             for (layer, key) in self.settings
-            if (layer, key) not in used
+            if (layer, key) not in self.used
         ]
