@@ -2,20 +2,23 @@
 each in its own venv, the way a user installs it; writes a Markdown report (and the same as
 JSON) to benchmarks/results/.
 
-Per version: a venv with ``pip install torch==V`` (PyPI's CUDA wheels run on a machine without a
-GPU; 2.13.0 is the local CPU wheel here), the test tools (``pytest expecttest``, and with ``--tf``
-TensorFlow 2.21, the test oracle; without it the TF-dependent tests skip), then
+Per version, in a venv with nothing but ``pip install torch==V`` (PyPI's CUDA wheels run on a
+machine without a GPU; 2.13.0 is the local CPU wheel here):
 
 1. ``pip install --no-build-isolation -v -e .`` after deleting that torch's object directory
    (the first build), checking that pip kept the venv's torch;
 2. the same command again: ninja must have nothing to compile;
 3. one source's mtime touched, the command again: exactly that file is recompiled;
-4. ``torch-lstm-grad doctor --json`` (what was built), ``cuobjdump --list-elf`` on the .so with
+4. the test tools: ``pytest expecttest``, and with ``--tf`` TensorFlow 2.21, the test oracle
+   (without it the TF-dependent tests skip);
+5. ``torch-lstm-grad doctor --json`` (what was built), ``cuobjdump --list-elf`` on the .so with
    ``--cuobjdump`` (which GPU architectures it holds);
-5. ``python -m pytest -q``.
+6. ``python -m pytest -q``.
 
-The versions share this source tree, so they run one after the other, and the in-tree .so is the
-last version's afterwards. Not part of the test suite (minutes per version, GBs of wheels).
+``VERSION:cpu`` builds with ``TORCH_LSTM_GRAD_FORCE_CPU=1`` (a CUDA torch whose CUDA major has no
+toolkit here). The versions share this source tree, so they run one after the other, and the
+in-tree .so is the last version's afterwards. Not part of the test suite (minutes per version,
+GBs of wheels).
 
     python benchmarks/torch_versions.py --venvs /tmp/venvs 2.11.0 2.13.0 2.15.0
 """
@@ -58,17 +61,23 @@ def _compiled(output: str) -> list[str]:
     return [m.group(1) for m in re.finditer(r"^\s*\[\d+/\d+\] .* -o (\S+)", output, re.M)]
 
 
-def _build(venv: str, prefix: list[str], log) -> dict:
+def _build(venv: str, prefix: list[str], env: dict, log) -> dict:
     pip = [os.path.join(venv, "bin", "python"), "-m", *BUILD]
-    rc, out, seconds = _sh(prefix + pip, log, check=False)
+    rc, out, seconds = _sh(prefix + pip, log, env=env, check=False)
     note = None
     if rc != 0 and "pip install wheel" in out:
         # setup.py's message for setuptools < 70.1 without the wheel package: do what it says.
         note = "setup.py asked for the wheel package (setuptools < 70.1): installed, rerun"
         _sh([os.path.join(venv, "bin", "python"), "-m", "pip", "install", "wheel"], log)
-        rc, out, seconds = _sh(prefix + pip, log, check=False)
+        rc, out, seconds = _sh(prefix + pip, log, env=env, check=False)
     if rc != 0:
-        raise RuntimeError(f"build failed; see {log.name}")
+        # setup.py's own message when it stopped the build, else the end of pip's output.
+        start = out.find("torch_lstm_grad: ")
+        message = out[start:].split("[end of output]")[0] if start >= 0 else out[-1500:]
+        raise RuntimeError(
+            "the build stopped:\n"
+            + "\n".join(line.strip() for line in message.strip().splitlines())
+        )
     compiled = _compiled(out)
     return {
         "seconds": round(seconds, 1),
@@ -83,28 +92,32 @@ def _torch_version(python: str, log) -> str:
     return _sh([python, "-c", code], log)[1].split()
 
 
-def run_version(version: str, args, log) -> dict:
+def run_version(spec: str, args, log) -> dict:
+    version, _, config = spec.partition(":")
+    env = {**os.environ, "TORCH_LSTM_GRAD_FORCE_CPU": "1"} if config == "cpu" else None
     venv = os.path.join(args.venvs, f"torch-{version}")
     python = os.path.join(venv, "bin", "python")
-    result: dict = {"requested": version, "venv": venv}
-    if args.fresh and os.path.isdir(venv):
+    result: dict = {"requested": spec, "venv": venv}
+    if args.fresh and os.path.isdir(venv) and venv not in args.created:
         shutil.rmtree(venv)
+    args.created.add(venv)  # 2.10.0 and 2.10.0:cpu share one venv
     if not os.path.isdir(venv):
         _sh([sys.executable, "-m", "venv", venv], log)
         _sh([python, "-m", "pip", "install", f"torch=={version}"], log)
-    # The [test] extra's tools, installed first so that the builds are timed alone.
-    tools = ["pytest", "expecttest"] + (["tensorflow-cpu==2.21.*"] if args.tf else [])
-    _sh([python, "-m", "pip", "install", *tools], log)
     torch_before, tag = _torch_version(python, log)
     for stale in glob.glob(os.path.join(ROOT, "build", f"{tag}-torch{torch_before}-*")):
         shutil.rmtree(stale)
     prefix = shlex.split(args.build_wrapper)
-    result["first_build"] = _build(venv, prefix, log)
+    result["first_build"] = _build(venv, prefix, env, log)
     result["torch"] = _torch_version(python, log)[0]
     result["pip_kept_torch"] = result["torch"] == torch_before
-    result["second_build"] = _build(venv, prefix, log)
+    result["second_build"] = _build(venv, prefix, env, log)
     os.utime(os.path.join(ROOT, TOUCHED))
-    result["after_touching"] = {"file": TOUCHED, **_build(venv, prefix, log)}
+    result["after_touching"] = {"file": TOUCHED, **_build(venv, prefix, env, log)}
+    # The test tools only now, so that the builds ran in a venv with nothing but torch.
+    tools = ["pytest", "expecttest"] + (["tensorflow-cpu==2.21.*"] if args.tf else [])
+    _sh([python, "-m", "pip", "install", *tools], log)
+    result["pip_kept_torch"] &= _torch_version(python, log)[0] == torch_before
     doctor = _sh([os.path.join(venv, "bin", "torch-lstm-grad"), "doctor", "--json"], log)[1]
     report = json.loads(doctor[doctor.index("{") :])
     built = report["extension"]["built"]
@@ -136,7 +149,8 @@ def _markdown(results: list[dict], meta: dict) -> str:
         "",
         f"`{meta['command']}` on {meta['machine']}; Python {meta['python']}, "
         f"{meta['compiler']}, nvcc on PATH: {meta['nvcc']}. No GPU: CUDA kernels are compiled "
-        "and loaded (the ops register), never run.",
+        "and loaded (the ops register), never run. Every command's output: "
+        f"`build/{meta['log']}` (not committed).",
         "",
         "| torch | pip kept it | compiled | first build | second build | after touching one file "
         "| tests |",
@@ -144,11 +158,13 @@ def _markdown(results: list[dict], meta: dict) -> str:
     ]
     for r in results:
         if "error" in r:
-            lines.append(f"| {r['requested']} | | | error: {r['error']} | | | |")
+            lines.append(f"| {r['requested']} | | | {r['error'].splitlines()[0]} (below) | | | |")
             continue
         d, b1, b2, b3 = r["doctor"], r["first_build"], r["second_build"], r["after_touching"]
         no_work = " (ninja: no work to do)" if b2["ninja_no_work"] else ""
         what = f"CPU + CUDA, archs {d['archs']}" if d["with_cuda"] else "CPU only"
+        if r["requested"].endswith(":cpu"):
+            what += " (`TORCH_LSTM_GRAD_FORCE_CPU=1`)"
         if r.get("cuobjdump"):
             what += " (cuobjdump: " + ", ".join(f"{a} {k}" for a, k in r["cuobjdump"]) + ")"
         lines.append(
@@ -165,12 +181,20 @@ def _markdown(results: list[dict], meta: dict) -> str:
     ]
     if notes:
         lines += ["", "Notes:", *notes]
+    for r in results:
+        if "error" in r:
+            lines += ["", f"torch {r['requested']}:", "", "```", r["error"], "```"]
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("versions", nargs="*", default=["2.11.0", "2.13.0", "2.15.0"])
+    parser.add_argument(
+        "versions",
+        nargs="*",
+        default=["2.11.0", "2.13.0", "2.15.0"],
+        help="torch versions; VERSION:cpu builds with TORCH_LSTM_GRAD_FORCE_CPU=1",
+    )
     parser.add_argument("--venvs", default=os.path.join(ROOT, "build", "torch-venvs"))
     parser.add_argument("--fresh", action="store_true", help="recreate existing venvs")
     parser.add_argument("--tf", action="store_true", help="also install TensorFlow (test oracle)")
@@ -182,10 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         "--out", help="report path (default benchmarks/results/torch-versions-DATE.md)"
     )
     args = parser.parse_args(argv)
+    args.created = set()
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(ROOT, "benchmarks", "results", f"torch-versions-{date}.md")
     os.makedirs(args.venvs, exist_ok=True)
-    log_path = os.path.splitext(out)[0] + ".log"
+    # Every command's full output (pip -v, ninja, pytest): megabytes, kept out of git in build/.
+    log_path = os.path.join(ROOT, "build", os.path.basename(os.path.splitext(out)[0]) + ".log")
+    os.makedirs(os.path.dirname(log_path), exist_ok=True)
     results = []
     with open(log_path, "w") as log:
         for version in args.versions:
@@ -198,6 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         nvcc = shutil.which("nvcc")
         meta = {
             "date": date,
+            "log": os.path.basename(log_path),
             "command": "python benchmarks/torch_versions.py " + shlex.join(sys.argv[1:]),
             "machine": f"{os.cpu_count()} CPUs",
             "python": sys.version.split()[0],
