@@ -89,7 +89,7 @@ def _build(venv: str, prefix: list[str], env: dict, log) -> dict:
 
 def _torch_version(python: str, log) -> str:
     code = "import torch, sys; print(torch.__version__, sys.implementation.cache_tag)"
-    return _sh([python, "-c", code], log)[1].split()
+    return _sh([python, "-c", code], log)[1].strip().splitlines()[-1].split()  # after warnings
 
 
 def run_version(spec: str, args, log) -> dict:
