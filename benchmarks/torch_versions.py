@@ -143,6 +143,15 @@ def run_version(spec: str, args, log) -> dict:
     return result
 
 
+def _condense(error: str) -> str:
+    """setup.py's message without pip's epilogue, or a compile failure's compiler errors."""
+    lines = error.split("error: subprocess-exited-with-error")[0].strip().splitlines()
+    compiler = [line for line in lines if re.search(r":\d+:\d+: error: ", line)]
+    if compiler:
+        lines = lines[:2] + ["..."] + list(dict.fromkeys(compiler))
+    return "\n".join(lines)
+
+
 def _markdown(results: list[dict], meta: dict) -> str:
     lines = [
         f"# torch versions: build and test, {meta['date']}",
@@ -183,7 +192,7 @@ def _markdown(results: list[dict], meta: dict) -> str:
         lines += ["", "Notes:", *notes]
     for r in results:
         if "error" in r:
-            lines += ["", f"torch {r['requested']}:", "", "```", r["error"], "```"]
+            lines += ["", f"torch {r['requested']}:", "", "```", _condense(r["error"]), "```"]
     return "\n".join(lines) + "\n"
 
 
@@ -205,8 +214,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--out", help="report path (default benchmarks/results/torch-versions-DATE.md)"
     )
+    parser.add_argument("--render", metavar="JSON", help="only rewrite the report of a JSON")
     args = parser.parse_args(argv)
     args.created = set()
+    if args.render:
+        with open(args.render) as f:
+            data = json.load(f)
+        with open(os.path.splitext(args.render)[0] + ".md", "w") as f:
+            f.write(_markdown(data["results"], data["meta"]))
+        return 0
     date = datetime.date.today().isoformat()
     out = args.out or os.path.join(ROOT, "benchmarks", "results", f"torch-versions-{date}.md")
     os.makedirs(args.venvs, exist_ok=True)
