@@ -71,7 +71,6 @@ def real_nvcc(nvcc: str) -> str:
     """The nvcc binary behind ``nvcc``, through symlinks and wrapper scripts: nvcc's dry run
     prints the directory of the real driver (``_HERE_``) whatever started it."""
     out = _run([nvcc, "--dryrun", "-c", "-x", "cu", os.devnull, "-o", os.devnull]) or ""
-    out += _run([nvcc, "--dryrun", "--version"]) or ""
     match = re.search(r"^#\$ _HERE_=(.+)$", out, re.MULTILINE)
     if match:
         candidate = os.path.join(match.group(1).strip(), os.path.basename(nvcc))
