@@ -1,7 +1,16 @@
+import contextlib
+
 import pytest
 import torch
 
 import torch_lstm_grad
+
+# TensorFlow 2.21 and triton 3.9 (torch 2.15's) each carry LLVM: importing triton after
+# TensorFlow aborts the process ("LLVM ERROR: inconsistency in registered CommandLine options"),
+# the other order works. torch imports triton when a test first traces or compiles, by which
+# time the TF-oracle tests have imported TensorFlow; so triton is imported here, first.
+with contextlib.suppress(ImportError):
+    import triton  # noqa: F401
 
 CUDA_OK = torch.cuda.is_available() and torch_lstm_grad.built_with_cuda()
 _CUDA_SKIP = (

@@ -8,15 +8,11 @@ checkpoint readers (`load`). See README.md.
 
 import torch
 
-try:
-    from . import _C  # noqa: F401  (loading the .so registers the ops; it links libtorch)
-except ImportError as err:  # pragma: no cover - exercised only on a broken install
-    raise ImportError(
-        "torch_lstm_grad's compiled extension (torch_lstm_grad._C) is missing or was built "
-        "against another torch. Build it against the installed torch with\n"
-        "    pip install --no-build-isolation -e .\n"
-        f"(original error: {err})"
-    ) from err
+from . import _extension
+
+# Loads torch_lstm_grad._C, whose static initialisers register the ops; a .so built against
+# another torch raises ImportError saying to rebuild (_extension.py).
+_extension.load()
 
 # Order matters: the ops must be registered (above) before their fakes and autograd.
 from . import _registrations  # noqa: E402, F401, I001

@@ -9,6 +9,8 @@ Subcommands:
   (``_bench.py``; also ``benchmarks/bench_block_lstm.py``).
 * ``convert``: TF checkpoint / Keras file to a PyTorch file that ``porting.load`` reads
   (``porting/``): exact ports or exit 2 naming what cannot be reproduced.
+* ``doctor``: torch / CUDA / cuDNN / compiler versions, what the extension was built as, and
+  whether it matches the running torch (``doctor.py``).
 """
 
 from __future__ import annotations
@@ -217,6 +219,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="shorthand for --set forget_bias=F (TF1 LSTM cells: not stored in checkpoints)",
     )
     convert.set_defaults(func=_convert)
+
+    from . import doctor
+
+    diagnose = sub.add_parser(
+        "doctor",
+        help="versions, what was built, and whether it matches the installed torch",
+        description=doctor.__doc__.split("\n\n")[0],
+    )
+    doctor.add_arguments(diagnose)
+    diagnose.set_defaults(func=doctor.run)
     return parser
 
 

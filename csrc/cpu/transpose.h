@@ -36,6 +36,11 @@ inline void transpose_scalar(const T* src, int64_t lds, T* dst, int64_t ldd, int
 }
 
 #if defined(TLG_HAVE_AVX512_TRANSPOSE)
+// GCC 12's unmasked AVX-512 shuffles pass _mm512_undefined_ps(), which it defines as a
+// self-initialised variable, and -Wall then reports "'__Y' is used uninitialized" once per
+// shuffle inlined here (GCC bug 105593, fixed in GCC 13). Nothing is read uninitialised.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 // One 16 x 16 float tile: dst rows j = 0..15 get src columns j. Unpacking pairs of rows (32, then
 // 64 bits) leaves, in 128-bit lane l of vector 4g + c, column 4l + c of rows 4g..4g+3; two rounds
 // of 128-bit lane shuffles then gather the four row groups of each column.
@@ -85,6 +90,7 @@ __attribute__((target("avx512f"))) inline void transpose_rows_avx512(const float
   }
   transpose_scalar(src, lds, dst, ldd, m16, m, j0, j1);
 }
+#pragma GCC diagnostic pop
 #endif
 
 inline bool avx512_transpose_available() {
