@@ -1774,8 +1774,26 @@ def _cases(op: str) -> list[Case]:
         "3-D tensor [T, B, input_size]", "got shape [3, 3]")  # fmt: skip
     add("input_int", _set(input=lambda: r(BT, BB, BI).int()), TypeError, "input",
         "float16, bfloat16, float32 or float64", "got Int")  # fmt: skip
-    add("dropout_one", _set(dropout=1.0), ValueError, "dropout", "[0, 1)", "got 1")
-    add("dropout_negative", _set(dropout=-0.1), ValueError, "dropout", "[0, 1)", "got -0.1")
+    add("dropout_above_one", _set(dropout=1.5), ValueError, "dropout", "[0, 1]", "got 1.5")
+    add("dropout_negative", _set(dropout=-0.1), ValueError, "dropout", "[0, 1]", "got -0.1")
+    add("dropout_nan", _set(dropout=float("nan")), ValueError, "dropout", "[0, 1]", "got nan")
+    add("seq_lengths_uint64_above_int64",
+        _set(sequence_lengths=lambda: torch.tensor([3, 2**64 - 1], dtype=torch.uint64)),
+        ValueError, "sequence_lengths", "[0, T] = [0, 3]", f"got {2**64 - 1} at index 1",
+        vd=True)  # fmt: skip
+    # Absurd sizes (zero-size tensors: B = 0 holds nothing): shape arithmetic in checked int64.
+    # H = 2^31: G * H * input_size = 2^33 * 2^31 wrapped to 0 and a wrong params size passed.
+    H31 = 2**31
+    add("params_size_overflow",
+        _set(input=lambda: torch.empty(BT, 0, H31), input_h=lambda: torch.empty(2, 0, H31),
+             input_c=lambda: torch.empty(2, 0, H31), params=lambda: torch.empty(0),
+             sequence_lengths=lambda: torch.empty(0, dtype=I32)),
+        ValueError, "params", f"G * H * input_size = {4 * H31} * {H31} overflows int64")  # fmt: skip
+    add("output_width_overflow",
+        _set(input=lambda: torch.empty(BT, 0, 1), input_h=lambda: torch.empty(2, 0, 2**62),
+             input_c=lambda: torch.empty(2, 0, 2**62), params=lambda: torch.empty(0),
+             sequence_lengths=lambda: torch.empty(0, dtype=I32)),
+        ValueError, "input_h", f"D * num_units = 2 * {2**62} overflows int64")  # fmt: skip
     if op == "CudnnRNNBackpropV3":
         out_shape = "[T, B, D * num_units] = [3, 2, 8]"
         for n in ("output", "output_backprop"):
@@ -1799,9 +1817,25 @@ def _cases(op: str) -> list[Case]:
         )
         add("reserve_space_inference", _set(reserve_space=lambda: torch.zeros(())), ValueError,
             "reserve_space", "is_training=True", "got shape []", vd=True)  # fmt: skip
-        # A dropout-free reserve fed to a Backprop with dropout (L = 2: masks expected).
+        # The reserve carries its forward's configuration and lengths (SPEC §2): a Backprop
+        # with other ones raises (TF computes with the reserve it is given).
         add("reserve_space_without_masks", _set(dropout=0.5), ValueError, "reserve_space",
-            "expected the reserve_space", "got", vd=True, args=dict(L=2))  # fmt: skip
+            "made by a forward with dropout = 0", "this call has dropout = 0.5", vd=True,
+            args=dict(L=2))  # fmt: skip
+        add("reserve_space_other_lengths",
+            _set(sequence_lengths=lambda: torch.tensor([3, 2], dtype=I32)), ValueError,
+            "sequence_lengths", "the forward that made reserve_space ran sequence_lengths [3, 1]",
+            "this call has [3, 2] (they differ at index 1)", vd=True)  # fmt: skip
+        # rnn_tanh and rnn_relu have the same params size: only the reserve tells.
+        add("reserve_space_other_mode", _set(rnn_mode="rnn_relu"), ValueError, "reserve_space",
+            "made by a forward with another rnn_mode", vd=True, mode="rnn_tanh")  # fmt: skip
+        add("reserve_space_other_input_mode",
+            _set(input_mode="skip_input", input=lambda: r(BT, BB, BH),
+                 params=lambda: r(params_size(Cfg("lstm", 1, 2, I=BH, H=BH), "skip_input"))),
+            ValueError, "reserve_space", "another input_mode (skip_input) (0), this call has 1",
+            vd=True)  # fmt: skip
+        add("reserve_space_not_a_reserve", _set(reserve_space=lambda: torch.zeros(1000)),
+            ValueError, "reserve_space", "not made by one", vd=True)  # fmt: skip
     return out
 
 

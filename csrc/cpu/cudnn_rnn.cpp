@@ -8,9 +8,11 @@
 // (an index_select, the same one undoes it). Finished rows keep their state and emit zeros, so a
 // zero-length row's final state is its initial state and its gradient flows there (SPEC §2).
 //
-// reserve_space (opaque, CPU-specific) holds, per pseudo-layer, the post-activation gates, the
-// cell states, GRU's R_h·h + bR_h or the pre-projection h, and the direction's outputs, plus the
-// dropout masks; all in the compute type (float for half/bf16), reinterpreted as dtype T.
+// reserve_space (opaque, CPU-specific) starts with the call's signature (cudnn_rnn_config.h:
+// model, shapes, dropout, lengths, which the backward checks), then holds, per pseudo-layer, the
+// post-activation gates, the cell states, GRU's R_h·h + bR_h or the pre-projection h, and the
+// direction's outputs, plus the dropout masks; all in the compute type (float for half/bf16),
+// reinterpreted as dtype T.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
@@ -102,19 +104,30 @@ struct DirState {
 };
 
 struct Reserve {
-  at::Tensor buffer;  // 1-D, compute type
+  at::Tensor buffer;  // 1-D, compute type: the signature's words, then the views below
   std::vector<DirState> dirs;
   std::vector<at::Tensor> masks;  // per layer: [T, B, D·P] scaled keep-masks (layer 0: undefined)
 };
 
 bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
 
-// Carves the reserve out of `buffer`, or allocates it when `buffer` is undefined.
+// Carves the reserve out of `buffer` (after the signature), or allocates it when `buffer` is
+// undefined. Sizes in checked arithmetic: absurd shapes raise instead of wrapping (the params
+// check bounds G·H and P; T·B·width can still overflow).
 Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
                      const at::TensorOptions& opts) {
   const int64_t T = c.T, B = c.B;
-  const int64_t per_dir = T * B * (c.G * c.H + (c.lstm() ? c.H : 0) + (has_extra(c) ? c.H : 0) + c.P);
-  const int64_t total = c.L * c.D * per_dir + (with_masks ? (c.L - 1) * T * B * c.D * c.P : 0);
+  const int64_t width = c.G * c.H + (c.lstm() ? c.H : 0) + (has_extra(c) ? c.H : 0) + c.P;
+  const char* what = "T * B * (the reserve's floats per row and step)";
+  const int64_t per_dir = checked_mul(T * B, width, "input", what);
+  const int64_t masks =
+      with_masks ? checked_mul(checked_mul(T * B, c.L - 1, "input", what), c.D * c.P, "input", what)
+                 : 0;
+  const int64_t header =
+      reserve_signature_bytes(B, 8) / static_cast<int64_t>(opts.dtype().itemsize());
+  const int64_t total = checked_add(
+      checked_add(checked_mul(c.L * c.D, per_dir, "input", what), masks, "input", what), header,
+      "input", what);
   if (!buffer.defined()) {
     buffer = at::empty({total}, opts);
   } else {
@@ -123,7 +136,7 @@ Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
                       "shapes (", total, " elements of its compute type), got ", buffer.numel());
   }
   Reserve r{buffer, {}, {}};
-  int64_t off = 0;
+  int64_t off = header;
   auto take = [&](int64_t width) {
     at::Tensor v = buffer.narrow(0, off, T * B * width).view({T, B, width});
     off += T * B * width;
@@ -563,6 +576,10 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
   const auto weights = weight_views(c, params.to(acc));
   const bool with_masks = is_training && dropout > 0 && c.L > 1;
   Reserve r = make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc));
+  if (is_training) {
+    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
+    std::memcpy(r.buffer.data_ptr(), sig.data(), sig.size() * sizeof(int64_t));
+  }
   at::Tensor h_all = to_internal_state(input_h, c, s, acc);
   at::Tensor c_all = c.lstm() ? to_internal_state(input_c, c, s, acc) : at::Tensor();
   at::Tensor x = to_internal_seq(input, c, s, acc).view({c.T * c.B, c.I});
@@ -570,7 +587,11 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
     if (l > 0) {
       if (with_masks) {
         at::Tensor m = r.masks[l];
-        m.bernoulli_(1 - dropout, dropout_generator(seed, seed2)).div_(1 - dropout);
+        if (dropout >= 1) {
+          m.zero_();  // TF accepts 1: every input dropped, zeros (not 0 · 1/0)
+        } else {
+          m.bernoulli_(1 - dropout, dropout_generator(seed, seed2)).div_(1 - dropout);
+        }
       }
       x = layer_input(c, s, r, l);
     }
@@ -600,6 +621,13 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
                         (reserve_space.numel() * reserve_space.element_size()) % sizeof(acc_t) == 0,
                     "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
                     "is_training=True, got shape ", shape_str(reserve_space.sizes()));
+  {  // the forward's signature, read through memcpy (a reserve view need not be 8-aligned)
+    const int64_t n_words = std::min<int64_t>(
+        reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
+    std::vector<int64_t> stored(n_words);
+    std::memcpy(stored.data(), reserve_space.const_data_ptr(), n_words * sizeof(int64_t));
+    check_reserve_signature(stored.data(), n_words, c, lengths, dropout);
+  }
   const Schedule s = make_schedule(lengths, c.T);
   const at::Tensor params_acc = params.to(acc);
   const auto weights = weight_views(c, params_acc);
