@@ -13,6 +13,10 @@
 // post-activation gates, the cell states, GRU's R_h·h + bR_h or the pre-projection h, and the
 // direction's outputs, plus the dropout masks; all in the compute type (float for half/bf16),
 // reinterpreted as dtype T.
+//
+// The products of the backward whose K is a long sum (the weight gradients over T·B rows, dx and
+// dh over the G·H gate columns) add it pairwise where they are small enough (pairwise_gemm.h):
+// on TF's test shapes as accurate as TF's step-by-step composite, or more.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
@@ -25,6 +29,7 @@
 #include "../cudnn_rnn_config.h"
 #include "activations.h"
 #include "gemm.h"
+#include "pairwise_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -379,6 +384,12 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
 // dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Writes this
 // pseudo-layer's regions of dparams and returns the layer-input gradient [T·B, in], a new tensor.
 
+// The per-step products dh = dpre · R the backward sums pairwise (pairwise_gemm.h): up to 2^21
+// multiply-adds (TF's test shapes; the benchmark's are 8-64x larger and keep one call per step,
+// whose time the loop cannot spare), in chunks of 32 rows.
+constexpr int64_t kMaxPairwiseStepMacs = int64_t{1} << 21;
+constexpr int64_t kStepChunk = 32;
+
 template <typename acc_t>
 at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
                               const LayerWeights& w, const at::Tensor& h0, const at::Tensor& c0,
@@ -393,6 +404,9 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R, B, T, /*allow_blocks=*/true);
+  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding came out
+  // 3-5 ulps against TF's 1 on TF's "medium" LSTM case (B = 8, G·H = 512).
+  const bool pairwise_steps = B * GH * P <= kMaxPairwiseStepMacs;
   // Steps sliced by pointer arithmetic, as in forward_direction.
   const acc_t* const acts_p = r.acts.const_data_ptr<acc_t>();
   const acc_t* const cells_p = c.lstm() ? r.cells.const_data_ptr<acc_t>() : nullptr;
@@ -459,13 +473,16 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     at::Tensor dh_n = n == B ? dh : dh.narrow(0, 0, n);
     if (c.mode == RNNMode::kGRU) {
       recurrent(dh_n, d_rec[t].narrow(0, 0, n), /*accumulate=*/true);
+    } else if (pairwise_steps) {
+      cpu::pairwise_sum_gemm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R, kStepChunk);
     } else {
       recurrent(dh_n, d_pre[t].narrow(0, 0, n), /*accumulate=*/false);
     }
   }
   const at::Tensor dp2 = d_pre.view({T * B, GH});
   const at::Tensor dr2 = d_rec.view({T * B, GH});
-  const at::Tensor dX = w.W.defined() ? cpu::matmul(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
+  const at::Tensor dX =
+      w.W.defined() ? cpu::pairwise_sum_gemm(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
   // dWᵀ = Xᵀ·dpre and dRᵀ = h_beforeᵀ·drec, on the inputs transposed into contiguous rows
   // [in + P, T·B] (a transposed view as the left operand costs oneDNN a one-thread copy), in one
   // product where drec is dpre (LSTM, RNN); the results transposed into the params' [GH, ·].
@@ -483,11 +500,11 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     cpu::transpose_into(rest, r.hseq.narrow(0, 0, T - 1).view({(T - 1) * B, P}));
   }
   const bool shared = c.mode != RNNMode::kGRU;
-  const at::Tensor prod = cpu::matmul(shared ? xh_t : h_t, dr2);  // [in + P or P, GH]
+  const at::Tensor prod = cpu::pairwise_sum_gemm(shared ? xh_t : h_t, dr2);  // [in + P or P, GH]
   cpu::transpose_into(g.R, prod.narrow(0, shared ? in : 0, P));
   if (in > 0) {
     cpu::transpose_into(g.W, shared ? prod.narrow(0, 0, in)
-                                    : cpu::matmul(xh_t.narrow(0, 0, in), dp2));
+                                    : cpu::pairwise_sum_gemm(xh_t.narrow(0, 0, in), dp2));
   }
   at::sum_out(g.bW, dp2, 0);
   if (shared) {
@@ -495,7 +512,9 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   } else {
     at::sum_out(g.bR, dr2, 0);
   }
-  if (c.proj()) cpu::matmul_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  if (c.proj()) {
+    cpu::pairwise_sum_gemm_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  }
   return dX;
 }
 
