@@ -295,6 +295,12 @@ TLG_CPU_MULTIVERSION void rnn_backward_row(int64_t H, const acc_t* __restrict a,
   }
 }
 
+// The per-step products summed pairwise (pairwise_gemm.h): the backward's dh = dpre · R and the
+// forward's projection, up to 2^21 multiply-adds (TF's test shapes; the benchmark's are 8-64x
+// larger and keep one call per step, whose time the loop cannot spare), in chunks of 32 rows.
+constexpr int64_t kMaxPairwiseStepMacs = int64_t{1} << 21;
+constexpr int64_t kStepChunk = 32;
+
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in].
@@ -314,6 +320,9 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   const at::Tensor pre = x_products.view({T, B, GH});
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
+  // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
+  // error on TF's "medium" projection case (B = 8, H = 128).
+  const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
   // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
   // the products' operands.
   const acc_t* bp = bias.const_data_ptr<acc_t>();
@@ -366,7 +375,11 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       });
       if (c.proj()) {
         at::Tensor hs_n = r.hseq[t].narrow(0, 0, n);
-        at::mm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t());
+        if (pairwise_projection) {  // as dh = dpre · R in the backward
+          cpu::pairwise_sum_gemm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t(), kStepChunk);
+        } else {
+          at::mm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t());
+        }
         h.narrow(0, 0, n).copy_(hs_n);
       }
     }
@@ -383,12 +396,6 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
 // One direction of one layer, backward. dY [T, B, P]: gradient reaching this direction's outputs;
 // dh [B, P] / dc [B, H]: gradient of the final state in, of the initial state out. Writes this
 // pseudo-layer's regions of dparams and returns the layer-input gradient [T·B, in], a new tensor.
-
-// The per-step products dh = dpre · R the backward sums pairwise (pairwise_gemm.h): up to 2^21
-// multiply-adds (TF's test shapes; the benchmark's are 8-64x larger and keep one call per step,
-// whose time the loop cannot spare), in chunks of 32 rows.
-constexpr int64_t kMaxPairwiseStepMacs = int64_t{1} << 21;
-constexpr int64_t kStepChunk = 32;
 
 template <typename acc_t>
 at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
@@ -506,11 +513,11 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     cpu::transpose_into(g.W, shared ? prod.narrow(0, 0, in)
                                     : cpu::pairwise_sum_gemm(xh_t.narrow(0, 0, in), dp2));
   }
-  at::sum_out(g.bW, dp2, 0);
+  cpu::pairwise_column_sum_out(g.bW, dp2);
   if (shared) {
     g.bR.copy_(g.bW);
   } else {
-    at::sum_out(g.bR, dr2, 0);
+    cpu::pairwise_column_sum_out(g.bR, dr2);
   }
   if (c.proj()) {
     cpu::pairwise_sum_gemm_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
