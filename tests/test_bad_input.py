@@ -419,8 +419,11 @@ OVERFLOW_CASES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize(("op", "make", "name", "message"), OVERFLOW_CASES,
-                         ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(OVERFLOW_CASES)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("op", "make", "name", "message"),
+    OVERFLOW_CASES,
+    ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(OVERFLOW_CASES)],
+)
 def test_overflowing_sizes_raise_value_error(op, make, name, message):
     args = make()
     with pytest.raises(ValueError) as info:

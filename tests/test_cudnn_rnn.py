@@ -1788,7 +1788,8 @@ def _cases(op: str) -> list[Case]:
         _set(input=lambda: torch.empty(BT, 0, H31), input_h=lambda: torch.empty(2, 0, H31),
              input_c=lambda: torch.empty(2, 0, H31), params=lambda: torch.empty(0),
              sequence_lengths=lambda: torch.empty(0, dtype=I32)),
-        ValueError, "params", f"G * H * input_size = {4 * H31} * {H31} overflows int64")  # fmt: skip
+        ValueError, "params",
+        f"G * H * input_size = {4 * H31} * {H31} overflows int64")  # fmt: skip
     add("output_width_overflow",
         _set(input=lambda: torch.empty(BT, 0, 1), input_h=lambda: torch.empty(2, 0, 2**62),
              input_c=lambda: torch.empty(2, 0, 2**62), params=lambda: torch.empty(0),
