@@ -1,6 +1,9 @@
 import pytest
 import torch
 
+# TORCH_LSTM_GRAD_REQUIRE_TF=1 (set by .ci/run): TF-dependent skips fail (tests/tf_required.py).
+from tf_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+
 import torch_lstm_grad
 
 CUDA_OK = torch.cuda.is_available() and torch_lstm_grad.built_with_cuda()

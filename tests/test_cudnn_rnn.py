@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torch_lstm_grad
 from torch_lstm_grad import raw_ops
+from torch_lstm_grad._cudnn import params_layout
 
 ops = torch.ops.torch_lstm_grad
 F32, F64 = torch.float32, torch.float64
@@ -667,7 +668,10 @@ def _cfg_id(c: Cfg) -> str:
 
 @pytest.mark.parametrize("time_major", [True, False], ids=["tm", "bm"])
 @pytest.mark.parametrize("c", BACKPROP_CFGS, ids=_cfg_id)
-def test_backprop_v3_raw_op_equals_autograd(c, time_major, device):
+def test_wiring_backprop_v3_raw_op_equals_autograd(c, time_major, device):
+    """Wiring, not parity: the raw Backprop op called by hand gives what autograd gets from the
+    same kernel (ours against ours; the numbers are checked against torch.nn and TF's composite
+    in test_vs_torch_nn and test_tf_ported_cudnn_rnn.py)."""
     x, h0, c0, params = (t.to(device) for t in _fwd_inputs(c))
     seq = torch.tensor([4, 1, 3], dtype=I32)
     if not time_major:
@@ -698,8 +702,9 @@ def test_backprop_v3_raw_op_equals_autograd(c, time_major, device):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_v1_v2_equal_v3_with_full_lengths(mode):
-    """CudnnRNN / CudnnRNNV2 (and their Backprops) are V3 with every length = T (SPEC §2)."""
+def test_wiring_v1_v2_equal_v3_with_full_lengths(mode):
+    """Wiring: CudnnRNN / CudnnRNNV2 (and their Backprops) are V3 with every length = T
+    (SPEC §2), ours against ours."""
     c = Cfg(mode=mode, L=2, D=2, I=3, H=3, T=4, B=3)
     x, h0, c0, params = _fwd_inputs(c)
     ups = upstream(c)
@@ -1160,6 +1165,29 @@ def test_dropout_changes_outputs_between_layers_only():
     assert (drop.output_h[2:] - plain.output_h[2:]).abs().max() > 1e-3
     # The masked reserve is larger (it stores the masks).
     assert drop.reserve_space.numel() > plain.reserve_space.numel()
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_dropout_one_drops_everything_between_layers(mode):
+    """dropout = 1 (TF accepts [0, 1]): in training every input of the layers above the first is
+    zero, so the top layer's outputs are what a zero input gives, and nothing of x reaches
+    them; outputs and gradients finite (no 0 * 1/0)."""
+    c = Cfg(mode, L=2, D=1, I=3, H=4, T=4, B=3)
+    x, h0, c0, params = (t.requires_grad_() for t in _fwd_inputs(c))
+    out = raw_ops.CudnnRNNV3(x, h0, c0, params, None, dropout=1.0, **c.attrs())
+    # Reference: the same model with layer 1's input matrices zeroed and no dropout.
+    layout = params_layout(mode, "linear_input", "unidirectional", 2, c.H, c.I)
+    p0 = params.detach().clone()
+    upper = layout.layers[1]
+    p0[upper.w: upper.w + c.G * c.H * upper.in_size] = 0
+    want = raw_ops.CudnnRNNV3(x.detach(), h0.detach(), c0.detach() if c.lstm else c0, p0, None,
+                              **c.attrs())  # fmt: skip
+    torch.testing.assert_close(out.output, want.output)
+    grads = torch.autograd.grad(out.output.sum(), [x, h0, params])
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert not grads[0].any()  # x reaches the top layer only through the dropped inputs
+    dW1 = grads[2][upper.w: upper.w + c.G * c.H * upper.in_size]
+    assert not dW1.any()  # layer 1's input matrices saw zeros
 
 
 @pytest.mark.parametrize("case", ["one_layer", "inference"])
