@@ -80,7 +80,9 @@ inline RNNConfig make_rnn_config(const std::string& rnn_mode, const std::string&
                     "rnn_mode='lstm', got num_proj = ", num_proj, " with rnn_mode='", rnn_mode, "'");
   TORCH_CHECK_VALUE(num_layers >= 1, "num_layers: expected a value >= 1, got ", num_layers);
   TORCH_CHECK_VALUE(num_units >= 1, "num_units: expected a value >= 1, got ", num_units);
-  TORCH_CHECK_VALUE(input_size >= 0, "input_size: expected a value >= 0, got ", input_size);
+  // cuDNN refuses inputSize = 0, so the CPU does too: one answer on both devices.
+  TORCH_CHECK_VALUE(input_size >= 1, "input_size: expected a value >= 1 (cuDNN refuses a model "
+                    "with no input features), got ", input_size);
   TORCH_CHECK_VALUE(num_proj == 0 || num_proj <= num_units, "num_proj: expected a value <= "
                     "num_units = ", num_units, ", got ", num_proj);
   c.L = num_layers;

@@ -214,3 +214,91 @@ def test_keras_gru_matches_cpu(dtype, reset_after, gate, act, _clip):
                             gate_activation=gate, activation=act)  # fmt: skip
         results.append(list(out) + list(_grads([out.h], ins, 1)))
     _compare(results[0], results[1], dtype)
+
+
+# --- the cuDNN calls' own behaviour (issue 18): dropout states, reserve device, retain_graph ---
+
+
+def _dropout_model(seed, seed2, dropout=0.5, L=2, dtype=torch.float32):
+    """A 2-layer LSTM on the GPU (dropout between the layers): the forward's output."""
+    torch.manual_seed(123)  # the same inputs each time; the dropout state is the variable
+    args = _to(_cudnn_args("lstm", L, 1, [5, 5, 5], dtype=dtype), "cuda")
+    return lambda: R.CudnnRNNV3(*args, dropout=dropout, seed=seed, seed2=seed2).output.detach()
+
+
+def test_unseeded_dropout_repeats_after_manual_seed():
+    """seed = seed2 = 0 draws the cuDNN state's seed from torch's CUDA generator: after the same
+    torch.manual_seed the same masks (opcheck and users rely on it); without one, the state
+    advances and the next call's masks differ."""
+    run = _dropout_model(0, 0)
+    torch.manual_seed(7)
+    a, a_next = run(), run()
+    torch.manual_seed(7)
+    b, b_next = run(), run()
+    assert torch.equal(a, b) and torch.equal(a_next, b_next)
+    assert not torch.equal(a, a_next)
+    torch.manual_seed(8)
+    assert not torch.equal(run(), a)
+
+
+def test_seeded_dropout_ignores_manual_seed_and_restarts_after_eviction():
+    """Explicit seeds: TF's 64-bit seed alone decides the masks (torch's generator plays no part);
+    the state advances from call to call; a seed pair whose state was evicted (more than 16 pairs
+    since) starts again from its first masks."""
+    run = _dropout_model(101, 1)
+    torch.manual_seed(1)
+    first, second = run(), run()
+    assert not torch.equal(first, second)
+    for k in range(17):  # evict (101, 1)
+        _dropout_model(200 + k, 1)()
+    torch.manual_seed(2)
+    assert torch.equal(run(), first)
+
+
+def test_dropout_one_matches_cpu():
+    """dropout = 1 in training: every input above layer 0 is zero on both devices, so the GPU's
+    outputs are the CPU's (no mask is random)."""
+    args = _cudnn_args("lstm", 2, 1, [5, 4, 5])
+    outs = [R.CudnnRNNV3(*_to(args, d), dropout=1.0)[:3] for d in ("cpu", "cuda")]
+    _compare(outs[0], outs[1], torch.float64)
+
+
+def test_backward_twice_with_retain_graph():
+    ins = _to(_cudnn_args("gru", 2, 2, [5, 2, 4]), "cuda")
+    out = R.CudnnRNNV3(*ins, rnn_mode="gru", direction="bidirectional")
+    first = torch.autograd.grad(
+        out.output.sum(), [t for t in ins if t.requires_grad], retain_graph=True
+    )
+    again = torch.autograd.grad(out.output.sum(), [t for t in ins if t.requires_grad])
+    for a, b in zip(first, again, strict=True):
+        assert torch.equal(a, b)
+
+
+def test_reserve_from_the_host_is_refused():
+    ins = _to(_cudnn_args("lstm", 1, 1, [5, 5, 5]), "cuda")
+    out = R.CudnnRNNV3(*ins)
+    with pytest.raises(ValueError, match=r"reserve_space: expected a tensor on cuda"):
+        R.CudnnRNNBackpropV3(*ins, out.output, out.output_h, out.output_c,
+                             torch.ones_like(out.output), torch.zeros_like(out.output_h),
+                             torch.zeros_like(out.output_c), out.reserve_space.cpu(),
+                             out.host_reserved)  # fmt: skip
+
+
+def test_cached_descriptors_follow_the_lengths():
+    """The model's descriptors are cached per configuration; each call's rows and lengths are
+    its own: calls alternating lengths (zero-length rows included) each match the CPU."""
+    for lengths in ([5, 5, 5], [1, 0, 3], [5, 5, 5], [0, 2, 5]):
+        args = _cudnn_args("lstm", 2, 1, lengths, dtype=torch.float64)
+        outs = [R.CudnnRNNV3(*_to(args, d))[:3] for d in ("cpu", "cuda")]
+        _compare(outs[0], outs[1], torch.float64)
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 3e-3), (torch.bfloat16, 2e-2)])
+def test_cudnn_rnn_v3_low_precision_matches_cpu(dtype, tol):
+    """float16 through cuDNN's half math, bfloat16 as float32 (as TF): against the CPU's result
+    for the same rounded inputs."""
+    args = [t.to(dtype) if t.is_floating_point() else t
+            for t in _cudnn_args("lstm", 2, 1, [5, 3, 5], dtype=torch.float32)]  # fmt: skip
+    outs = [R.CudnnRNNV3(*_to(args, d))[:3] for d in ("cpu", "cuda")]
+    for a, b in zip(outs[0], outs[1], strict=True):
+        torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol, rtol=tol)

@@ -932,6 +932,7 @@ def test_single_layer_opaque_layout():
         (dict(num_layers=2.0), TypeError, "num_layers: ", "got float"),
         (dict(num_units=torch.tensor(3.0)), TypeError, "num_units: ", "got dtype Float"),
         (dict(input_size=torch.tensor([3])), ValueError, "input_size: ", "got shape [1]"),
+        (dict(input_size=0), ValueError, "input_size: ", "cuDNN refuses"),
         (dict(rnn_mode="lstm2"), ValueError, "rnn_mode: ", "got 'lstm2'"),
         (dict(input_mode="skip"), ValueError, "input_mode: ", "got 'skip'"),
         (dict(direction="backward"), ValueError, "direction: ", "got 'backward'"),
@@ -946,6 +947,7 @@ def test_single_layer_opaque_layout():
         "num_layers_float",
         "num_units_float_tensor",
         "input_size_1d",
+        "input_size_0",
         "rnn_mode",
         "input_mode",
         "direction",
@@ -958,6 +960,16 @@ def test_params_size_bad_attributes(kwargs, exc, start, contains):
     with pytest.raises(exc) as info:
         raw_ops.CudnnRNNParamsSize(**args)
     assert str(info.value).startswith(start) and contains in str(info.value), str(info.value)
+
+
+@pytest.mark.parametrize("device", ["cpu", "meta"])
+def test_forward_refuses_inputs_without_features(device):
+    """cuDNN refuses inputSize = 0; the CPU kernel and the fake kernel give the same ValueError,
+    so a model behaves alike on every device."""
+    c = Cfg("lstm", 1, 1, I=1, H=3)
+    x, h0, c0, params = _fwd_inputs(c)  # the shape check of input comes before params'
+    with pytest.raises(ValueError, match=r"^input_size: expected a value >= 1 \(cuDNN refuses"):
+        raw_ops.CudnnRNNV3(*(t.to(device) for t in (x[:, :, :0], h0, c0, params)), None)
 
 
 def test_params_ops_reject_wrong_counts_and_sizes():

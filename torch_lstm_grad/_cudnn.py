@@ -168,8 +168,10 @@ def make_rnn_config(rnn_mode, input_mode, direction, num_layers, num_units, inpu
         num_layers >= 1, lambda: f"num_layers: expected a value >= 1, got {num_layers}"
     )
     torch._check_value(num_units >= 1, lambda: f"num_units: expected a value >= 1, got {num_units}")
-    torch._check_value(
-        input_size >= 0, lambda: f"input_size: expected a value >= 0, got {input_size}"
+    torch._check_value(  # cuDNN refuses inputSize = 0, so the CPU does too
+        input_size >= 1,
+        lambda: "input_size: expected a value >= 1 (cuDNN refuses a model with no input "
+        f"features), got {input_size}",
     )
     torch._check_value(
         num_proj == 0 or num_proj <= num_units,

@@ -24,8 +24,15 @@
 #include <cudnn.h>
 #include <torch/library.h>
 
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGeneratorImpl.h>
+
+#include <algorithm>
+#include <list>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -77,45 +84,152 @@ cudnnRNNMode_t cudnn_mode(RNNMode m) {
   return CUDNN_LSTM;
 }
 
-// One cuDNN dropout state per (device, seed, rate), created once and then advancing from call
-// to call, as TF's per-kernel state does. Rate 0 needs no state.
+// cuDNN dropout states. A state is ~2 MB of RNG state that cuDNN initialises with a kernel
+// (slow: curand_init per thread), so it is created once and then advances from call to call, as
+// TF's per-kernel state does:
+// - explicit seeds (seed or seed2 != 0): one state per (device, TF's 64-bit seed), kept for the
+//   last kMaxSeededStates seed pairs used;
+// - seed = seed2 = 0 ("unseeded"): one state per device, seeded from torch's CUDA generator and
+//   reseeded after torch.manual_seed (the generator's reset flag, or its seed or offset moved
+//   back), as PyTorch's own cuDNN RNN does, so runs after manual_seed repeat.
+// Rate is not part of the state (cuDNN takes it with the descriptor). A caller holds the state's
+// mutex from describe() to the end of its cuDNN calls and orders its stream after the previous
+// user's with an event, so two threads or streams never advance one state at once.
 struct DropoutState {
-  at::Tensor states;
-  bool initialised = false;
+  at::Tensor buffer;
+  std::mutex mutex;
+  std::optional<at::cuda::CUDAEvent> last_use;
+  uint64_t seed = 0;                         // what cuDNN was initialised with
+  uint64_t gen_seed = 0, gen_offset = 0;     // unseeded: the generator after our draw
 };
 
-void set_dropout(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, double rate, int64_t seed,
-                 int64_t seed2, const at::Device& device) {
-  if (rate == 0) {
-    AT_CUDNN_CHECK(cudnnSetDropoutDescriptor(desc, handle, 0.0f, nullptr, 0, 0));
-    return;
+constexpr size_t kMaxSeededStates = 16;
+
+// The state a call uses, locked; on release the current stream's position is recorded so the
+// next user waits for this call's kernels.
+class DropoutLease {
+ public:
+  DropoutLease() = default;
+  explicit DropoutLease(std::shared_ptr<DropoutState> st)
+      : st_(std::move(st)), lock_(st_->mutex) {
+    if (st_->last_use) st_->last_use->block(at::cuda::getCurrentCUDAStream());
   }
-  // TF: (seed << 32) | seed2, seed2 widened from int (a negative seed2 fills the high word).
-  const uint64_t seed64 = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
-  static std::mutex mutex;
-  static std::map<std::tuple<int, uint64_t, double>, DropoutState> cache;
-  std::lock_guard<std::mutex> lock(mutex);
-  DropoutState& st = cache[{device.index(), seed64, rate}];
-  if (!st.initialised) {
-    size_t bytes = 0;
-    AT_CUDNN_CHECK(cudnnDropoutGetStatesSize(handle, &bytes));
-    st.states = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions(device).dtype(at::kByte));
-    AT_CUDNN_CHECK(cudnnSetDropoutDescriptor(desc, handle, static_cast<float>(rate),
-                                             st.states.data_ptr(), bytes, seed64));
-    st.initialised = true;
-  } else {
-    AT_CUDNN_CHECK(cudnnRestoreDropoutDescriptor(desc, handle, static_cast<float>(rate),
-                                                 st.states.data_ptr(), st.states.numel(), seed64));
+  DropoutLease(DropoutLease&&) = default;
+  DropoutLease& operator=(DropoutLease&&) = default;
+  ~DropoutLease() {
+    if (st_ && lock_.owns_lock()) {
+      if (!st_->last_use) st_->last_use.emplace();
+      st_->last_use->record(at::cuda::getCurrentCUDAStream());
+    }
   }
+  DropoutState* get() const { return st_.get(); }
+
+ private:
+  std::shared_ptr<DropoutState> st_;
+  std::unique_lock<std::mutex> lock_;
+};
+
+void init_state(DropoutState& st, cudnnDropoutDescriptor_t desc, cudnnHandle_t handle,
+                float rate, uint64_t seed, const at::Device& device) {
+  size_t bytes = 0;
+  AT_CUDNN_CHECK(cudnnDropoutGetStatesSize(handle, &bytes));
+  if (!st.buffer.defined()) {
+    st.buffer = at::empty({static_cast<int64_t>(bytes)}, at::TensorOptions(device).dtype(at::kByte));
+  }
+  AT_CUDNN_CHECK(cudnnSetDropoutDescriptor(desc, handle, rate, st.buffer.data_ptr(), bytes, seed));
+  st.seed = seed;
 }
 
-// Everything one forward or backward call describes to cuDNN.
-struct CudnnRNN {
+// Sets `desc` to `rate` over the call's state and returns the state, locked (no state for rate
+// 0). `reseed`: the forward may (re)initialise the unseeded state; the backward only reads the
+// masks of its forward from the reserve and never draws.
+DropoutLease set_dropout(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, double rate,
+                         int64_t seed, int64_t seed2, const at::Device& device, bool reseed) {
+  if (rate == 0) {
+    AT_CUDNN_CHECK(cudnnSetDropoutDescriptor(desc, handle, 0.0f, nullptr, 0, 0));
+    return {};
+  }
+  const bool unseeded = seed == 0 && seed2 == 0;
+  // TF: (seed << 32) | seed2, seed2 widened from int (a negative seed2 fills the high word).
+  const uint64_t seed64 = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
+  static std::mutex cache_mutex;
+  static std::map<int, std::shared_ptr<DropoutState>> unseeded_states;
+  static std::list<std::pair<std::pair<int, uint64_t>, std::shared_ptr<DropoutState>>> seeded;
+  std::shared_ptr<DropoutState> st;
+  {
+    std::lock_guard<std::mutex> lock(cache_mutex);
+    if (unseeded) {
+      auto& slot = unseeded_states[device.index()];
+      if (!slot) slot = std::make_shared<DropoutState>();
+      st = slot;
+    } else {
+      const auto key = std::make_pair(static_cast<int>(device.index()), seed64);
+      auto it = std::find_if(seeded.begin(), seeded.end(),
+                             [&](const auto& e) { return e.first == key; });
+      if (it != seeded.end()) {
+        seeded.splice(seeded.begin(), seeded, it);  // most recently used first
+      } else {
+        seeded.emplace_front(key, std::make_shared<DropoutState>());
+        // An evicted state lives on while a lease holds it; its buffer returns to the caching
+        // allocator, stream-ordered, after the last call that used it.
+        if (seeded.size() > kMaxSeededStates) seeded.pop_back();
+      }
+      st = seeded.front().second;
+    }
+  }
+  DropoutLease lease(st);
+  const float r = static_cast<float>(rate);
+  if (unseeded && reseed) {
+    const at::Generator& gen = at::cuda::detail::getDefaultCUDAGenerator(device.index());
+    auto* impl = gen.get<at::CUDAGeneratorImpl>();
+    // manual_seed sets the reset flag (which PyTorch's cuDNN RNN may consume first), a new
+    // seed, and the offset back to 0: any of the three means "start again".
+    const bool reset = impl->reset_rnn_state() || !st->buffer.defined() ||
+                       impl->current_seed() != st->gen_seed ||
+                       impl->philox_offset_per_thread() < st->gen_offset;
+    if (reset) {
+      const int64_t drawn =
+          at::empty({}, at::TensorOptions(device).dtype(at::kLong)).random_(gen).item<int64_t>();
+      init_state(*st, desc, handle, r, static_cast<uint64_t>(drawn), device);
+      st->gen_seed = impl->current_seed();
+      st->gen_offset = impl->philox_offset_per_thread();
+      return lease;
+    }
+  } else if (!st->buffer.defined()) {
+    init_state(*st, desc, handle, r, unseeded ? 0 : seed64, device);
+    return lease;
+  }
+  AT_CUDNN_CHECK(cudnnRestoreDropoutDescriptor(desc, handle, r, st->buffer.data_ptr(),
+                                               st->buffer.numel(), st->seed));
+  return lease;
+}
+
+// The model as cuDNN sees it (RNN descriptor, its dropout descriptor, the weight space size).
+struct ModelDesc {
   RNNDesc rnn;
   DropoutDesc dropout;
+  size_t weight_bytes = 0;
+};
+
+// Models without dropout are described once per thread and configuration and reused (cuDNN
+// descriptors are not thread-safe to share while being set, hence per thread). A model that
+// draws dropout is described per call: its descriptor points at a state that may be re-seeded
+// or evicted between calls, and cuDNN does not document whether the RNN descriptor copies the
+// dropout descriptor or refers to it.
+using ModelKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int>;
+constexpr size_t kMaxCachedModels = 64;
+
+// Everything one forward or backward call describes to cuDNN: the model (cached or this call's
+// own), the data and state descriptors of this call's rows, and the locked dropout state.
+struct CudnnRNN {
+  ModelDesc* model = nullptr;
+  std::unique_ptr<ModelDesc> owned;
   DataDesc x, y;
   TensorDesc h, c;
-  size_t weight_bytes = 0, work_bytes = 0, reserve_bytes = 0;
+  size_t work_bytes = 0, reserve_bytes = 0;
+  DropoutLease dropout;  // released (and its stream position recorded) after the cuDNN calls
+  cudnnRNNDescriptor_t rnn() const { return model->rnn.get(); }
+  size_t weight_bytes() const { return model->weight_bytes; }
 };
 
 void set_state_desc(cudnnTensorDescriptor_t d, cudnnDataType_t t, int64_t n0, int64_t n1,
@@ -138,8 +252,8 @@ void verify_weight_layout(cudnnHandle_t handle, const CudnnRNN& d, const RNNConf
   int64_t total = 0;
   const auto layout = params_layout(c, &total);
   const int64_t elem = static_cast<int64_t>(params.element_size());
-  TORCH_CHECK(static_cast<int64_t>(d.weight_bytes) == total * elem,
-              "cudnn_rnn: cuDNN's weight space is ", d.weight_bytes, " bytes, the params layout ",
+  TORCH_CHECK(static_cast<int64_t>(d.weight_bytes()) == total * elem,
+              "cudnn_rnn: cuDNN's weight space is ", d.weight_bytes(), " bytes, the params layout ",
               total * elem, " bytes; the CPU and GPU params layouts differ for this model");
   const char* base = static_cast<const char*>(params.const_data_ptr());
   TensorDesc m_desc, b_desc;
@@ -150,8 +264,8 @@ void verify_weight_layout(cudnnHandle_t handle, const CudnnRNN& d, const RNNConf
       const int lin_id = is_proj ? 8 : static_cast<int>(id);
       void* m_addr = nullptr;
       void* b_addr = nullptr;
-      AT_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn.get(), static_cast<int32_t>(k),
-                                             d.weight_bytes, params.const_data_ptr(), lin_id,
+      AT_CUDNN_CHECK(cudnnGetRNNWeightParams(handle, d.rnn(), static_cast<int32_t>(k),
+                                             d.weight_bytes(), params.const_data_ptr(), lin_id,
                                              m_desc.get(), &m_addr, b_desc.get(), &b_addr));
       const bool input_gate = id < c.G;
       int64_t m_expected = -1, b_expected = -1;
@@ -177,10 +291,20 @@ void verify_weight_layout(cudnnHandle_t handle, const CudnnRNN& d, const RNNConf
   verified.insert(key);
 }
 
+// A host vector on the device without a host sync: staged through pinned memory (the caching
+// host allocator keeps the staging buffer until the copy has run).
+template <typename T>
+at::Tensor to_device(const std::vector<T>& v, at::ScalarType dtype, const at::Device& device) {
+  at::Tensor host = at::empty({static_cast<int64_t>(v.size())},
+                              at::TensorOptions().dtype(dtype).pinned_memory(true));
+  std::copy(v.begin(), v.end(), host.data_ptr<T>());
+  return host.to(device, /*non_blocking=*/true);
+}
+
 // Rows with length > 0: cuDNN refuses zero-length sequences.
 struct Rows {
   std::vector<int> lengths;  // of the kept rows
-  at::Tensor index;          // [B'] long, on the device
+  at::Tensor index;          // [B'] long, on the device (undefined when every row is kept)
   bool all;                  // every row kept
 };
 
@@ -194,27 +318,56 @@ Rows kept_rows(const std::vector<int64_t>& lengths, const at::Device& device) {
     }
   }
   r.all = idx.size() == lengths.size();
-  r.index = at::tensor(at::ArrayRef<int64_t>(idx), at::kLong).to(device);
+  if (!r.all) r.index = to_device(idx, at::kLong, device);
   return r;
 }
 
-// Describes the model and the kept rows to cuDNN.
-void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows& rows,
-              at::ScalarType compute, double dropout, int64_t seed, int64_t seed2,
-              const at::Device& device, bool training) {
-  const cudnnDataType_t t = cudnn_type(compute);
-  const cudnnDataType_t math_prec = compute == at::kDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
-  if (compute == at::kHalf) math = CUDNN_TENSOR_OP_MATH;
-  if (compute == at::kFloat && !at::globalContext().allowTF32CuDNN()) math = CUDNN_FMA_MATH;
-  set_dropout(d.dropout.get(), handle, training ? dropout : 0.0, seed, seed2, device);
+void set_rnn_desc(ModelDesc& m, cudnnHandle_t handle, const RNNConfig& c, cudnnDataType_t t,
+                  cudnnDataType_t math_prec, cudnnMathType_t math) {
   AT_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
-      d.rnn.get(), CUDNN_RNN_ALGO_STANDARD, cudnn_mode(c.mode), CUDNN_RNN_DOUBLE_BIAS,
+      m.rnn.get(), CUDNN_RNN_ALGO_STANDARD, cudnn_mode(c.mode), CUDNN_RNN_DOUBLE_BIAS,
       c.D == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
       c.skip_input ? CUDNN_SKIP_INPUT : CUDNN_LINEAR_INPUT, t, math_prec, math,
       /*inputSize=*/static_cast<int32_t>(c.I), /*hiddenSize=*/static_cast<int32_t>(c.H),
       /*projSize=*/static_cast<int32_t>(c.P), /*numLayers=*/static_cast<int32_t>(c.L),
-      d.dropout.get(), CUDNN_RNN_PADDED_IO_ENABLED));
+      m.dropout.get(), CUDNN_RNN_PADDED_IO_ENABLED));
+  AT_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, m.rnn.get(), &m.weight_bytes));
+}
+
+// Describes the model and the kept rows to cuDNN. `forward`: the call may draw dropout (the
+// backward reads its forward's masks from the reserve).
+void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows& rows,
+              at::ScalarType compute, double dropout, int64_t seed, int64_t seed2,
+              const at::Device& device, bool training, bool forward) {
+  const cudnnDataType_t t = cudnn_type(compute);
+  const cudnnDataType_t math_prec = compute == at::kDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  cudnnMathType_t math = CUDNN_DEFAULT_MATH;
+  if (compute == at::kHalf) math = CUDNN_TENSOR_OP_MATH;
+  // TF32 follows torch's setting for RNNs (torch.backends.cudnn.allow_tf32 or the newer
+  // fp32_precision of cudnn.rnn), as nn.LSTM's does.
+  if (compute == at::kFloat && !at::globalContext().allowTF32CuDNN(at::Float32Op::RNN)) {
+    math = CUDNN_FMA_MATH;
+  }
+  const double rate = training ? dropout : 0.0;
+  if (rate == 0) {
+    thread_local std::map<ModelKey, std::unique_ptr<ModelDesc>> cache;
+    const ModelKey key{static_cast<int>(device.index()), static_cast<int>(c.mode), c.L, c.D, c.I,
+                       c.H, c.P, c.skip_input, static_cast<int>(compute), static_cast<int>(math)};
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      if (cache.size() >= kMaxCachedModels) cache.clear();
+      auto m = std::make_unique<ModelDesc>();
+      set_dropout(m->dropout.get(), handle, 0.0, 0, 0, device, false);
+      set_rnn_desc(*m, handle, c, t, math_prec, math);
+      it = cache.emplace(key, std::move(m)).first;
+    }
+    d.model = it->second.get();
+  } else {
+    d.owned = std::make_unique<ModelDesc>();
+    d.model = d.owned.get();
+    d.dropout = set_dropout(d.model->dropout.get(), handle, rate, seed, seed2, device, forward);
+    set_rnn_desc(*d.model, handle, c, t, math_prec, math);
+  }
   const int batch = static_cast<int>(rows.lengths.size());
   const cudnnRNNDataLayout_t layout = c.time_major ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED
                                                    : CUDNN_RNN_DATA_LAYOUT_BATCH_MAJOR_UNPACKED;
@@ -228,9 +381,8 @@ void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows&
                                            fill));
   set_state_desc(d.h.get(), t, c.L * c.D, batch, c.P);
   set_state_desc(d.c.get(), t, c.L * c.D, batch, c.H);
-  AT_CUDNN_CHECK(cudnnGetRNNWeightSpaceSize(handle, d.rnn.get(), &d.weight_bytes));
   AT_CUDNN_CHECK(cudnnGetRNNTempSpaceSizes(
-      handle, d.rnn.get(), training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+      handle, d.rnn(), training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
       d.x.get(), &d.work_bytes, &d.reserve_bytes));
 }
 
@@ -252,10 +404,6 @@ at::Tensor scatter_rows(const at::Tensor& kept, const at::Tensor& rest, int64_t 
   return r.all ? kept : rest.index_copy(dim, r.index, kept);
 }
 
-at::Tensor int_tensor(const std::vector<int>& v, const at::Device& device) {
-  std::vector<int32_t> w(v.begin(), v.end());
-  return at::tensor(at::ArrayRef<int32_t>(w), at::kInt).to(device);
-}
 
 // What the forward and the backward both prepare: the compute type (bfloat16 runs as float32,
 // as in TF), the rows cuDNN runs, and the initial states as [L·D, B, n] in the compute type.
@@ -297,7 +445,8 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
   if (!rows.lengths.empty() && c.T > 0) {
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
-    describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), is_training);
+    describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), is_training,
+             /*forward=*/true);
     const at::Tensor w = params.to(compute).contiguous();
     verify_weight_layout(handle, d, c, compute, w);
     const at::Tensor x = keep_seq(input.to(compute), c, rows);
@@ -312,13 +461,13 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
       reserve = at::empty({(header + static_cast<int64_t>(d.reserve_bytes) + elem - 1) / elem},
                           input.options());
     }
-    const at::Tensor dev_lengths = int_tensor(rows.lengths, input.device());
+    const at::Tensor dev_lengths = to_device(rows.lengths, at::kInt, input.device());
     AT_CUDNN_CHECK(cudnnRNNForward(
-        handle, d.rnn.get(), is_training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
+        handle, d.rnn(), is_training ? CUDNN_FWD_MODE_TRAINING : CUDNN_FWD_MODE_INFERENCE,
         dev_lengths.const_data_ptr<int32_t>(), d.x.get(), x.const_data_ptr(), d.y.get(),
         yk.data_ptr(), d.h.get(), hx.const_data_ptr(), hyk.data_ptr(), d.c.get(),
         c.lstm() ? cx.const_data_ptr() : nullptr, c.lstm() ? cyk.data_ptr() : nullptr,
-        d.weight_bytes, w.const_data_ptr(), d.work_bytes, work.data_ptr(),
+        d.weight_bytes(), w.const_data_ptr(), d.work_bytes, work.data_ptr(),
         is_training ? d.reserve_bytes : 0,
         is_training ? static_cast<char*>(reserve.data_ptr()) + header : nullptr));
     y = scatter_rows(yk, y, time_major ? 1 : 0, rows);
@@ -353,6 +502,11 @@ Grads4 cudnn_rnn_backprop_cuda(
       output_backprop, output_h_backprop, output_c_backprop, rnn_mode, input_mode, direction,
       dropout, num_proj, time_major);
   (void)host_reserved;
+  // The dispatcher picks this kernel when any argument is on a CUDA device: a reserve from
+  // another device (or the host) must not reach cuDNN as a pointer it cannot read.
+  TORCH_CHECK_VALUE(reserve_space.device() == input.device(), "reserve_space: expected a tensor on ",
+                    input.device(), " (the device of input, where its forward ran), got ",
+                    reserve_space.device());
   const c10::cuda::CUDAGuard guard(input.device());
   TORCH_CHECK_VALUE(reserve_space.dim() == 1 && reserve_space.is_contiguous(),
                     "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
@@ -375,7 +529,8 @@ Grads4 cudnn_rnn_backprop_cuda(
   if (!rows.lengths.empty() && c.T > 0) {
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
-    describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), true);
+    describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), true,
+             /*forward=*/false);
     const at::Tensor w = params.to(compute).contiguous();
     verify_weight_layout(handle, d, c, compute, w);
     TORCH_CHECK_VALUE(reserve_space.numel() * reserve_space.element_size() >=
@@ -396,18 +551,18 @@ Grads4 cudnn_rnn_backprop_cuda(
     at::Tensor dxk = at::empty_like(x), dhxk = at::empty_like(hx);
     at::Tensor dcxk = c.lstm() ? at::empty_like(cx) : at::Tensor();
     at::Tensor work = at::empty({static_cast<int64_t>(d.work_bytes)}, opts.dtype(at::kByte));
-    const at::Tensor dev_lengths = int_tensor(rows.lengths, input.device());
+    const at::Tensor dev_lengths = to_device(rows.lengths, at::kInt, input.device());
     AT_CUDNN_CHECK(cudnnRNNBackwardData_v8(
-        handle, d.rnn.get(), dev_lengths.const_data_ptr<int32_t>(), d.y.get(), y.const_data_ptr(),
+        handle, d.rnn(), dev_lengths.const_data_ptr<int32_t>(), d.y.get(), y.const_data_ptr(),
         dy.const_data_ptr(), d.x.get(), dxk.data_ptr(), d.h.get(), hx.const_data_ptr(),
         dhyk.const_data_ptr(), dhxk.data_ptr(), d.c.get(),
         c.lstm() ? cx.const_data_ptr() : nullptr, c.lstm() ? dcyk.const_data_ptr() : nullptr,
-        c.lstm() ? dcxk.data_ptr() : nullptr, d.weight_bytes, w.const_data_ptr(), d.work_bytes,
+        c.lstm() ? dcxk.data_ptr() : nullptr, d.weight_bytes(), w.const_data_ptr(), d.work_bytes,
         work.data_ptr(), d.reserve_bytes, static_cast<char*>(reserve.data_ptr()) + header));
     AT_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(
-        handle, d.rnn.get(), CUDNN_WGRAD_MODE_ADD, dev_lengths.const_data_ptr<int32_t>(),
+        handle, d.rnn(), CUDNN_WGRAD_MODE_ADD, dev_lengths.const_data_ptr<int32_t>(),
         d.x.get(), x.const_data_ptr(), d.h.get(), hx.const_data_ptr(), d.y.get(),
-        y.const_data_ptr(), d.weight_bytes, dw.data_ptr(), d.work_bytes, work.data_ptr(),
+        y.const_data_ptr(), d.weight_bytes(), dw.data_ptr(), d.work_bytes, work.data_ptr(),
         d.reserve_bytes, static_cast<char*>(reserve.data_ptr()) + header));
     dx = scatter_rows(dxk, dx, time_major ? 1 : 0, rows);
     dhx = scatter_rows(dhxk, dhx, 1, rows);
