@@ -294,6 +294,10 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
 // - matmul(a, b): a·b as a new contiguous tensor of the float type, for the whole-sequence
 //   products (a, b of one product_type);
+// - sum_matmul(a, b): the same for the backward's products whose K is a long sum (dx over the
+//   4H gate columns, dW over the L·B rows), which the CPU adds pairwise where small enough;
+// - h_prev_product(recurrent, dh, dgates0): h_prev_grad = dgates0·Whᵀ with `recurrent`, the
+//   last product of the backward (a sum over 4H gate columns, which the CPU adds pairwise);
 // - peephole_grads(dgates, cs_prev, cs, L, layout, dtype): the three peephole reductions
 //   (aten_peephole_grads below is the plain form).
 // AtenRecurrentGemm is the plain form.
@@ -530,7 +534,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                            wh.defined() && t + 1 < L ? product_dgates[t + 1] : at::Tensor(),
                            st.dh_carry);
   }
-  if (wh.defined()) recurrent(st.dh_carry, product_dgates[0], /*accumulate=*/false);
+  if (wh.defined()) Backend::h_prev_product(recurrent, st.dh_carry, product_dgates[0]);
   return st;
 }
 
@@ -596,7 +600,7 @@ Grads9 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   const at::Tensor dg = st.dgates.view({L * B, 4 * H});
   const at::Tensor dg_mm = st.dgates_lp.defined() ? st.dgates_lp.view({L * B, 4 * H}) : dg;
   const auto mm = dg_mm.scalar_type();
-  const at::Tensor dx = Backend::matmul(dg_mm, w.narrow(0, 0, I).to(mm).t()).view({L, B, I});
+  const at::Tensor dx = Backend::sum_matmul(dg_mm, w.narrow(0, 0, I).to(mm).t()).view({L, B, I});
   at::Tensor x_grad;
   if (L == x.size(0) && dtype == acc) {  // the product is the output
     x_grad = dx;
@@ -617,7 +621,7 @@ Grads9 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     at::Tensor rest = h_before_t.narrow(1, B, (L - 1) * B);
     Backend::transpose_into(rest, h.narrow(0, 0, L - 1).reshape({(L - 1) * B, P}));
   }
-  const at::Tensor w_grad = Backend::matmul(xh_t, dg_mm);
+  const at::Tensor w_grad = Backend::sum_matmul(xh_t, dg_mm);
   std::array<at::Tensor, 3> p;
   if (!use_peephole) {
     p = zero_peephole_grads(wci, wcf, wco);
@@ -638,7 +642,7 @@ Grads9 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                              .reshape({L * B, H});
     at::Tensor m_t = at::empty({H, L * B}, m.options());
     Backend::transpose_into(m_t, m);
-    w_proj_grad = Backend::matmul(m_t, st.dr.view({L * B, P})).to(dtype);
+    w_proj_grad = Backend::sum_matmul(m_t, st.dr.view({L * B, P})).to(dtype);
   }
   return {x_grad,
           st.dcs_carry.to(dtype),

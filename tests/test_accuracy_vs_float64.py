@@ -124,15 +124,9 @@ def test_cudnn_rnn_vs_float64(variant, shape):
 BLOCK_SHAPES = {"lstm_ops_test": (4, 2, 3, 4), "cudnn_large": (32, 16, 128, 128)}  # T, B, I, H
 BLOCK_GRADS = ["x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad",
                "wco_grad", "b_grad"]  # fmt: skip
-# Where ours is worse than TF's (csrc/lstm_block.h, rewritten in issue 16's branch and not
-# changed here), measured on this shape with TF's initialisation: w_grad, one GEMM over all
-# T·B rows, 3.3x (V1) and 4.4x (V2) TF's step-by-step sum; x_grad and h_prev_grad (V1), one
-# GEMM over the 4H gate columns, 2.4x and 1.7x. The CudnnRNN kernel's pairwise sums
-# (csrc/cpu/pairwise_gemm.h) took its own such gradients below TF's.
-BLOCK_XFAIL = {
-    ("V1", "w_grad"): "3.3x", ("V2", "w_grad"): "4.4x", ("V1", "x_grad"): "2.4x",
-    ("V1", "h_prev_grad"): "1.7x",
-}  # fmt: skip
+# x_grad (over the 4H gate columns), h_prev_grad (the per-step dh, likewise) and w_grad (over all
+# T·B rows) are the long sums that one GEMM added in sequence, 1.7-4.4x TF's error on the
+# "cudnn_large" shape until the CPU kernels summed them pairwise (csrc/cpu/pairwise_gemm.h).
 
 
 def _block_inputs(T, B, I, H, seed=0):  # noqa: E741
@@ -180,21 +174,11 @@ BLOCK_CASES = [(v, s, n) for v in ("V1", "V2") for s in BLOCK_SHAPES
                for n in ["forward", *BLOCK_GRADS]]  # fmt: skip
 
 
-def _block_param(v, s, n):
-    marks = []
-    if s == "cudnn_large" and (v, n) in BLOCK_XFAIL:
-        sums = "all T·B rows" if n == "w_grad" else "the 4H gate columns"
-        marks.append(pytest.mark.xfail(strict=True, reason=(
-            f"Block{v}'s {n} sums {sums} in one GEMM (csrc/lstm_block.h): "
-            f"{BLOCK_XFAIL[v, n]} TF's error here; pairwise sums (pairwise_gemm.h) are the fix, "
-            "left to the block kernels' rewrite (issue 16)")))  # fmt: skip
-    return pytest.param(v, s, n, marks=marks, id=f"{v}-{s}-{n}")
-
-
 _BLOCK_CACHE: dict = {}
 
 
-@pytest.mark.parametrize("version, shape, output", [_block_param(*c) for c in BLOCK_CASES])
+@pytest.mark.parametrize("version, shape, output", BLOCK_CASES,
+                         ids=["-".join(c) for c in BLOCK_CASES])  # fmt: skip
 def test_block_lstm_vs_float64(version, shape, output):
     if (version, shape) not in _BLOCK_CACHE:
         _BLOCK_CACHE[version, shape] = _block_case(version, shape)

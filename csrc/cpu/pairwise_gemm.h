@@ -118,6 +118,40 @@ inline void pairwise_sum_gemm_out(at::Tensor& c, const at::Tensor& a, const at::
   });
 }
 
+// Products of one step's rows (dh = dgates · Rᵀ over the gate columns) are summed pairwise up
+// to this many multiply-adds, in chunks of kPairwiseStepChunk: the bounds of cudnn_rnn.cpp's
+// per-step products (TF's test shapes; the benchmark's are 4-64x larger and keep one call).
+constexpr int64_t kPairwiseMaxStepMacs = int64_t{1} << 21;
+constexpr int64_t kPairwiseStepChunk = 32;
+
+// c[m, n] = a[m, K] · b[K, n], K summed pairwise as above, on the calling thread, for a
+// caller's own parallel region over column blocks (BlockLSTM's h_prev_grad, whose weight is in
+// RecurrentGemm's blocks form). float32 row-major operands with leading dims lda, ldb, ldc;
+// brgemm must run (brgemm_available()).
+inline void pairwise_sum_block(int64_t m, int64_t n, int64_t K, const float* a, int64_t lda,
+                               const float* b, int64_t ldb, float* c, int64_t ldc,
+                               int64_t chunk = kPairwiseStepChunk) {
+  if (m == 0 || n == 0) return;
+  if (K == 0) {
+    for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, 0.0f);
+    return;
+  }
+  int64_t levels = 1;
+  while ((chunk * kPairwiseGroup << (levels - 1)) < K) ++levels;
+  // Per thread, kept between calls: a step's blocks would otherwise allocate every time.
+  thread_local std::vector<float> stack;
+  thread_local std::vector<int64_t> held;
+  stack.resize(std::max<size_t>(stack.size(), (levels + 1) * kPairwiseTileM * kPairwiseTileN));
+  held.resize(std::max<size_t>(held.size(), levels + 1));
+  for (int64_t m0 = 0; m0 < m; m0 += kPairwiseTileM) {
+    for (int64_t n0 = 0; n0 < n; n0 += kPairwiseTileN) {
+      detail::pairwise_tile(std::min(kPairwiseTileM, m - m0), std::min(kPairwiseTileN, n - n0), K,
+                            a + m0 * lda, lda, b + n0, ldb, c + m0 * ldc + n0, ldc, chunk,
+                            stack.data(), held.data());
+    }
+  }
+}
+
 // The same as a new tensor (one product: matmul's own result, no copy).
 inline at::Tensor pairwise_sum_gemm(const at::Tensor& a, const at::Tensor& b) {
   if (!detail::use_pairwise(a, b)) return cpu::matmul(a, b);

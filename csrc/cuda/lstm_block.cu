@@ -145,6 +145,14 @@ struct CudaBackend {
 
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
 
+  // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.
+  static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
+
+  static void h_prev_product(const lstm_block::AtenRecurrentGemm& rec, at::Tensor& dh,
+                             const at::Tensor& dgates0) {
+    rec(dh, dgates0, /*accumulate=*/false);
+  }
+
   static bool sums_in_steps(const lstm_block::AtenRecurrentGemm&) { return false; }
 
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
