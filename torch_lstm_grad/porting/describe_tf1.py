@@ -107,6 +107,19 @@ class _Describer:
     def refuse(self, layer, attr, value, reason, approximation=None):
         self.refusals.append(Refusal(layer, attr, value, reason, approximation))
 
+    def _unread_cell(self, d: LayerDescription, scope: str, cell) -> bool:
+        """Refuses the layer when the meta graph's ops around it are no cell this converter
+        reads; True when refused."""
+        if cell.problem:
+            self.refuse(
+                d.name,
+                "graph",
+                cell.where,
+                f"the meta graph's ops around {scope} are not a cell this converter reads: "
+                f"{cell.problem}",
+            )
+        return bool(cell.problem)
+
     def _unstored(self, d: LayerDescription, names, keys, why: str) -> None:
         """Attributes the file does not store: `--set`, else `--assume-defaults`, else one
         refusal naming them all."""
@@ -196,14 +209,7 @@ class _Describer:
                         "straight_through (LSTMBlockCell)",
                     )
             return d
-        if cell.problem:
-            self.refuse(
-                d.name,
-                "graph",
-                cell.where,
-                f"the meta graph's ops around {scope} are "
-                f"not a cell this converter reads: {cell.problem}",
-            )
+        if self._unread_cell(d, scope, cell):
             return None
         where = f"meta graph, {cell.where}"
         d.where = f"variables {scope}/* and the meta graph ({cell.where})"
@@ -300,14 +306,7 @@ class _Describer:
                 "cell's arguments"
             )
             return d
-        if cell.problem:
-            self.refuse(
-                d.name,
-                "graph",
-                cell.where,
-                f"the meta graph's ops around {scope} are "
-                f"not a cell this converter reads: {cell.problem}",
-            )
+        if self._unread_cell(d, scope, cell):
             return None
         d.where = f"variables {scope}/* and the meta graph ({cell.where})"
         if cell.cls == "GRUBlockCell":
