@@ -133,6 +133,8 @@ def test_tensorbundle_reader_tf2_checkpoint_and_shards(tmp_path):
         want = _tf_entries(prefix)
         r = TensorBundleReader(prefix, verify_crc=True)
         assert r.get_variable_to_dtype_map()["_CHECKPOINTABLE_OBJECT_GRAPH"] == "string"
+        # The string entry's crc32c (lengths, their checksum and the bytes) checks out too.
+        assert len(r.get_strings("_CHECKPOINTABLE_OBJECT_GRAPH")[0]) > 0
         assert set(want) == set(r.entries) - {"_CHECKPOINTABLE_OBJECT_GRAPH"}
         for name in want:
             _same_bits(r.get_tensor(name), want[name])

@@ -93,9 +93,12 @@ def crc32c(data: bytes, crc: int = 0) -> int:
     return c ^ 0xFFFFFFFF
 
 
-def masked_crc32c(data: bytes) -> int:
-    c = crc32c(data)
+def mask_crc(c: int) -> int:
     return (((c >> 15) | (c << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+def masked_crc32c(data: bytes) -> int:
+    return mask_crc(crc32c(data))
 
 
 @dataclass(frozen=True)
@@ -309,12 +312,9 @@ class TensorBundleReader:
             return self._assemble(name, e)
         return self._read(name, e)
 
-    def get_strings(self, name: str) -> list[bytes]:
-        """The elements of a string tensor, flattened (a scalar gives one)."""
-        e = self.entries[name]
-        if e.dtype != _STRING or e.sliced or e.shape is None:
-            raise ValueError(f"{name}: not an unpartitioned string tensor ({e.dtype_name})")
-        count = int(np.prod(e.shape, dtype=np.int64))
+    def _entry_bytes(self, name: str, e) -> bytes:
+        """The entry's bytes in its shard, bounds-checked and (verify_crc, numeric entries)
+        checksum-checked; a string entry's checksum is not over its bytes (get_strings)."""
         data = self._shard(e.shard_id)
         if e.offset < 0 or e.offset + e.size > len(data):
             raise ValueError(
@@ -322,6 +322,18 @@ class TensorBundleReader:
                 f"{self.shard_path(e.shard_id)} ({len(data)} bytes)"
             )
         raw = data[e.offset : e.offset + e.size]
+        if (self.verify_crc and e.dtype != _STRING and e.crc32c is not None
+                and masked_crc32c(raw) != e.crc32c):  # fmt: skip
+            raise ValueError(f"{name}: data checksum mismatch (crc32c)")
+        return raw
+
+    def get_strings(self, name: str) -> list[bytes]:
+        """The elements of a string tensor, flattened (a scalar gives one)."""
+        e = self.entries[name]
+        if e.dtype != _STRING or e.sliced or e.shape is None:
+            raise ValueError(f"{name}: not an unpartitioned string tensor ({e.dtype_name})")
+        count = int(np.prod(e.shape, dtype=np.int64))
+        raw = self._entry_bytes(name, e)
         lengths, pos = [], 0
         for _ in range(count):
             n, pos = proto.varint(raw, pos)
@@ -329,6 +341,15 @@ class TensorBundleReader:
         pos += 4  # the checksum of the lengths
         if pos + sum(lengths) != len(raw):
             raise ValueError(f"{name}: string lengths {lengths} do not fill its {len(raw)} bytes")
+        if self.verify_crc and e.crc32c is not None:
+            # TF's writer sums each length as a fixed uint32 (uint64 above 2^32 - 1), then the
+            # lengths' masked checksum as written, then the strings' bytes.
+            c = 0
+            for n in lengths:
+                c = crc32c(n.to_bytes(4 if n <= 0xFFFFFFFF else 8, "little"), c)
+            c = crc32c(raw[pos - 4 : len(raw)], c)
+            if mask_crc(c) != e.crc32c:
+                raise ValueError(f"{name}: data checksum mismatch (crc32c)")
         out = []
         for n in lengths:
             out.append(raw[pos : pos + n])
@@ -378,15 +399,7 @@ class TensorBundleReader:
             raise ValueError(
                 f"{name}: entry {e} does not fit shape {list(e.shape)} of {e.dtype_name}"
             )
-        data = self._shard(e.shard_id)
-        if e.offset < 0 or e.offset + e.size > len(data):
-            raise ValueError(
-                f"{name}: bytes [{e.offset}, +{e.size}) lie outside "
-                f"{self.shard_path(e.shard_id)} ({len(data)} bytes)"
-            )
-        raw = data[e.offset : e.offset + e.size]
-        if self.verify_crc and e.crc32c is not None and masked_crc32c(raw) != e.crc32c:
-            raise ValueError(f"{name}: data checksum mismatch (crc32c)")
+        raw = self._entry_bytes(name, e)
         out = np.frombuffer(raw, dtype=dt, count=count).reshape(e.shape)
         if e.dtype == 14:  # bfloat16: the high half of a float32
             out = (out.astype(np.uint32) << 16).view(np.float32)
