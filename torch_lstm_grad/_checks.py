@@ -101,8 +101,8 @@ def check_seq_len_max(seq_len_max: torch.Tensor) -> None:
     )
 
 
-def check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, time_major):
-    """Returns (T, B, I, H); T is 1 for the single-step cell ops."""
+def _check_x(x, time_major: bool = True):
+    """x [T, B, I] (time_major) or a single step's [B, I]; returns (T, B, I), T = 1 for a step."""
     check_float_input(x, "x")
     rank = 3 if time_major else 2
     torch._check_value(
@@ -111,14 +111,24 @@ def check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, tim
         f"got shape {_shape_str(x.shape)}",
     )
     T = x.shape[0] if time_major else 1
-    B, I = x.shape[rank - 2], x.shape[rank - 1]
-    check_like(cs_prev, "cs_prev", x)
+    return T, x.shape[rank - 2], x.shape[rank - 1]
+
+
+def _check_state(t, name: str, x, B):
+    """A [B, H] state that sets H (>= 1) for the other arguments; returns H."""
+    check_like(t, name, x)
     torch._check_value(
-        cs_prev.dim() == 2 and cs_prev.shape[0] == B and cs_prev.shape[1] > 0,
-        lambda: f"cs_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
-        f"{_shape_str(cs_prev.shape)}",
+        t.dim() == 2 and t.shape[0] == B and t.shape[1] > 0,
+        lambda: f"{name}: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
+        f"{_shape_str(t.shape)}",
     )
-    H = cs_prev.shape[1]
+    return t.shape[1]
+
+
+def check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, time_major):
+    """Returns (T, B, I, H); T is 1 for the single-step cell ops."""
+    T, B, I = _check_x(x, time_major)
+    H = _check_state(cs_prev, "cs_prev", x, B)
     check_like(h_prev, "h_prev", x)
     check_shape(h_prev, "h_prev", [B, H], "[B, H]")
     check_like(w, "w", x)
@@ -145,18 +155,8 @@ def check_lstm_activations(named, x, sizes, time_major) -> None:
 
 def check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c):
     """Returns (B, I, H)."""
-    check_float_input(x, "x")
-    torch._check_value(
-        x.dim() == 2, lambda: f"x: expected a 2-D tensor [B, I], got shape {_shape_str(x.shape)}"
-    )
-    B, I = x.shape
-    check_like(h_prev, "h_prev", x)
-    torch._check_value(
-        h_prev.dim() == 2 and h_prev.shape[0] == B and h_prev.shape[1] > 0,
-        lambda: f"h_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
-        f"{_shape_str(h_prev.shape)}",
-    )
-    H = h_prev.shape[1]
+    _, B, I = _check_x(x, time_major=False)
+    H = _check_state(h_prev, "h_prev", x, B)
     check_like(w_ru, "w_ru", x)
     IH = checked_add(I, H, "w_ru", "I + H")
     H2 = checked_mul(2, H, "w_ru", "2 * H")
@@ -197,18 +197,8 @@ def check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, use_pe
     if w_proj is None:
         T, B, I, H = check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, True)
         return T, B, I, H, H
-    check_float_input(x, "x")
-    torch._check_value(
-        x.dim() == 3, lambda: f"x: expected a 3-D tensor [T, B, I], got shape {_shape_str(x.shape)}"
-    )
-    T, B, I = x.shape
-    check_like(cs_prev, "cs_prev", x)
-    torch._check_value(
-        cs_prev.dim() == 2 and cs_prev.shape[0] == B and cs_prev.shape[1] > 0,
-        lambda: f"cs_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
-        f"{_shape_str(cs_prev.shape)}",
-    )
-    H = cs_prev.shape[1]
+    T, B, I = _check_x(x)
+    H = _check_state(cs_prev, "cs_prev", x, B)
     check_like(w_proj, "w_proj", x)
     torch._check_value(
         w_proj.dim() == 2 and w_proj.shape[0] == H and w_proj.shape[1] > 0,
@@ -231,18 +221,8 @@ def check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, use_pe
 
 def check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after):
     """keras_gru's inputs; returns (T, B, I, H)."""
-    check_float_input(x, "x")
-    torch._check_value(
-        x.dim() == 3, lambda: f"x: expected a 3-D tensor [T, B, I], got shape {_shape_str(x.shape)}"
-    )
-    T, B, I = x.shape
-    check_like(h_prev, "h_prev", x)
-    torch._check_value(
-        h_prev.dim() == 2 and h_prev.shape[0] == B and h_prev.shape[1] > 0,
-        lambda: f"h_prev: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
-        f"{_shape_str(h_prev.shape)}",
-    )
-    H = h_prev.shape[1]
+    T, B, I = _check_x(x)
+    H = _check_state(h_prev, "h_prev", x, B)
     check_like(kernel, "kernel", x)
     check_shape(kernel, "kernel", [I, 3 * H], "[I, 3 * H]")
     check_like(recurrent_kernel, "recurrent_kernel", x)
