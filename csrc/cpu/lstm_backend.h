@@ -234,6 +234,13 @@ struct CpuBackend {
     return {b, m, steps, /*allow_blocks=*/true};
   }
 
+  // The forward's recurrent product of the four gate blocks ([P, 4H]): small batches take the
+  // panels form (`packed`: the weight already packed, or undefined).
+  static cpu::RecurrentGemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps,
+                                      const at::Tensor& packed) {
+    return {b, m, steps, /*allow_blocks=*/true, /*panel_gates=*/4, packed};
+  }
+
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
 
   // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
@@ -253,6 +260,14 @@ struct CpuBackend {
     }
     TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
     float* gp = g.data_ptr<float>();
+    if (rec.panels()) {
+      const float* hp = h.const_data_ptr<float>();
+      cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+        cpu::panel_gemm(B, K, H, 4, hp, K, rec.panels_data(), gp, 4 * H, j0, n);
+        rows(s, 0, B, j0, j0 + n);
+      });
+      return;
+    }
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
       for (int64_t q = 0; q < 4; ++q) {
         const int64_t c0 = q * H + j0;  // this gate's columns of the block

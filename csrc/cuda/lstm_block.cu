@@ -143,6 +143,12 @@ struct CudaBackend {
     return {b.to(at::toOpMathType(b.scalar_type()))};
   }
 
+  // The forward's gate product: no prepared form on CUDA (a packed weight is not used).
+  static lstm_block::AtenRecurrentGemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps,
+                                                 const at::Tensor&) {
+    return recurrent_gemm(b, m, steps);
+  }
+
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
 
   static bool sums_in_steps(const lstm_block::AtenRecurrentGemm&) { return false; }
