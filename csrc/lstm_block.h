@@ -246,7 +246,9 @@ struct FwdStep {
   scalar_t* out[7];         // i, cs, f, o, ci, co, h: [B, H] slices of this step
   acc_t* h_acc;             // [B, H] float copy of h for the next GEMM (half/bf16 only)
   CellAttrs attrs;
-};
+  // false: nothing reads i, f, o, ci, co (out[0, 2..5] are scratch rows): a pass may skip them.
+  bool gates_read = true;
+}; 
 
 template <typename scalar_t>
 struct BwdStep {
@@ -453,7 +455,8 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                          nullptr,
                          {},
                          nullptr,
-                         attrs};
+                         attrs,
+                         /*gates_read=*/inf == nullptr};
   for (int64_t t = 0; t < L; ++t) {
     at::Tensor g = gates[t];
     step.gates = g.const_data_ptr<acc_t>();

@@ -59,9 +59,9 @@ def _records_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
 
 
-# The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h) take up to this
-# many rows; only then is a packed weight worth preparing.
-_PANEL_MAX_ROWS = 8
+# The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h: kMaxPanelRows)
+# take up to this many rows; only then is a packed weight worth preparing.
+_PANEL_MAX_ROWS = 48
 
 
 class _PackedWeights:

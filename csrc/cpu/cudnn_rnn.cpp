@@ -24,6 +24,7 @@
 #include "../cudnn_rnn_config.h"
 #include "../packed_weights.h"
 #include "activations.h"
+#include "cell_avx512.h"
 #include "gemm.h"
 
 namespace torch_lstm_grad {
@@ -331,6 +332,16 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
   // the products' operands. Without `keep` the activations of every step share one row.
   const int64_t per_step = keep ? 1 : 0;
+  // The LSTM rows: float32 on AVX-512 intrinsics (cell_avx512.h, the same numbers), which
+  // skip the activations where nothing keeps them.
+  auto lstm_row = &lstm_forward_row<acc_t>;
+  if constexpr (std::is_same_v<acc_t, float>) {
+#if defined(TLG_HAVE_AVX512_CELL)
+    if (cpu::avx512_cell_available()) {
+      lstm_row = keep ? &cpu::cudnn_lstm_row<true> : &cpu::cudnn_lstm_row<false>;
+    }
+#endif
+  }
   const acc_t* bp = bias.const_data_ptr<acc_t>();
   const acc_t* rc = separate_rec ? rec.const_data_ptr<acc_t>() : nullptr;
   acc_t* hp = h.data_ptr<acc_t>();
@@ -353,8 +364,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
         cpu::for_column_blocks(H, n * P * GH, [&](int64_t j0, int64_t units) {
           cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
           for (int64_t b = 0; b < n; ++b) {
-            lstm_forward_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H,
-                             cells + b * H, hs + b * P);
+            lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
+                     hs + b * P);
           }
         });
         const int64_t still = t + 1 < T ? s.active[t + 1] : 0;
@@ -377,8 +388,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
           acc_t* ab = a + b * GH;
           switch (c.mode) {
             case RNNMode::kLSTM:
-              lstm_forward_row(H, 0, H, pb, bp, ab, cp + b * H, cells + b * H,
-                               c.proj() ? extra + b * H : hs + b * P);
+              lstm_row(H, 0, H, pb, bp, ab, cp + b * H, cells + b * H,
+                       c.proj() ? extra + b * H : hs + b * P);
               if (!c.proj()) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
               break;
             case RNNMode::kGRU:

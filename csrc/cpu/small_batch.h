@@ -1,16 +1,18 @@
-// The recurrent product of a small batch (B <= 8 rows): per step a matrix-vector product bound
-// by reading the [K, G·H] weight, not by arithmetic. Two things make it stream:
+// The recurrent product of a time loop on small batches (B <= 48 rows). At B = 1..8 it is a
+// matrix-vector product per step, bound by reading the [K, G·H] weight, not by arithmetic; at
+// B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two things make it
+// stream:
 // - a layout read front to back: the weight packed once into gate panels, unit block by unit
 //   block ([U, G, K, 16], U = ceil(H / 16): the 16 columns of units 16u..16u+15 of each gate,
-//   row k after row k), so each thread reads its units' weights as G sequential streams
-//   (in the [K, G·H] matrix a row of one gate block is 64 bytes every 4·H floats: a new page
-//   every row at H = 256, where the hardware prefetchers stop);
+//   row k after row k), so each thread reads its units' weights as sequential streams (in the
+//   [K, G·H] matrix a row of one gate block is 64 bytes every G·H floats: a new page every
+//   row at H = 256, where the hardware prefetchers stop);
 // - the same units on the same thread every step (a static split of the unit blocks), so at
 //   H = 256 each of two threads keeps its half (512 KB) in its own L2 from step to step.
-// The kernel keeps all B rows' accumulators of up to four gates in AVX-512 registers (B <= 4:
-// all four gates in one pass; B = 5..8: two gates a pass, each weight still read once) and adds
-// the product onto the step's input projection, as block_gemm's accumulating call does (sums
-// over k in order from zero, then added to the output).
+// The kernel keeps a chunk of rows' accumulators (up to 24) of four or two gates in AVX-512
+// registers and adds the product onto the step's input projection as brgemm's accumulating
+// call does (sums over k in order from zero, then added to the output): the results are
+// brgemm's bit for bit.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -28,7 +30,10 @@
 namespace torch_lstm_grad::cpu {
 
 constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of float32
-constexpr int64_t kMaxPanelRows = 8;  // the largest batch the panel kernel takes
+// The largest batch the panels take: paired in place against brgemm's column blocks, panels
+// were faster up to B = 32 (50,32,256,256 forward -0.34 ms, 100,16,128,512 -1.0 ms), level at
+// 64 and slower at 128 (each chunk of 12 rows rereads the weights).
+constexpr int64_t kMaxPanelRows = 48;
 
 inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
 
@@ -128,7 +133,9 @@ __attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t
 using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                              float*, int64_t, int64_t, int64_t);
 
-// The kernel for `rows` rows (1..8): up to 16 accumulators (of AVX-512's 32 registers).
+// The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
+// gates a pass up to 4 rows, two up to 12 (each weight still read once from memory: the
+// second pass of a unit block's rows reads its two gate panels, 2·K·16 floats, from L1).
 inline PanelRowsFn panel_rows_for(int64_t rows) {
   switch (rows) {
     case 1: return &panel_rows<1, 4>;
@@ -138,7 +145,11 @@ inline PanelRowsFn panel_rows_for(int64_t rows) {
     case 5: return &panel_rows<5, 2>;
     case 6: return &panel_rows<6, 2>;
     case 7: return &panel_rows<7, 2>;
-    default: return &panel_rows<8, 2>;
+    case 8: return &panel_rows<8, 2>;
+    case 9: return &panel_rows<9, 2>;
+    case 10: return &panel_rows<10, 2>;
+    case 11: return &panel_rows<11, 2>;
+    default: return &panel_rows<12, 2>;
   }
 }
 
@@ -147,13 +158,22 @@ inline PanelRowsFn panel_rows_for(int64_t rows) {
 
 // g[m, ·] += a[m, K] · w for the units [j0, j0 + n) of every gate (j0 a multiple of 16), on the
 // calling thread; `packed` is pack_panels(w, G), g row-major [m, G·H] with leading dim ldg, a
-// row-major with leading dim lda. m <= kMaxPanelRows; panels_available() must hold.
+// row-major with leading dim lda. Rows in chunks of at most 12, as even as they go (16 rows:
+// two of 8), each chunk over all the unit blocks: a chunk's rows reread the weights, from L2
+// where a thread's share fits (at H = 256). panels_available() must hold.
 inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
                        const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n) {
 #if defined(TLG_HAVE_AVX512_PANELS)
-  TORCH_INTERNAL_ASSERT(m >= 1 && m <= kMaxPanelRows && j0 % kPanelWidth == 0);
+  TORCH_INTERNAL_ASSERT(m >= 1 && j0 % kPanelWidth == 0);
+  constexpr int64_t kChunk = 12;
   const int64_t u0 = j0 / kPanelWidth, u1 = panel_blocks(std::min(H, j0 + n));
-  detail::panel_rows_for(m)(K, H, G, a, lda, packed, g, ldg, u0, u1);
+  const int64_t chunks = (m + kChunk - 1) / kChunk, base = m / chunks, longer = m % chunks;
+  int64_t r = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t rows = base + (k < longer ? 1 : 0);
+    detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u0, u1);
+    r += rows;
+  }
 #else
   TORCH_INTERNAL_ASSERT(false, "panel_gemm: built without AVX-512 support");
 #endif
