@@ -8,6 +8,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <c10/util/safe_numerics.h>
 
 #include <optional>
 #include <sstream>
@@ -22,6 +23,23 @@ inline std::string shape_str(at::IntArrayRef sizes) {
   for (size_t k = 0; k < sizes.size(); ++k) out << (k ? ", " : "") << sizes[k];
   out << "]";
   return out.str();
+}
+
+// a * b and a + b of sizes, or a ValueError whose message starts with `name` where the result
+// does not fit int64: absurd sizes (H = 2^62) would otherwise wrap, 4 * H to 0, and pass a shape
+// check they must fail. `what` spells the product, e.g. "4 * H".
+inline int64_t checked_mul(int64_t a, int64_t b, const char* name, const char* what) {
+  int64_t out = 0;
+  TORCH_CHECK_VALUE(!c10::mul_overflows(a, b, &out), name, ": ", what, " = ", a, " * ", b,
+                    " overflows int64");
+  return out;
+}
+
+inline int64_t checked_add(int64_t a, int64_t b, const char* name, const char* what) {
+  int64_t out = 0;
+  TORCH_CHECK_VALUE(!c10::add_overflows(a, b, &out), name, ": ", what, " = ", a, " + ", b,
+                    " overflows int64");
+  return out;
 }
 
 inline bool is_supported_float(at::ScalarType t) {
@@ -63,6 +81,13 @@ inline int64_t check_seq_len_max(const at::Tensor& seq_len_max, int64_t T) {
                    seq_len_max.scalar_type());
   TORCH_CHECK_VALUE(seq_len_max.dim() == 0, "seq_len_max: expected a scalar (0-d) tensor, got shape ",
                     shape_str(seq_len_max.sizes()));
+  // A uint64 above int64's range is out of range too, not a conversion error.
+  if (seq_len_max.scalar_type() == at::kUInt64) {
+    const uint64_t value = *seq_len_max.to(at::kCPU).const_data_ptr<uint64_t>();
+    TORCH_CHECK_VALUE(value <= static_cast<uint64_t>(T), "seq_len_max: expected a value in "
+                      "[0, T] = [0, ", T, "], got ", value);
+    return static_cast<int64_t>(value);
+  }
   const int64_t value = seq_len_max.item<int64_t>();
   TORCH_CHECK_VALUE(0 <= value && value <= T, "seq_len_max: expected a value in [0, T] = [0, ", T,
                     "], got ", value);
@@ -96,9 +121,10 @@ inline LSTMSizes check_lstm_inputs(const at::Tensor& x, const at::Tensor& cs_pre
   check_like(h_prev, "h_prev", x);
   check_shape(h_prev, "h_prev", {s.B, s.H}, "[B, H]");
   check_like(w, "w", x);
-  check_shape(w, "w", {s.I + s.H, 4 * s.H}, "[I + H, 4 * H]");
+  const int64_t H4 = checked_mul(4, s.H, "w", "4 * H");
+  check_shape(w, "w", {checked_add(s.I, s.H, "w", "I + H"), H4}, "[I + H, 4 * H]");
   check_like(b, "b", x);
-  check_shape(b, "b", {4 * s.H}, "[4 * H]");
+  check_shape(b, "b", {H4}, "[4 * H]");
   if (use_peephole) {
     for (auto [t, name] : {std::pair{&wci, "wci"}, {&wcf, "wcf"}, {&wco, "wco"}}) {
       check_like(*t, name, x);
@@ -215,11 +241,13 @@ inline GRUSizes check_gru_inputs(const at::Tensor& x, const at::Tensor& h_prev,
                     " (from x) and H >= 1, got ", shape_str(h_prev.sizes()));
   s.H = h_prev.size(1);
   check_like(w_ru, "w_ru", x);
-  check_shape(w_ru, "w_ru", {s.I + s.H, 2 * s.H}, "[I + H, 2 * H]");
+  const int64_t IH = checked_add(s.I, s.H, "w_ru", "I + H");
+  const int64_t H2 = checked_mul(2, s.H, "w_ru", "2 * H");
+  check_shape(w_ru, "w_ru", {IH, H2}, "[I + H, 2 * H]");
   check_like(w_c, "w_c", x);
-  check_shape(w_c, "w_c", {s.I + s.H, s.H}, "[I + H, H]");
+  check_shape(w_c, "w_c", {IH, s.H}, "[I + H, H]");
   check_like(b_ru, "b_ru", x);
-  check_shape(b_ru, "b_ru", {2 * s.H}, "[2 * H]");
+  check_shape(b_ru, "b_ru", {H2}, "[2 * H]");
   check_like(b_c, "b_c", x);
   check_shape(b_c, "b_c", {s.H}, "[H]");
   return s;

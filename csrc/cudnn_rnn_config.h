@@ -9,6 +9,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -100,7 +101,33 @@ struct PseudoLayerParams {
   int64_t in;                  // in_l
 };
 
-inline std::vector<PseudoLayerParams> params_layout(const RNNConfig& c, int64_t* total) {
+// The element count of `params` for the model, with checked arithmetic: each distinct region
+// size first, then the total, so that every offset params_layout adds up (a partial sum of the
+// total) fits int64 too. Where a size overflows (H = 2^31: G·H·in = 2^64 would wrap to 0 and
+// pass the params check), a ValueError starting with `name`. _cudnn.params_size mirrors it,
+// operation for operation.
+inline int64_t params_size(const RNNConfig& c, const char* name = "num_units") {
+  const int64_t GH = checked_mul(c.G, c.H, name, "G * H");
+  const int64_t w0 = checked_mul(GH, c.skip_input ? 0 : c.I, name, "G * H * input_size");
+  const int64_t r = checked_mul(GH, c.P, name, "G * H * num_proj");
+  const int64_t proj = c.proj() ? checked_mul(c.P, c.H, name, "num_proj * H") : 0;
+  const int64_t biases = checked_mul(2, GH, name, "2 * G * H");
+  const int64_t per =
+      checked_add(checked_add(r, proj, name, "R + W_proj"), biases, name, "R + W_proj + biases");
+  const int64_t first = checked_mul(c.D, checked_add(w0, per, name, "layer 0's size"), name,
+                                    "D * layer 0's size");
+  if (c.L == 1) return first;
+  const int64_t DP = checked_mul(c.D, c.P, name, "D * num_proj");
+  const int64_t w_up = checked_mul(GH, DP, name, "G * H * D * num_proj");
+  const int64_t up = checked_mul(checked_mul(c.L - 1, c.D, name, "(num_layers - 1) * D"),
+                                 checked_add(w_up, per, name, "an upper layer's size"), name,
+                                 "(num_layers - 1) * D * an upper layer's size");
+  return checked_add(first, up, name, "the params size");
+}
+
+inline std::vector<PseudoLayerParams> params_layout(const RNNConfig& c, int64_t* total,
+                                                    const char* name = "num_units") {
+  *total = params_size(c, name);  // raises where a size overflows; the offsets below then fit
   std::vector<PseudoLayerParams> out;
   int64_t off = 0;
   for (int64_t l = 0; l < c.L; ++l) {
@@ -121,14 +148,8 @@ inline std::vector<PseudoLayerParams> params_layout(const RNNConfig& c, int64_t*
       out.push_back(p);
     }
   }
-  *total = off;
+  TORCH_INTERNAL_ASSERT(off == *total);
   return out;
-}
-
-inline int64_t params_size(const RNNConfig& c) {
-  int64_t total = 0;
-  params_layout(c, &total);
-  return total;
 }
 
 // The forward/backward ops' tensors. Fills T, B, I, L, H, P from them and checks every shape.
@@ -152,6 +173,9 @@ inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tenso
                     ", got shape ", shape_str(input_h.sizes()));
   const int64_t L = input_h.size(time_major ? 0 : 1) / D;
   const int64_t n = input_h.size(2);
+  // The output's [T, B, D * n] (T * B fits: input's storage size did).
+  checked_mul(T * B, checked_mul(D, n, "input_h", "D * num_units"), "input",
+              "T * B * (D * num_units)");
   TORCH_CHECK_VALUE(L >= 1, "input_h: expected at least ", D, " state slots (num_layers * D with "
                     "D = ", D, "), got shape ", shape_str(input_h.sizes()));
   const std::vector<int64_t> h_shape =
@@ -180,15 +204,16 @@ inline RNNConfig check_cudnn_rnn_inputs(const at::Tensor& input, const at::Tenso
   c.B = B;
   c.time_major = time_major;
   check_like(params, "params", input, "input");
-  const int64_t expected = params_size(c);
+  const int64_t expected = params_size(c, "params");
   TORCH_CHECK_VALUE(params.dim() == 1 && params.numel() == expected,
                     "params: expected a 1-D tensor of CudnnRNNParamsSize = ", expected,
                     " elements for this model, got shape ", shape_str(params.sizes()));
   return c;
 }
 
+// TF accepts [0, 1]; 1 drops every input of the layers above the first (NaN is refused).
 inline void check_dropout(double dropout) {
-  TORCH_CHECK_VALUE(dropout >= 0 && dropout < 1, "dropout: expected a probability in [0, 1), got ",
+  TORCH_CHECK_VALUE(dropout >= 0 && dropout <= 1, "dropout: expected a probability in [0, 1], got ",
                     dropout);
 }
 
@@ -229,6 +254,14 @@ inline std::vector<int64_t> check_sequence_lengths(const std::optional<at::Tenso
                    "sequence_lengths: expected an integer dtype (TF uses int32), got ",
                    s.scalar_type());
   check_shape(s, "sequence_lengths", {c.B}, "[B]");
+  if (s.scalar_type() == at::kUInt64) {  // values above int64's range: out of range, not wrapped
+    const at::Tensor host = s.to(at::kCPU).contiguous();
+    const uint64_t* p = host.const_data_ptr<uint64_t>();
+    for (int64_t b = 0; b < c.B; ++b) {
+      TORCH_CHECK_VALUE(p[b] <= static_cast<uint64_t>(c.T), "sequence_lengths: expected values in "
+                        "[0, T] = [0, ", c.T, "], got ", p[b], " at index ", b);
+    }
+  }
   const at::Tensor host = s.to(at::kCPU, at::kLong).contiguous();
   const int64_t* p = host.const_data_ptr<int64_t>();
   std::vector<int64_t> out(p, p + c.B);
@@ -274,6 +307,79 @@ inline CudnnRNNCall check_cudnn_rnn_backprop_call(
   check_cudnn_rnn_outputs(c, input, input_h, input_c, output, output_h, output_c, output_backprop,
                           output_h_backprop, output_c_backprop);
   return {c, check_sequence_lengths(sequence_lengths, c)};
+}
+
+// ---------------------------------------------------------------------------------------------
+// reserve_space's signature. A training forward writes, at the start of its reserve_space, what
+// its backward must repeat (SPEC §2): the model, the call's shapes, the dropout rate and every
+// row's length, as int64 words. CudnnRNNBackpropV3 reads them back and raises a ValueError
+// naming the first difference instead of computing with a reserve made for another call (TF
+// reads the reserve as it is).
+
+constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' 'R' 'V' '0' '1'
+constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B
+
+inline std::vector<int64_t> reserve_signature(const RNNConfig& c,
+                                              const std::vector<int64_t>& lengths,
+                                              double dropout) {
+  int64_t dropout_bits = 0;
+  std::memcpy(&dropout_bits, &dropout, sizeof(dropout));
+  std::vector<int64_t> w = {kReserveMagic, static_cast<int64_t>(c.mode), c.skip_input, c.D, c.L,
+                            c.I, c.H, c.P, c.time_major, c.T, dropout_bits, /*spare=*/0, c.B};
+  w.insert(w.end(), lengths.begin(), lengths.end());
+  return w;
+}
+
+// The signature's size in bytes for a batch of B rows, rounded up to `align` (a multiple of 8).
+inline int64_t reserve_signature_bytes(int64_t B, int64_t align) {
+  const int64_t bytes = (kReserveFixedWords + B) * 8;
+  return (bytes + align - 1) / align * align;
+}
+
+inline std::string lengths_str(const int64_t* p, int64_t n) {
+  std::ostringstream out;
+  out << "[";
+  for (int64_t k = 0; k < n && k < 16; ++k) out << (k ? ", " : "") << p[k];
+  out << (n > 16 ? ", ...]" : "]");
+  return out.str();
+}
+
+// `stored`: the first `n_stored` words of the reserve (fewer than the signature when it is too
+// short to hold one).
+inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, const RNNConfig& c,
+                                    const std::vector<int64_t>& lengths, double dropout) {
+  const std::vector<int64_t> want = reserve_signature(c, lengths, dropout);
+  TORCH_CHECK_VALUE(n_stored >= kReserveFixedWords && stored[0] == kReserveMagic,
+                    "reserve_space: expected the reserve_space output of a CudnnRNN forward run "
+                    "with is_training=True (this one was not made by one)");
+  static const char* const names[] = {
+      "", "rnn_mode", "input_mode (skip_input)", "direction (D)", "num_layers", "input_size",
+      "num_units (cell units)", "num_units of input_h (num_proj)", "time_major",
+      "T (time steps)", "dropout", "", "B (batch rows)"};
+  for (int64_t k = 1; k < kReserveFixedWords; ++k) {
+    if (k == 10) {  // the rate's bits; compared as a double (-0.0 == 0.0)
+      double made = 0;
+      std::memcpy(&made, &stored[k], sizeof(made));
+      TORCH_CHECK_VALUE(made == dropout, "reserve_space: made by a forward with dropout = ", made,
+                        ", this call has dropout = ", dropout,
+                        " (the Backprop op must repeat its forward's attributes)");
+      continue;
+    }
+    if (stored[k] == want[k]) continue;
+    TORCH_CHECK_VALUE(false, "reserve_space: made by a forward with another ", names[k], " (",
+                      stored[k], "), this call has ", want[k],
+                      " (the Backprop op must repeat its forward's attributes and shapes)");
+  }
+  const int64_t B = c.B;
+  TORCH_CHECK_VALUE(n_stored >= kReserveFixedWords + B,
+                    "reserve_space: expected the reserve_space output of a CudnnRNN forward run "
+                    "with is_training=True (this one is too short to be one)");
+  const int64_t* made = stored + kReserveFixedWords;
+  for (int64_t b = 0; b < B; ++b) {
+    TORCH_CHECK_VALUE(made[b] == lengths[b], "sequence_lengths: the forward that made "
+                      "reserve_space ran sequence_lengths ", lengths_str(made, B), ", this call "
+                      "has ", lengths_str(lengths.data(), B), " (they differ at index ", b, ")");
+  }
 }
 
 }  // namespace torch_lstm_grad

@@ -3,6 +3,9 @@ import contextlib
 import pytest
 import torch
 
+# TORCH_LSTM_GRAD_REQUIRE_TF=1 (set by .ci/run): TF-dependent skips fail (tests/tf_required.py).
+from tf_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
+
 import torch_lstm_grad
 
 # TensorFlow 2.21 and triton 3.9 (torch 2.15's) each carry LLVM: importing triton after

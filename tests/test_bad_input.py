@@ -4,9 +4,11 @@ Every case raises ValueError (shapes, values) or TypeError (dtypes) with a messa
 with the argument's name and gives the expected and the actual shape or value. TensorFlow
 aborts, reads out of bounds or silently accepts many of these; we must not.
 
-Every case that does not depend on a tensor's *value* is also run on the fake path (FakeTensorMode
-and device="meta"), which must raise the same exception type with the same message: this proves
-torch_lstm_grad/_checks.py mirrors csrc/checks.h. Finally, zero-size batches (B = 0) work.
+Every case that does not depend on a tensor's *value* is also run on the fake path (FakeTensorMode),
+which must raise the same exception type with the same message: this proves
+torch_lstm_grad/_checks.py mirrors csrc/checks.h (device="meta" runs the same fake kernels: one
+test shows it, not every case again). Absurd sizes (H = 2^62, where 4 * H wraps in int64)
+raise the same ValueError on both paths. Finally, zero-size batches (B = 0) work.
 """
 
 from __future__ import annotations
@@ -364,14 +366,88 @@ def test_fake_tensor_raises_same_error(case):
     assert str(info.value) == str(eager)
 
 
-@pytest.mark.parametrize("case", SHAPE_CASES, ids=lambda c: c.id)
-def test_meta_device_raises_same_error(case):
-    args = bad_args(case)
-    eager = _eager_error(case, args)
-    with pytest.raises(Exception) as info:
-        call(case.op, _convert(args, lambda t: t.to("meta")))
-    assert type(info.value) is type(eager)
-    assert str(info.value) == str(eager)
+@pytest.mark.parametrize("op", ALL_OPS)
+def test_meta_device_runs_the_fake_kernels(op):
+    """device="meta" takes the registered fake kernels (the FakeTensor cases above test their
+    messages case by case): one bad and one valid call per op."""
+    args = valid_args(op)
+    meta = _convert(args, lambda t: t.to("meta"))
+    out = call(op, meta)
+    assert [t.shape for t in out] == [t.shape for t in call(op, args)]
+    bad = dict(args, x=r(1, 2, 3, 4))
+    with pytest.raises(ValueError) as info:
+        call(op, bad)
+    with pytest.raises(ValueError) as meta_info:
+        call(op, _convert(bad, lambda t: t.to("meta")))
+    assert str(meta_info.value) == str(info.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Absurd sizes: shape arithmetic in checked int64 (csrc/checks.h checked_mul / checked_add).
+# Zero-size tensors make them cheap: with B = 0, cs_prev [0, 2^62] holds nothing.
+
+HUGE = 2**62
+
+
+def _huge_lstm_args(op, H=HUGE, I=I):  # noqa: E741
+    z = torch.empty
+    cell = op.startswith("LSTMBlockCell")
+    w = z(I + H, 0) if I + H < 2**63 else z(0, 0)
+    a = dict(x=z(0, I) if cell else z(T, 0, I), cs_prev=z(0, H), h_prev=z(0, H),
+             w=w, wci=z(0), wcf=z(0), wco=z(0), b=z(0))  # fmt: skip
+    if not cell:
+        a = {"seq_len_max": torch.tensor(T), **a}
+    step = (0, H) if cell else (T, 0, H)
+    if op == "LSTMBlockCellGrad" or op in BLOCK_GRAD_OPS:
+        a.update({n: z(*step) for n in ACTIVATIONS}, cs_grad=z(*step), h_grad=z(*step))
+        if op in BLOCK_GRAD_OPS:
+            a["h"] = z(*step)
+    return {**a, "use_peephole": False}
+
+
+OVERFLOW_CASES = [
+    # 4 * 2^62 wraps to 0: a [I + H, 0] w matched it and BlockLSTM returned [T, 0, 2^62].
+    *[(op, lambda op=op: _huge_lstm_args(op), "w", f"4 * H = 4 * {HUGE} overflows int64")
+      for op in LSTM_OPS],
+    # I + H overflows where 4 * H fits (H = 2^60).
+    ("BlockLSTM", lambda: _huge_lstm_args("BlockLSTM", H=2**60, I=2**63 - 2**60 + 1), "w",
+     f"I + H = {2**63 - 2**60 + 1} + {2**60} overflows int64"),
+    ("GRUBlockCell", lambda: dict(x=torch.empty(0, I), h_prev=torch.empty(0, HUGE),
+                                  w_ru=torch.empty(I + HUGE, 0), w_c=torch.empty(0),
+                                  b_ru=torch.empty(0), b_c=torch.empty(0)),
+     "w_ru", f"2 * H = 2 * {HUGE} overflows int64"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("op", "make", "name", "message"),
+    OVERFLOW_CASES,
+    ids=[f"{c[0]}-{c[2]}-{i}" for i, c in enumerate(OVERFLOW_CASES)],
+)
+def test_overflowing_sizes_raise_value_error(op, make, name, message):
+    args = make()
+    with pytest.raises(ValueError) as info:
+        call(op, args)
+    assert str(info.value) == f"{name}: {message}"
+    mode = FakeTensorMode()
+    with mode, pytest.raises(ValueError) as fake:
+        call(op, _convert(args, mode.from_tensor))
+    assert str(fake.value) == str(info.value)
+
+
+@pytest.mark.parametrize("op", BLOCK_OPS)
+def test_seq_len_max_uint64_above_int64_is_a_value_error(op):
+    """A uint64 seq_len_max above int64's range is out of [0, T] (it was a conversion
+    RuntimeError); one within range is used."""
+    args = valid_args(op)
+    args["seq_len_max"] = torch.tensor(2**64 - 1, dtype=torch.uint64)
+    with pytest.raises(ValueError) as info:
+        call(op, args)
+    assert str(info.value) == f"seq_len_max: expected a value in [0, T] = [0, {T}], got {2**64 - 1}"
+    args["seq_len_max"] = torch.tensor(2, dtype=torch.uint64)
+    ref = call(op, {**args, "seq_len_max": torch.tensor(2)})
+    for got, want in zip(call(op, args), ref, strict=True):
+        torch.testing.assert_close(got, want)
 
 
 @pytest.mark.parametrize("op", BLOCK_OPS)

@@ -28,7 +28,8 @@ def _ops_in_table(stdout, oracle):
 
 @pytest.mark.parametrize(
     "oracle",
-    ["reference", pytest.param("tf", marks=pytest.mark.skipif(not TF_AVAILABLE, reason="no TF"))],
+    ["reference", pytest.param("tf", marks=pytest.mark.skipif(
+        not TF_AVAILABLE, reason="TensorFlow is not installed"))],  # fmt: skip
 )
 def test_check_passes_for_every_op(oracle):
     result = _run_check("--oracle", oracle)

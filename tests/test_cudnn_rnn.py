@@ -34,6 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torch_lstm_grad
 from torch_lstm_grad import raw_ops
+from torch_lstm_grad._cudnn import params_layout
 
 ops = torch.ops.torch_lstm_grad
 F32, F64 = torch.float32, torch.float64
@@ -667,7 +668,10 @@ def _cfg_id(c: Cfg) -> str:
 
 @pytest.mark.parametrize("time_major", [True, False], ids=["tm", "bm"])
 @pytest.mark.parametrize("c", BACKPROP_CFGS, ids=_cfg_id)
-def test_backprop_v3_raw_op_equals_autograd(c, time_major, device):
+def test_wiring_backprop_v3_raw_op_equals_autograd(c, time_major, device):
+    """Wiring, not parity: the raw Backprop op called by hand gives what autograd gets from the
+    same kernel (ours against ours; the numbers are checked against torch.nn and TF's composite
+    in test_vs_torch_nn and test_tf_ported_cudnn_rnn.py)."""
     x, h0, c0, params = (t.to(device) for t in _fwd_inputs(c))
     seq = torch.tensor([4, 1, 3], dtype=I32)
     if not time_major:
@@ -698,8 +702,9 @@ def test_backprop_v3_raw_op_equals_autograd(c, time_major, device):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_v1_v2_equal_v3_with_full_lengths(mode):
-    """CudnnRNN / CudnnRNNV2 (and their Backprops) are V3 with every length = T (SPEC §2)."""
+def test_wiring_v1_v2_equal_v3_with_full_lengths(mode):
+    """Wiring: CudnnRNN / CudnnRNNV2 (and their Backprops) are V3 with every length = T
+    (SPEC §2), ours against ours."""
     c = Cfg(mode=mode, L=2, D=2, I=3, H=3, T=4, B=3)
     x, h0, c0, params = _fwd_inputs(c)
     ups = upstream(c)
@@ -1160,6 +1165,29 @@ def test_dropout_changes_outputs_between_layers_only():
     assert (drop.output_h[2:] - plain.output_h[2:]).abs().max() > 1e-3
     # The masked reserve is larger (it stores the masks).
     assert drop.reserve_space.numel() > plain.reserve_space.numel()
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_dropout_one_drops_everything_between_layers(mode):
+    """dropout = 1 (TF accepts [0, 1]): in training every input of the layers above the first is
+    zero, so the top layer's outputs are what a zero input gives, and nothing of x reaches
+    them; outputs and gradients finite (no 0 * 1/0)."""
+    c = Cfg(mode, L=2, D=1, I=3, H=4, T=4, B=3)
+    x, h0, c0, params = (t.requires_grad_() for t in _fwd_inputs(c))
+    out = raw_ops.CudnnRNNV3(x, h0, c0, params, None, dropout=1.0, **c.attrs())
+    # Reference: the same model with layer 1's input matrices zeroed and no dropout.
+    layout = params_layout(mode, "linear_input", "unidirectional", 2, c.H, c.I)
+    p0 = params.detach().clone()
+    upper = layout.layers[1]
+    p0[upper.w: upper.w + c.G * c.H * upper.in_size] = 0
+    want = raw_ops.CudnnRNNV3(x.detach(), h0.detach(), c0.detach() if c.lstm else c0, p0, None,
+                              **c.attrs())  # fmt: skip
+    torch.testing.assert_close(out.output, want.output)
+    grads = torch.autograd.grad(out.output.sum(), [x, h0, params])
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert not grads[0].any()  # x reaches the top layer only through the dropped inputs
+    dW1 = grads[2][upper.w: upper.w + c.G * c.H * upper.in_size]
+    assert not dW1.any()  # layer 1's input matrices saw zeros
 
 
 @pytest.mark.parametrize("case", ["one_layer", "inference"])
@@ -1774,8 +1802,27 @@ def _cases(op: str) -> list[Case]:
         "3-D tensor [T, B, input_size]", "got shape [3, 3]")  # fmt: skip
     add("input_int", _set(input=lambda: r(BT, BB, BI).int()), TypeError, "input",
         "float16, bfloat16, float32 or float64", "got Int")  # fmt: skip
-    add("dropout_one", _set(dropout=1.0), ValueError, "dropout", "[0, 1)", "got 1")
-    add("dropout_negative", _set(dropout=-0.1), ValueError, "dropout", "[0, 1)", "got -0.1")
+    add("dropout_above_one", _set(dropout=1.5), ValueError, "dropout", "[0, 1]", "got 1.5")
+    add("dropout_negative", _set(dropout=-0.1), ValueError, "dropout", "[0, 1]", "got -0.1")
+    add("dropout_nan", _set(dropout=float("nan")), ValueError, "dropout", "[0, 1]", "got nan")
+    add("seq_lengths_uint64_above_int64",
+        _set(sequence_lengths=lambda: torch.tensor([3, 2**64 - 1], dtype=torch.uint64)),
+        ValueError, "sequence_lengths", "[0, T] = [0, 3]", f"got {2**64 - 1} at index 1",
+        vd=True)  # fmt: skip
+    # Absurd sizes (zero-size tensors: B = 0 holds nothing): shape arithmetic in checked int64.
+    # H = 2^31: G * H * input_size = 2^33 * 2^31 wrapped to 0 and a wrong params size passed.
+    H31 = 2**31
+    add("params_size_overflow",
+        _set(input=lambda: torch.empty(BT, 0, H31), input_h=lambda: torch.empty(2, 0, H31),
+             input_c=lambda: torch.empty(2, 0, H31), params=lambda: torch.empty(0),
+             sequence_lengths=lambda: torch.empty(0, dtype=I32)),
+        ValueError, "params",
+        f"G * H * input_size = {4 * H31} * {H31} overflows int64")  # fmt: skip
+    add("output_width_overflow",
+        _set(input=lambda: torch.empty(BT, 0, 1), input_h=lambda: torch.empty(2, 0, 2**62),
+             input_c=lambda: torch.empty(2, 0, 2**62), params=lambda: torch.empty(0),
+             sequence_lengths=lambda: torch.empty(0, dtype=I32)),
+        ValueError, "input_h", f"D * num_units = 2 * {2**62} overflows int64")  # fmt: skip
     if op == "CudnnRNNBackpropV3":
         out_shape = "[T, B, D * num_units] = [3, 2, 8]"
         for n in ("output", "output_backprop"):
@@ -1799,9 +1846,25 @@ def _cases(op: str) -> list[Case]:
         )
         add("reserve_space_inference", _set(reserve_space=lambda: torch.zeros(())), ValueError,
             "reserve_space", "is_training=True", "got shape []", vd=True)  # fmt: skip
-        # A dropout-free reserve fed to a Backprop with dropout (L = 2: masks expected).
+        # The reserve carries its forward's configuration and lengths (SPEC §2): a Backprop
+        # with other ones raises (TF computes with the reserve it is given).
         add("reserve_space_without_masks", _set(dropout=0.5), ValueError, "reserve_space",
-            "expected the reserve_space", "got", vd=True, args=dict(L=2))  # fmt: skip
+            "made by a forward with dropout = 0", "this call has dropout = 0.5", vd=True,
+            args=dict(L=2))  # fmt: skip
+        add("reserve_space_other_lengths",
+            _set(sequence_lengths=lambda: torch.tensor([3, 2], dtype=I32)), ValueError,
+            "sequence_lengths", "the forward that made reserve_space ran sequence_lengths [3, 1]",
+            "this call has [3, 2] (they differ at index 1)", vd=True)  # fmt: skip
+        # rnn_tanh and rnn_relu have the same params size: only the reserve tells.
+        add("reserve_space_other_mode", _set(rnn_mode="rnn_relu"), ValueError, "reserve_space",
+            "made by a forward with another rnn_mode", vd=True, mode="rnn_tanh")  # fmt: skip
+        add("reserve_space_other_input_mode",
+            _set(input_mode="skip_input", input=lambda: r(BT, BB, BH),
+                 params=lambda: r(params_size(Cfg("lstm", 1, 2, I=BH, H=BH), "skip_input"))),
+            ValueError, "reserve_space", "another input_mode (skip_input) (0), this call has 1",
+            vd=True)  # fmt: skip
+        add("reserve_space_not_a_reserve", _set(reserve_space=lambda: torch.zeros(1000)),
+            ValueError, "reserve_space", "not made by one", vd=True)  # fmt: skip
     return out
 
 

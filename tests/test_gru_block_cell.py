@@ -35,9 +35,9 @@ TOL = {
     # ours float16 / bfloat16 (float32 inside, each output rounded once on store) vs the float64
     # reference on the same rounded inputs: about one rounding of the storage format (eps 9.8e-4
     # / 7.8e-3), plus the grad op reading the rounded r, u, c. Measured: 4.1e-4 float16, 3.6e-3
-    # bfloat16.
+    # bfloat16 (its tolerance was 2e-2, 5.6x that).
     ("ref", torch.float16): 2e-3,
-    ("ref", torch.bfloat16): 2e-2,
+    ("ref", torch.bfloat16): 6e-3,
 }
 # Ours on non-contiguous views vs ours on contiguous copies: other GEMM paths, same math.
 # Measured: 6.6e-8.

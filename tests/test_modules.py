@@ -82,7 +82,9 @@ def test_defaults_and_init():
 
 
 @pytest.mark.parametrize("peephole", [False, True])
-def test_lstm_block_cell_vs_raw_op(peephole):
+def test_wiring_lstm_block_cell_module_vs_raw_op(peephole):
+    """Wiring, not parity: the module passes its parameters and attributes to the raw op (ours
+    against ours; the raw op is checked against TF in test_lstm_block_ops.py)."""
     cell = modules.LSTMBlockCell(4, 3, forget_bias=0.5, use_peephole=peephole).double()
     with torch.no_grad():
         cell.bias[8:12] = 10.0  # f ≈ 1: |cs| ≈ |cs_prev| > 3, where the raw op's default clips
@@ -111,7 +113,8 @@ def test_lstm_block_cell_vs_raw_op(peephole):
     assert torch.equal(cell(x)[0], cell(x, (torch.zeros_like(cs), torch.zeros_like(h)))[0])
 
 
-def test_gru_block_cell_vs_raw_op():
+def test_wiring_gru_block_cell_module_vs_raw_op():
+    """Wiring, not parity: the module against the raw op it calls (ours against ours)."""
     cell = modules.GRUBlockCell(4, 3).double()
     x, h = torch.randn(2, 3, dtype=torch.float64), torch.randn(2, 4, dtype=torch.float64)
     out, state = cell(x, h)
@@ -213,9 +216,10 @@ def test_fused_cell_sequence_length_vs_tf(lengths, peephole):
             assert torch.equal(h[b], outputs[n - 1, b])
 
 
-def test_fused_cell_equals_loop_of_cells():
-    """No sequence_length: outputs and final state are the LSTMBlockCell loop's (float64; ours
-    projects the inputs of all steps in one GEMM, so the sums are ordered differently)."""
+def test_wiring_fused_cell_equals_loop_of_cells():
+    """Wiring, ours against ours. No sequence_length: outputs and final state are the
+    LSTMBlockCell loop's (float64; ours projects the inputs of all steps in one GEMM, so the
+    sums are ordered differently)."""
     fused = modules.LSTMBlockFusedCell(5, 3, use_peephole=True).double()
     cell = modules.LSTMBlockCell(5, 3, use_peephole=True).double()
     cell.load_state_dict(fused.state_dict())

@@ -3,7 +3,9 @@
 A line-for-line mirror of csrc/checks.h, with the same messages, so a bad input fails the same
 way eagerly (C++) and under torch.compile / FakeTensor tracing (here). tests/test_bad_input.py
 runs every bad case through both and compares the exception type and message. Values that
-only a real tensor has (seq_len_max) are checked by the C++ kernels alone.
+only a real tensor has (seq_len_max) are checked by the C++ kernels alone. Sizes are Python
+ints (or SymInts), which do not wrap: where the C++ arithmetic would overflow int64, these raise
+the C++ message (`checked_mul`, `checked_add`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,26 @@ def _dtype_name(dtype: torch.dtype) -> str:
 
 def _shape_str(sizes) -> str:
     return "[" + ", ".join(str(s) for s in sizes) + "]"
+
+
+INT64_MAX = 2**63 - 1
+
+
+def checked_mul(a, b, name: str, what: str):
+    """a * b, or csrc/checks.h's ValueError where it does not fit int64 (C++ would wrap)."""
+    out = a * b
+    torch._check_value(
+        out <= INT64_MAX, lambda: f"{name}: {what} = {a} * {b} overflows int64"
+    )
+    return out
+
+
+def checked_add(a, b, name: str, what: str):
+    out = a + b
+    torch._check_value(
+        out <= INT64_MAX, lambda: f"{name}: {what} = {a} + {b} overflows int64"
+    )
+    return out
 
 
 def check_float_input(x: torch.Tensor, name: str) -> None:
@@ -100,9 +122,10 @@ def check_lstm_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, use_peephole, tim
     check_like(h_prev, "h_prev", x)
     check_shape(h_prev, "h_prev", [B, H], "[B, H]")
     check_like(w, "w", x)
-    check_shape(w, "w", [I + H, 4 * H], "[I + H, 4 * H]")
+    H4 = checked_mul(4, H, "w", "4 * H")
+    check_shape(w, "w", [checked_add(I, H, "w", "I + H"), H4], "[I + H, 4 * H]")
     check_like(b, "b", x)
-    check_shape(b, "b", [4 * H], "[4 * H]")
+    check_shape(b, "b", [H4], "[4 * H]")
     if use_peephole:
         for t, name in ((wci, "wci"), (wcf, "wcf"), (wco, "wco")):
             check_like(t, name, x)
@@ -134,10 +157,13 @@ def check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c):
         f"{_shape_str(h_prev.shape)}",
     )
     H = h_prev.shape[1]
+    check_like(w_ru, "w_ru", x)
+    IH = checked_add(I, H, "w_ru", "I + H")
+    H2 = checked_mul(2, H, "w_ru", "2 * H")
+    check_shape(w_ru, "w_ru", [IH, H2], "[I + H, 2 * H]")
     for t, name, expected, layout in (
-        (w_ru, "w_ru", [I + H, 2 * H], "[I + H, 2 * H]"),
-        (w_c, "w_c", [I + H, H], "[I + H, H]"),
-        (b_ru, "b_ru", [2 * H], "[2 * H]"),
+        (w_c, "w_c", [IH, H], "[I + H, H]"),
+        (b_ru, "b_ru", [H2], "[2 * H]"),
         (b_c, "b_c", [H], "[H]"),
     ):
         check_like(t, name, x)

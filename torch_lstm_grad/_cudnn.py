@@ -181,12 +181,25 @@ def make_rnn_config(rnn_mode, input_mode, direction, num_layers, num_units, inpu
                      time_major=True)  # fmt: skip
 
 
-def params_size(c: RNNConfig):
-    """The closed form of csrc's params_layout total (a SymInt under dynamic shapes)."""
-    first_in = 0 if c.skip_input else c.I
-    input_mats = c.D * c.G * c.H * (first_in + (c.L - 1) * c.D * c.P)
-    per_pseudo_layer = c.G * c.H * c.P + (c.P * c.H if c.proj else 0) + 2 * c.G * c.H
-    return input_mats + c.L * c.D * per_pseudo_layer
+def params_size(c: RNNConfig, name: str = "num_units"):
+    """csrc's params_size: the params element count (a SymInt under dynamic shapes), with the
+    same checked operations in the same order, so an overflow raises the same ValueError."""
+    mul, add = C.checked_mul, C.checked_add
+    GH = mul(c.G, c.H, name, "G * H")
+    w0 = mul(GH, 0 if c.skip_input else c.I, name, "G * H * input_size")
+    r = mul(GH, c.P, name, "G * H * num_proj")
+    proj = mul(c.P, c.H, name, "num_proj * H") if c.proj else 0
+    biases = mul(2, GH, name, "2 * G * H")
+    per = add(add(r, proj, name, "R + W_proj"), biases, name, "R + W_proj + biases")
+    first = mul(c.D, add(w0, per, name, "layer 0's size"), name, "D * layer 0's size")
+    if c.L == 1:
+        return first
+    DP = mul(c.D, c.P, name, "D * num_proj")
+    w_up = mul(GH, DP, name, "G * H * D * num_proj")
+    up = mul(mul(c.L - 1, c.D, name, "(num_layers - 1) * D"),
+             add(w_up, per, name, "an upper layer's size"), name,
+             "(num_layers - 1) * D * an upper layer's size")  # fmt: skip
+    return add(first, up, name, "the params size")
 
 
 def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode, direction,
@@ -210,6 +223,9 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     )
     L = input_h.shape[0 if time_major else 1] // D
     n = input_h.shape[2]
+    # The output's [T, B, D * n] (T * B fits: input's storage size did).
+    C.checked_mul(T * B, C.checked_mul(D, n, "input_h", "D * num_units"), "input",
+                  "T * B * (D * num_units)")  # fmt: skip
     torch._check_value(
         L >= 1,
         lambda: f"input_h: expected at least {D} state slots (num_layers * D with D = {D}), got "
@@ -239,7 +255,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     c = make_rnn_config(rnn_mode, input_mode, direction, L, H, I, num_proj, n)
     c.T, c.B, c.time_major = T, B, time_major
     C.check_like(params, "params", input, "input")
-    expected = params_size(c)
+    expected = params_size(c, "params")
     torch._check_value(
         params.dim() == 1 and params.numel() == expected,
         lambda: f"params: expected a 1-D tensor of CudnnRNNParamsSize = {expected} elements for "
@@ -255,8 +271,8 @@ def _float_str(v: float) -> str:
 
 def check_dropout(dropout: float) -> None:
     torch._check_value(
-        dropout >= 0 and dropout < 1,
-        lambda: f"dropout: expected a probability in [0, 1), got {_float_str(dropout)}",
+        dropout >= 0 and dropout <= 1,
+        lambda: f"dropout: expected a probability in [0, 1], got {_float_str(dropout)}",
     )
 
 

@@ -8,9 +8,15 @@
 // (an index_select, the same one undoes it). Finished rows keep their state and emit zeros, so a
 // zero-length row's final state is its initial state and its gradient flows there (SPEC §2).
 //
-// reserve_space (opaque, CPU-specific) holds, per pseudo-layer, the post-activation gates, the
-// cell states, GRU's R_h·h + bR_h or the pre-projection h, and the direction's outputs, plus the
-// dropout masks; all in the compute type (float for half/bf16), reinterpreted as dtype T.
+// reserve_space (opaque, CPU-specific) starts with the call's signature (cudnn_rnn_config.h:
+// model, shapes, dropout, lengths, which the backward checks), then holds, per pseudo-layer, the
+// post-activation gates, the cell states, GRU's R_h·h + bR_h or the pre-projection h, and the
+// direction's outputs, plus the dropout masks; all in the compute type (float for half/bf16),
+// reinterpreted as dtype T.
+//
+// The products of the backward whose K is a long sum (the weight gradients over T·B rows, dx and
+// dh over the G·H gate columns) add it pairwise where they are small enough (pairwise_gemm.h):
+// on TF's test shapes as accurate as TF's step-by-step composite, or more.
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/OpMathType.h>
@@ -26,6 +32,7 @@
 #include "activations.h"
 #include "cell_avx512.h"
 #include "gemm.h"
+#include "pairwise_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -105,19 +112,30 @@ struct DirState {
 };
 
 struct Reserve {
-  at::Tensor buffer;  // 1-D, compute type
+  at::Tensor buffer;  // 1-D, compute type: the signature's words, then the views below
   std::vector<DirState> dirs;
   std::vector<at::Tensor> masks;  // per layer: [T, B, D·P] scaled keep-masks (layer 0: undefined)
 };
 
 bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
 
-// Carves the reserve out of `buffer`, or allocates it when `buffer` is undefined.
+// Carves the reserve out of `buffer` (after the signature), or allocates it when `buffer` is
+// undefined. Sizes in checked arithmetic: absurd shapes raise instead of wrapping (the params
+// check bounds G·H and P; T·B·width can still overflow).
 Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
                      const at::TensorOptions& opts) {
   const int64_t T = c.T, B = c.B;
-  const int64_t per_dir = T * B * (c.G * c.H + (c.lstm() ? c.H : 0) + (has_extra(c) ? c.H : 0) + c.P);
-  const int64_t total = c.L * c.D * per_dir + (with_masks ? (c.L - 1) * T * B * c.D * c.P : 0);
+  const int64_t width = c.G * c.H + (c.lstm() ? c.H : 0) + (has_extra(c) ? c.H : 0) + c.P;
+  const char* what = "T * B * (the reserve's floats per row and step)";
+  const int64_t per_dir = checked_mul(T * B, width, "input", what);
+  const int64_t masks =
+      with_masks ? checked_mul(checked_mul(T * B, c.L - 1, "input", what), c.D * c.P, "input", what)
+                 : 0;
+  const int64_t header =
+      reserve_signature_bytes(B, 8) / static_cast<int64_t>(opts.dtype().itemsize());
+  const int64_t total = checked_add(
+      checked_add(checked_mul(c.L * c.D, per_dir, "input", what), masks, "input", what), header,
+      "input", what);
   if (!buffer.defined()) {
     buffer = at::empty({total}, opts);
   } else {
@@ -126,7 +144,7 @@ Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
                       "shapes (", total, " elements of its compute type), got ", buffer.numel());
   }
   Reserve r{buffer, {}, {}};
-  int64_t off = 0;
+  int64_t off = header;
   auto take = [&](int64_t width) {
     at::Tensor v = buffer.narrow(0, off, T * B * width).view({T, B, width});
     off += T * B * width;
@@ -298,6 +316,12 @@ Reserve make_inference_reserve(const RNNConfig& c, const at::TensorOptions& opts
   return r;
 }
 
+// The per-step products summed pairwise (pairwise_gemm.h): the backward's dh = dpre · R and the
+// forward's projection, up to 2^21 multiply-adds (TF's test shapes; the benchmark's are 8-64x
+// larger and keep one call per step, whose time the loop cannot spare), in chunks of 32 rows.
+constexpr int64_t kMaxPairwiseStepMacs = int64_t{1} << 21;
+constexpr int64_t kStepChunk = 32;
+
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in]. `keep`: r
@@ -329,6 +353,9 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true,
                                      /*panel_gates=*/lstm_cells ? G : 0, packed);
   const bool fused = recurrent.panels() && std::is_same_v<acc_t, float>;
+  // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
+  // error on TF's "medium" projection case (B = 8, H = 128).
+  const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
   // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
   // the products' operands. Without `keep` the activations of every step share one row.
   const int64_t per_step = keep ? 1 : 0;
@@ -406,7 +433,12 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       });
       if (c.proj()) {
         at::Tensor hs_n = r.hseq[t].narrow(0, 0, n);
-        at::mm_out(hs_n, r.extra[per_step * t].narrow(0, 0, n), w.Wp.t());
+        const at::Tensor h_tilde = r.extra[per_step * t].narrow(0, 0, n);
+        if (pairwise_projection) {  // as dh = dpre · R in the backward
+          cpu::pairwise_sum_gemm_out(hs_n, h_tilde, w.Wp.t(), kStepChunk);
+        } else {
+          at::mm_out(hs_n, h_tilde, w.Wp.t());
+        }
         h.narrow(0, 0, n).copy_(hs_n);
       }
     }
@@ -438,6 +470,9 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
   const cpu::RecurrentGemm recurrent(w.R, B, T, /*allow_blocks=*/true);
+  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding came out
+  // 3-5 ulps against TF's 1 on TF's "medium" LSTM case (B = 8, G·H = 512).
+  const bool pairwise_steps = B * GH * P <= kMaxPairwiseStepMacs;
   // Steps sliced by pointer arithmetic, as in forward_direction.
   const acc_t* const acts_p = r.acts.const_data_ptr<acc_t>();
   const acc_t* const cells_p = c.lstm() ? r.cells.const_data_ptr<acc_t>() : nullptr;
@@ -504,13 +539,16 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     at::Tensor dh_n = n == B ? dh : dh.narrow(0, 0, n);
     if (c.mode == RNNMode::kGRU) {
       recurrent(dh_n, d_rec[t].narrow(0, 0, n), /*accumulate=*/true);
+    } else if (pairwise_steps) {
+      cpu::pairwise_sum_gemm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R, kStepChunk);
     } else {
       recurrent(dh_n, d_pre[t].narrow(0, 0, n), /*accumulate=*/false);
     }
   }
   const at::Tensor dp2 = d_pre.view({T * B, GH});
   const at::Tensor dr2 = d_rec.view({T * B, GH});
-  const at::Tensor dX = w.W.defined() ? cpu::matmul(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
+  const at::Tensor dX =
+      w.W.defined() ? cpu::pairwise_sum_gemm(dp2, w.W) : dp2.view({T * B, G, H}).sum(1);
   // dWᵀ = Xᵀ·dpre and dRᵀ = h_beforeᵀ·drec, on the inputs transposed into contiguous rows
   // [in + P, T·B] (a transposed view as the left operand costs oneDNN a one-thread copy), in one
   // product where drec is dpre (LSTM, RNN); the results transposed into the params' [GH, ·].
@@ -528,19 +566,21 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     cpu::transpose_into(rest, r.hseq.narrow(0, 0, T - 1).view({(T - 1) * B, P}));
   }
   const bool shared = c.mode != RNNMode::kGRU;
-  const at::Tensor prod = cpu::matmul(shared ? xh_t : h_t, dr2);  // [in + P or P, GH]
+  const at::Tensor prod = cpu::pairwise_sum_gemm(shared ? xh_t : h_t, dr2);  // [in + P or P, GH]
   cpu::transpose_into(g.R, prod.narrow(0, shared ? in : 0, P));
   if (in > 0) {
     cpu::transpose_into(g.W, shared ? prod.narrow(0, 0, in)
-                                    : cpu::matmul(xh_t.narrow(0, 0, in), dp2));
+                                    : cpu::pairwise_sum_gemm(xh_t.narrow(0, 0, in), dp2));
   }
-  at::sum_out(g.bW, dp2, 0);
+  cpu::pairwise_column_sum_out(g.bW, dp2);
   if (shared) {
     g.bR.copy_(g.bW);
   } else {
-    at::sum_out(g.bR, dr2, 0);
+    cpu::pairwise_column_sum_out(g.bR, dr2);
   }
-  if (c.proj()) cpu::matmul_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  if (c.proj()) {
+    cpu::pairwise_sum_gemm_out(g.Wp, dhs.view({T * B, P}).t(), r.extra.view({T * B, H}));
+  }
   return dX;
 }
 
@@ -622,6 +662,10 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
   const bool with_masks = is_training && dropout > 0 && c.L > 1;
   Reserve r = is_training ? make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc))
                           : make_inference_reserve(c, input.options().dtype(acc));
+  if (is_training) {
+    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
+    std::memcpy(r.buffer.data_ptr(), sig.data(), sig.size() * sizeof(int64_t));
+  }
   at::Tensor h_all = to_internal_state(input_h, c, s, acc);
   at::Tensor c_all = c.lstm() ? to_internal_state(input_c, c, s, acc) : at::Tensor();
   at::Tensor x = to_internal_seq(input, c, s, acc).view({c.T * c.B, c.I});
@@ -629,7 +673,11 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
     if (l > 0) {
       if (with_masks) {
         at::Tensor m = r.masks[l];
-        m.bernoulli_(1 - dropout, dropout_generator(seed, seed2)).div_(1 - dropout);
+        if (dropout >= 1) {
+          m.zero_();  // TF accepts 1: every input dropped, zeros (not 0 · 1/0)
+        } else {
+          m.bernoulli_(1 - dropout, dropout_generator(seed, seed2)).div_(1 - dropout);
+        }
       }
       x = layer_input(c, s, r, l);
     }
@@ -663,6 +711,13 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
                         (reserve_space.numel() * reserve_space.element_size()) % sizeof(acc_t) == 0,
                     "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
                     "is_training=True, got shape ", shape_str(reserve_space.sizes()));
+  {  // the forward's signature, read through memcpy (a reserve view need not be 8-aligned)
+    const int64_t n_words = std::min<int64_t>(
+        reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
+    std::vector<int64_t> stored(n_words);
+    std::memcpy(stored.data(), reserve_space.const_data_ptr(), n_words * sizeof(int64_t));
+    check_reserve_signature(stored.data(), n_words, c, lengths, dropout);
+  }
   const Schedule s = make_schedule(lengths, c.T);
   const at::Tensor params_acc = params.to(acc);
   const auto weights = weight_views(c, params_acc);

@@ -289,7 +289,11 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
   const std::vector<int64_t> out_shape = time_major ? std::vector<int64_t>{c.T, c.B, c.D * c.P}
                                                     : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   at::Tensor y = at::zeros(out_shape, opts), hy = h0.clone(), cy = c.lstm() ? c0.clone() : c0;
-  at::Tensor reserve = at::empty({0}, input.options());  // training with no row to run
+  // The reserve starts with the call's signature (cudnn_rnn_config.h), which the backward
+  // checks; cuDNN's reserve follows it, 256-byte aligned.
+  const int64_t elem = static_cast<int64_t>(input.element_size());
+  const int64_t header = reserve_signature_bytes(c.B, 256);
+  at::Tensor reserve = at::empty({header / elem}, input.options());  // training, no row to run
   if (!rows.lengths.empty() && c.T > 0) {
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
@@ -304,9 +308,8 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
     at::Tensor yk = at::empty(y_shape, opts), hyk = at::empty_like(hx);
     at::Tensor cyk = c.lstm() ? at::empty_like(cx) : at::Tensor();
     at::Tensor work = at::empty({static_cast<int64_t>(d.work_bytes)}, opts.dtype(at::kByte));
-    const int64_t elem = static_cast<int64_t>(input.element_size());
     if (is_training) {
-      reserve = at::empty({(static_cast<int64_t>(d.reserve_bytes) + elem - 1) / elem},
+      reserve = at::empty({(header + static_cast<int64_t>(d.reserve_bytes) + elem - 1) / elem},
                           input.options());
     }
     const at::Tensor dev_lengths = int_tensor(rows.lengths, input.device());
@@ -316,12 +319,21 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
         yk.data_ptr(), d.h.get(), hx.const_data_ptr(), hyk.data_ptr(), d.c.get(),
         c.lstm() ? cx.const_data_ptr() : nullptr, c.lstm() ? cyk.data_ptr() : nullptr,
         d.weight_bytes, w.const_data_ptr(), d.work_bytes, work.data_ptr(),
-        is_training ? d.reserve_bytes : 0, is_training ? reserve.data_ptr() : nullptr));
+        is_training ? d.reserve_bytes : 0,
+        is_training ? static_cast<char*>(reserve.data_ptr()) + header : nullptr));
     y = scatter_rows(yk, y, time_major ? 1 : 0, rows);
     hy = scatter_rows(hyk, hy, 1, rows);
     if (c.lstm()) cy = scatter_rows(cyk, cy, 1, rows);
   }
-  if (!is_training) reserve = at::zeros({}, input.options());
+  if (is_training) {
+    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
+    const at::Tensor words =
+        at::from_blob(const_cast<int64_t*>(sig.data()), {static_cast<int64_t>(sig.size())},
+                      at::TensorOptions().dtype(at::kLong));
+    reserve.view(at::kByte).narrow(0, 0, words.numel() * 8).copy_(words.view(at::kByte));
+  } else {
+    reserve = at::zeros({}, input.options());
+  }
   return {y.to(dtype), states_out(hy.to(dtype), c),
           c.lstm() ? states_out(cy.to(dtype), c) : at::zeros({}, input.options()), reserve,
           at::zeros({}, input.options().dtype(at::kChar))};
@@ -342,6 +354,17 @@ Grads4 cudnn_rnn_backprop_cuda(
       dropout, num_proj, time_major);
   (void)host_reserved;
   const c10::cuda::CUDAGuard guard(input.device());
+  TORCH_CHECK_VALUE(reserve_space.dim() == 1 && reserve_space.is_contiguous(),
+                    "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
+                    "is_training=True, got shape ", shape_str(reserve_space.sizes()));
+  const int64_t header = reserve_signature_bytes(c.B, 256);
+  {  // the forward's signature: a few bytes copied to the host
+    const int64_t n_words = std::min<int64_t>(
+        reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
+    const at::Tensor stored =
+        reserve_space.view(at::kByte).narrow(0, 0, n_words * 8).to(at::kCPU).view(at::kLong);
+    check_reserve_signature(stored.const_data_ptr<int64_t>(), n_words, c, lengths, dropout);
+  }
   const auto dtype = input.scalar_type();
   const auto [compute, opts, rows, h0, c0] = prepare(c, lengths, input, input_h, input_c);
   const at::Tensor dhy = states_tm(output_h_backprop, c).to(compute);
@@ -355,12 +378,12 @@ Grads4 cudnn_rnn_backprop_cuda(
     describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), true);
     const at::Tensor w = params.to(compute).contiguous();
     verify_weight_layout(handle, d, c, compute, w);
-    TORCH_CHECK_VALUE(reserve_space.dim() == 1 &&
-                          static_cast<size_t>(reserve_space.numel() * reserve_space.element_size()) >=
-                              d.reserve_bytes,
+    TORCH_CHECK_VALUE(reserve_space.numel() * reserve_space.element_size() >=
+                          header + static_cast<int64_t>(d.reserve_bytes),
                       "reserve_space: expected the reserve_space output of CudnnRNNV3 with "
                       "is_training=True and these attributes and shapes (at least ",
-                      d.reserve_bytes, " bytes), got shape ", shape_str(reserve_space.sizes()));
+                      header + static_cast<int64_t>(d.reserve_bytes), " bytes), got shape ",
+                      shape_str(reserve_space.sizes()));
     // cuDNN's backward writes into the reserve: work on a copy so a retained graph can run
     // backward again (SPEC §2).
     at::Tensor reserve = reserve_space.clone();
@@ -380,12 +403,12 @@ Grads4 cudnn_rnn_backprop_cuda(
         dhyk.const_data_ptr(), dhxk.data_ptr(), d.c.get(),
         c.lstm() ? cx.const_data_ptr() : nullptr, c.lstm() ? dcyk.const_data_ptr() : nullptr,
         c.lstm() ? dcxk.data_ptr() : nullptr, d.weight_bytes, w.const_data_ptr(), d.work_bytes,
-        work.data_ptr(), d.reserve_bytes, reserve.data_ptr()));
+        work.data_ptr(), d.reserve_bytes, static_cast<char*>(reserve.data_ptr()) + header));
     AT_CUDNN_CHECK(cudnnRNNBackwardWeights_v8(
         handle, d.rnn.get(), CUDNN_WGRAD_MODE_ADD, dev_lengths.const_data_ptr<int32_t>(),
         d.x.get(), x.const_data_ptr(), d.h.get(), hx.const_data_ptr(), d.y.get(),
         y.const_data_ptr(), d.weight_bytes, dw.data_ptr(), d.work_bytes, work.data_ptr(),
-        d.reserve_bytes, reserve.data_ptr()));
+        d.reserve_bytes, static_cast<char*>(reserve.data_ptr()) + header));
     dx = scatter_rows(dxk, dx, time_major ? 1 : 0, rows);
     dhx = scatter_rows(dhxk, dhx, 1, rows);
     if (c.lstm()) dcx = scatter_rows(dcxk, dcx, 1, rows);
