@@ -290,6 +290,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - recurrent_gemm(b, m, steps): the per-step product with one weight matrix (of the op's dtype)
 //   for the whole loop, c = a·b (+ c), for `steps` products of m rows, a of the recurrent's
 //   operand_type() (csrc/cpu/gemm.h prepares b once);
+// - gate_gemm(b, m, steps, packed): the forward's recurrent product ([P, 4H], four gate blocks),
+//   `packed` an undefined tensor or pack_recurrent_weight(b, 4) for a form that reads it;
+// - dh_gemm(b, m, steps): the backward's (b = Whᵀ, [4H, P]);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
 // - backward_step(s, recurrent, next, dh_carry): one reverse step, dh_carry = next·Whᵀ when
@@ -546,7 +549,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   BackwardState st{at::empty({L, B, 4 * H}, opts), at::Tensor(), at::zeros({B, H}, opts),
                    at::zeros({B, P}, opts), at::Tensor(), at::Tensor()};
   const auto recurrent =
-      Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
+      Backend::dh_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
   const bool lp = recurrent.operand_type() != acc_type(cs_prev.scalar_type());
   TORCH_INTERNAL_ASSERT(!lp || recurrent.operand_type() == cs_prev.scalar_type());
   if (lp) st.dgates_lp = at::empty({L, B, 4 * H}, cs_prev.options());

@@ -434,13 +434,12 @@ class RecurrentGemm {
       const int64_t m = a.size(0), K = b_.size(0), H = b_.size(1) / gates_;
       if (m == 0) return;
       TORCH_INTERNAL_ASSERT(m <= kMaxPanelRows && c.stride(1) == 1);
-      if (!accumulate) c.zero_();
       const at::Tensor ac = a.contiguous();
       const float* ap = ac.const_data_ptr<float>();
       float* cp = c.data_ptr<float>();
       const int64_t ldc = c.stride(0);
       for_column_blocks(H, m * K * b_.size(1), [&](int64_t j0, int64_t n) {
-        panel_gemm(m, K, H, gates_, ap, K, panels_data(), cp, ldc, j0, n);
+        panel_gemm(m, K, H, gates_, ap, K, panels_data(), cp, ldc, j0, n, accumulate);
       });
       return;
     }

@@ -255,6 +255,13 @@ struct CpuBackend {
     return {b, m, steps, /*allow_blocks=*/true};
   }
 
+  // The backward's recurrent product, dh = next·Whᵀ (b = Whᵀ, [4H, P]): small batches take the
+  // panels form with the output units as the panels (no gates), read in sequential runs where
+  // the blocks form reads 64 bytes of each of Whᵀ's 4H rows (backward_step_panels).
+  static cpu::RecurrentGemm dh_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
+    return {b, m, steps, /*allow_blocks=*/true, /*panel_gates=*/1};
+  }
+
   // The forward's recurrent product of the four gate blocks ([P, 4H]): small batches take the
   // panels form (`packed`: the weight already packed, or undefined).
   static cpu::RecurrentGemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps,
@@ -304,6 +311,24 @@ struct CpuBackend {
     });
   }
 
+  // backward_step with Whᵀ's panels (float32, B <= kMaxPanelRows; same sums as block_gemm's,
+  // over k in order from zero): each thread's units of dh = next·Whᵀ, then their cell rows.
+  template <typename scalar_t, class RowsFn>
+  static void backward_step_panels(const BwdStep<scalar_t>& s, const RowsFn& rows,
+                                   const cpu::RecurrentGemm& rec, const at::Tensor& next,
+                                   at::Tensor& dh_carry) {
+    const int64_t B = dh_carry.size(0), H = s.H;
+    float* dp = dh_carry.data_ptr<float>();
+    const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
+    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
+      if (np != nullptr) {
+        cpu::panel_gemm(B, 4 * H, H, /*G=*/1, np, 4 * H, rec.panels_data(), dp, H, j0, n,
+                        /*accumulate=*/false);
+      }
+      rows(s, 0, B, j0, j0 + n);
+    });
+  }
+
   // The blocks form sums db and the peephole grads in the steps (BackwardState::sums): each
   // unit's sums are only ever added to by the thread that owns the unit's block.
   static bool sums_in_steps(const cpu::RecurrentGemm& rec) { return rec.blocks(); }
@@ -328,6 +353,7 @@ struct CpuBackend {
     TORCH_INTERNAL_ASSERT(s.sums != nullptr);
     const auto rows = Rows::template backward<scalar_t>(s, /*sums=*/true);
     float* dp = dh_carry.data_ptr<float>();
+    if (rec.panels()) return backward_step_panels(s, rows, rec, next, dh_carry);
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
       if (next.defined() && rec.bf16()) {
         cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<at::BFloat16>(), 4 * H, rec.b_vnni(),

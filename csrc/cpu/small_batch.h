@@ -81,12 +81,13 @@ inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
 #if defined(TLG_HAVE_AVX512_PANELS)
 namespace detail {
 
-// g[r, q·ldq + 0..valid) += Σ_k a[r, k] · panel[q][k][0..valid) for rows r < RB and gates
-// q < GB (panel gates `gs` floats apart); the sums run over k in order, from zero.
+// g[r, q·ldq + 0..valid) (+)= Σ_k a[r, k] · panel[q][k][0..valid) for rows r < RB and panels
+// q < GB (`gs` floats apart: gates, or for G = 1 consecutive unit blocks); the sums run over k
+// in order, from zero, then are added to g (`accumulate`) or stored.
 template <int RB, int GB>
 __attribute__((target("avx512f"))) inline void panel_product(
     int64_t K, const float* __restrict a, int64_t lda, const float* __restrict panel,
-    int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid) {
+    int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
   __m512 acc[RB][GB];
   for (int r = 0; r < RB; ++r) {
     for (int q = 0; q < GB; ++q) acc[r][q] = _mm512_setzero_ps();
@@ -103,35 +104,51 @@ __attribute__((target("avx512f"))) inline void panel_product(
   for (int r = 0; r < RB; ++r) {
     for (int q = 0; q < GB; ++q) {
       float* dst = g + r * ldg + q * ldq;
-      _mm512_mask_storeu_ps(dst, m, _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), acc[r][q]));
+      const __m512 sum =
+          accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), acc[r][q]) : acc[r][q];
+      _mm512_mask_storeu_ps(dst, m, sum);
     }
   }
 }
 
 // Unit blocks [u0, u1) for RB rows: every gate, in passes of GB gates.
+// One gate (G = 1: a product without gates, the backward's next·Whᵀ): GB unit blocks at a time.
 template <int RB, int GB>
 __attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t G,
                                                    const float* a, int64_t lda,
                                                    const float* packed, float* g, int64_t ldg,
-                                                   int64_t u0, int64_t u1) {
+                                                   int64_t u0, int64_t u1, bool accumulate) {
   const int64_t gs = K * kPanelWidth;
+  if (G == 1) {
+    int64_t u = u0;
+    const int64_t full = std::min(u1, H / kPanelWidth);  // blocks of 16 valid units
+    for (; u + GB <= full; u += GB) {
+      panel_product<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                            kPanelWidth, kPanelWidth, accumulate);
+    }
+    for (; u < u1; ++u) {
+      panel_product<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                           kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth), accumulate);
+    }
+    return;
+  }
   for (int64_t u = u0; u < u1; ++u) {
     const int64_t valid = std::min(kPanelWidth, H - u * kPanelWidth);
     const float* panel = packed + u * G * gs;
     int64_t q = 0;
     for (; q + GB <= G; q += GB) {
       panel_product<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
-                            valid);
+                            valid, accumulate);
     }
     for (; q < G; ++q) {  // G not a multiple of GB (GRU's three gates)
       panel_product<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
-                           valid);
+                           valid, accumulate);
     }
   }
 }
 
 using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
-                             float*, int64_t, int64_t, int64_t);
+                             float*, int64_t, int64_t, int64_t, bool);
 
 // The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
 // gates a pass up to 4 rows, two up to 12 (each weight still read once from memory: the
@@ -162,7 +179,8 @@ inline PanelRowsFn panel_rows_for(int64_t rows) {
 // two of 8), each chunk over all the unit blocks: a chunk's rows reread the weights, from L2
 // where a thread's share fits (at H = 256). panels_available() must hold.
 inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
-                       const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n) {
+                       const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n,
+                       bool accumulate = true) {
 #if defined(TLG_HAVE_AVX512_PANELS)
   TORCH_INTERNAL_ASSERT(m >= 1 && j0 % kPanelWidth == 0);
   constexpr int64_t kChunk = 12;
@@ -171,7 +189,8 @@ inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* 
   int64_t r = 0;
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t rows = base + (k < longer ? 1 : 0);
-    detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u0, u1);
+    detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u0, u1,
+                                 accumulate);
     r += rows;
   }
 #else
