@@ -328,11 +328,11 @@ constexpr int64_t kStepChunk = 32;
 // holds every step's activations (training), else one step's (make_inference_reserve).
 // `packed`: pack_recurrent_weight(Rᵀ, G), or undefined.
 //
-// LSTM without a projection, at most kMaxPanelRows rows, float32 on AVX-512: each step is one
-// parallel region in which a thread multiplies its units' four gate panels (the packed Rᵀ,
-// csrc/cpu/small_batch.h) and applies the cell to those units. The step then reads the
-// previous step's h from hseq (another thread may be writing this step's), and each row's
-// final h goes to the state when the row finishes.
+// LSTM without a projection, float32: each step is one parallel region in which a thread
+// multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
+// Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the cell
+// to those units. The step then reads the previous step's h from hseq (another thread may be
+// writing this step's), and each row's final h goes to the state when the row finishes.
 
 template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
@@ -353,6 +353,9 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true,
                                      /*panel_gates=*/lstm_cells ? G : 0, packed);
   const bool fused = recurrent.panels() && std::is_same_v<acc_t, float>;
+  // Larger batches fuse the same way on the blocks form (brgemm, per gate block of the units).
+  const bool fused_blocks = lstm_cells && !fused && recurrent.blocks() && !recurrent.bf16() &&
+                            std::is_same_v<acc_t, float>;
   // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
   // error on TF's "medium" projection case (B = 8, H = 128).
   const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
@@ -384,12 +387,19 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
     acc_t* cells = c.lstm() ? cells_p + per_step * t * B * H : nullptr;
     acc_t* extra = has_extra(c) ? extra_p + per_step * t * B * H : nullptr;
     acc_t* hs = hseq_p + t * B * P;
-    if (n > 0 && fused) {
+    if (n > 0 && (fused || fused_blocks)) {
       if constexpr (std::is_same_v<acc_t, float>) {
         const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
         float* pt = pre_p + t * B * GH;
         cpu::for_column_blocks(H, n * P * GH, [&](int64_t j0, int64_t units) {
-          cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
+          if (fused) {
+            cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
+          } else {
+            for (int64_t q = 0; q < G; ++q) {
+              cpu::block_gemm(n, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
+                              pt + q * H + j0, GH, /*accumulate=*/true);
+            }
+          }
           for (int64_t b = 0; b < n; ++b) {
             lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
                      hs + b * P);
