@@ -25,12 +25,15 @@
 #include <c10/core/DeviceGuard.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <array>
 #include <limits>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "checks.h"
+#include "packed_weights.h"
 
 #if defined(__CUDACC__)
 #define TLG_HD __host__ __device__ __forceinline__
@@ -243,7 +246,9 @@ struct FwdStep {
   scalar_t* out[7];         // i, cs, f, o, ci, co, h: [B, H] slices of this step
   acc_t* h_acc;             // [B, H] float copy of h for the next GEMM (half/bf16 only)
   CellAttrs attrs;
-};
+  // false: nothing reads i, f, o, ci, co (out[0, 2..5] are scratch rows): a pass may skip them.
+  bool gates_read = true;
+}; 
 
 template <typename scalar_t>
 struct BwdStep {
@@ -285,6 +290,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - recurrent_gemm(b, m, steps): the per-step product with one weight matrix (of the op's dtype)
 //   for the whole loop, c = a·b (+ c), for `steps` products of m rows, a of the recurrent's
 //   operand_type() (csrc/cpu/gemm.h prepares b once);
+// - gate_gemm(b, m, steps, packed): the forward's recurrent product ([P, 4H], four gate blocks),
+//   `packed` an undefined tensor or pack_recurrent_weight(b, 4) for a form that reads it;
+// - dh_gemm(b, m, steps): the backward's (b = Whᵀ, [4H, P]);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
 // - backward_step(s, recurrent, next, dh_carry): one reverse step, dh_carry = next·Whᵀ when
@@ -322,36 +330,85 @@ struct Projection {
   double clip;
 };
 
+// sequence_length: B integers in [0, T], as a host vector (reading it syncs on a GPU).
+inline std::vector<int64_t> check_sequence_length(const at::Tensor& lengths, int64_t B,
+                                                  int64_t T) {
+  TORCH_CHECK_TYPE(!at::isFloatingType(lengths.scalar_type()) &&
+                       !at::isComplexType(lengths.scalar_type()) &&
+                       lengths.scalar_type() != at::kBool,
+                   "sequence_length: expected an integer dtype, got ", lengths.scalar_type());
+  TORCH_CHECK_VALUE(lengths.dim() == 1 && lengths.size(0) == B,
+                    "sequence_length: expected shape [B] = [", B, "], got ",
+                    shape_str(lengths.sizes()));
+  const at::Tensor host = lengths.to(at::kCPU, at::kLong).contiguous();
+  const int64_t* v = host.const_data_ptr<int64_t>();
+  std::vector<int64_t> out(v, v + B);
+  for (int64_t len : out) {
+    TORCH_CHECK_VALUE(0 <= len && len <= T, "sequence_length: expected values in [0, T] = [0, ",
+                      T, "], got ", len);
+  }
+  return out;
+}
+
+// The inference form of the forward (block_lstm_inference): what a caller that records no
+// gradient needs, and nothing else. In: `packed`, the recurrent weight prepared by
+// pack_recurrent_weight (or undefined), `lengths` (empty, or B per-row lengths <= L). Out: h
+// [T, B, P] (zero for t >= L, and with lengths for t >= the row's length), the final state
+// cs_last [B, H], h_last [B, P] (with lengths: each row's at its own length, the initial state
+// for length 0). The gate activations and the cell states of the steps are not kept: each
+// step writes them to scratch rows that the next step reuses (in cache).
+struct Inference {
+  at::Tensor packed;
+  std::vector<int64_t> lengths;
+  at::Tensor h, cs_last, h_last;
+};
+
 // Runs the first L steps of x [T, B, I]; outputs are [T, B, H] (h: [T, B, P] with a
 // projection), all seven zero for t >= L. With step_outputs (T = L = 1: the cell op) they are
 // [B, H]: the op's own shape, rather than selecting step 0 of each afterwards (~0.75 µs a
-// Tensor, on a ~35 µs B = 1 step).
+// Tensor, on a ~35 µs B = 1 step). With `inf`, the inference form (see Inference): the seven
+// outputs are not returned.
 template <class Backend, typename scalar_t>
 Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                       const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
                       const at::Tensor& wcf, const at::Tensor& wco, const at::Tensor& b,
                       const CellAttrs& attrs, bool step_outputs = false,
-                      const Projection* proj = nullptr) {
+                      const Projection* proj = nullptr, Inference* inf = nullptr) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = cs_prev.size(1);
   const int64_t P = proj != nullptr ? proj->w_proj.size(1) : H;  // width of h
   const auto acc = acc_type(x.scalar_type());
   TORCH_INTERNAL_ASSERT(!step_outputs || (T == 1 && L == 1 && proj == nullptr));
+  TORCH_INTERNAL_ASSERT(inf == nullptr || !step_outputs);
 
+  // Inference: h over the sequence; i, f, o, ci, co into one [B, H] scratch row each, the
+  // cell state into two that alternate (a step reads the previous one).
   std::array<at::Tensor, 7> out;
-  for (int k = 0; k < 7; ++k) {
-    at::Tensor& t = out[k];
-    const int64_t n = k == 6 ? P : H;
-    if (step_outputs) {
-      t = at::empty({B, n}, x.options());
-      continue;
+  at::Tensor scratch, cs_buf;
+  if (inf != nullptr) {
+    out[6] = at::empty({T, B, P}, x.options());
+    if (L < T) out[6].narrow(0, L, T - L).zero_();
+    scratch = at::empty({5, B, H}, x.options());
+    cs_buf = at::empty({2, B, H}, x.options());
+    inf->h = out[6];
+    inf->cs_last = cs_prev.clone(at::MemoryFormat::Contiguous);
+    inf->h_last = h_prev.clone(at::MemoryFormat::Contiguous);
+  } else {
+    for (int k = 0; k < 7; ++k) {
+      at::Tensor& t = out[k];
+      const int64_t n = k == 6 ? P : H;
+      if (step_outputs) {
+        t = at::empty({B, n}, x.options());
+        continue;
+      }
+      t = at::empty({T, B, n}, x.options());
+      if (L < T) t.narrow(0, L, T - L).zero_();
     }
-    t = at::empty({T, B, n}, x.options());
-    if (L < T) t.narrow(0, L, T - L).zero_();
   }
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
-  const auto recurrent = Backend::recurrent_gemm(w.narrow(0, I, P), B, L);
+  const auto recurrent = Backend::gate_gemm(w.narrow(0, I, P), B, L,
+                                            inf != nullptr ? inf->packed : at::Tensor());
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -388,7 +445,14 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   // step. Only the product's operands are Tensors.
   const int64_t BH = B * H;
   std::array<scalar_t*, 7> out_p;
-  for (int k = 0; k < 7; ++k) out_p[k] = out[k].data_ptr<scalar_t>();
+  for (int k = 0; k < 7; ++k) out_p[k] = out[k].defined() ? out[k].data_ptr<scalar_t>() : nullptr;
+  // Where step t writes output k < 6 (i, cs, f, o, ci, co) and reads the previous cell state.
+  const std::array<int64_t, 6> scratch_row{0, -1, 1, 2, 3, 4};
+  auto out_at = [&](int k, int64_t t) -> scalar_t* {
+    if (inf == nullptr) return out_p[k] + t * BH;
+    if (k == 1) return cs_buf.data_ptr<scalar_t>() + t % 2 * BH;
+    return scratch.data_ptr<scalar_t>() + scratch_row[k] * BH;
+  };
   FwdStep<scalar_t> step{H,
                          nullptr,
                          bias.const_data_ptr<acc_t>(),
@@ -398,12 +462,13 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                          nullptr,
                          {},
                          nullptr,
-                         attrs};
+                         attrs,
+                         /*gates_read=*/inf == nullptr};
   for (int64_t t = 0; t < L; ++t) {
     at::Tensor g = gates[t];
     step.gates = g.const_data_ptr<acc_t>();
-    step.cs_prev = t == 0 ? cs0.const_data_ptr<scalar_t>() : out_p[1] + (t - 1) * BH;
-    for (int k = 0; k < 6; ++k) step.out[k] = out_p[k] + t * BH;
+    step.cs_prev = t == 0 ? cs0.const_data_ptr<scalar_t>() : out_at(1, t - 1);
+    for (int k = 0; k < 6; ++k) step.out[k] = out_at(k, t);
     step.out[6] = projection ? m_buf.data_ptr<scalar_t>() : out_p[6] + t * BH;
     if (h_copy && !projection) step.h_acc = h_acc.data_ptr<acc_t>() + t % 2 * BH;
     Backend::forward_step(step, recurrent, g,
@@ -415,6 +480,25 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
       if (proj->clip > 0) r_f.clamp_(-proj->clip, proj->clip);
       if (r_acc.defined()) r.copy_(r_acc);
       if (h_copy) h_acc[t % 2].copy_(r);  // the rounded value, as without a projection
+    }
+    if (inf != nullptr && !inf->lengths.empty()) {  // rows whose last step this was
+      for (int64_t row = 0; row < B; ++row) {
+        if (inf->lengths[row] != t + 1) continue;
+        inf->cs_last[row].copy_(cs_buf[t % 2][row]);
+        inf->h_last[row].copy_(out[6][t][row]);
+      }
+    }
+  }
+  if (inf != nullptr) {
+    if (inf->lengths.empty()) {
+      inf->cs_last.copy_(cs_buf[(L - 1) % 2]);
+      inf->h_last.copy_(out[6][L - 1]);
+    } else if (*std::min_element(inf->lengths.begin(), inf->lengths.end()) < L) {
+      // Zero each row's outputs from its length on, as TF1's fused cell masks them.
+      const at::Tensor len = at::tensor(at::ArrayRef<int64_t>(inf->lengths), at::kLong)
+                                 .to(x.device(), /*non_blocking=*/false);
+      const at::Tensor done = at::arange(L, len.options()).unsqueeze(1) >= len.unsqueeze(0);
+      out[6].narrow(0, 0, L).masked_fill_(done.unsqueeze(2), 0);
     }
   }
   return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
@@ -469,7 +553,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   BackwardState st{at::empty({L, B, 4 * H}, opts), at::Tensor(), at::zeros({B, H}, opts),
                    at::zeros({B, P}, opts), at::Tensor(), at::Tensor()};
   const auto recurrent =
-      Backend::recurrent_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
+      Backend::dh_gemm(wh.defined() ? wh.t() : at::zeros({0, 0}, opts), B, L);
   const bool lp = recurrent.operand_type() != acc_type(cs_prev.scalar_type());
   TORCH_INTERNAL_ASSERT(!lp || recurrent.operand_type() == cs_prev.scalar_type());
   if (lp) st.dgates_lp = at::empty({L, B, 4 * H}, cs_prev.options());
@@ -760,6 +844,42 @@ struct Ops {
         });
   }
 
+  // block_lstm_inference (schema in csrc/torch_lstm_grad.cpp): block_lstm_ex's forward for a
+  // caller that records no gradient (lstm_forward's Inference form).
+  static std::tuple<at::Tensor, at::Tensor, at::Tensor> block_lstm_inference(
+      const at::Tensor& x, const at::Tensor& cs_prev, const at::Tensor& h_prev,
+      const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf, const at::Tensor& wco,
+      const at::Tensor& b, const std::optional<at::Tensor>& w_proj,
+      const std::optional<at::Tensor>& packed_w, const std::optional<at::Tensor>& sequence_length,
+      double forget_bias, double cell_clip, double proj_clip, bool use_peephole,
+      c10::string_view gate_order, c10::string_view gate_activation,
+      c10::string_view activation) {
+    const LSTMExAttrs a =
+        check_lstm_ex_attrs(gate_order, gate_activation, activation, "straight_through");
+    const LSTMSizes s = check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                             use_peephole);
+    const int64_t P = h_prev.size(1);
+    if (packed_w.has_value()) check_packed_weight(*packed_w, w, P, s.H);
+    Inference inf;
+    if (packed_w.has_value()) inf.packed = *packed_w;
+    int64_t L = s.T;
+    if (sequence_length.has_value()) {
+      inf.lengths = check_sequence_length(*sequence_length, s.B, s.T);
+      L = s.B > 0 ? *std::max_element(inf.lengths.begin(), inf.lengths.end()) : 0;
+    }
+    const c10::DeviceGuard guard(x.device());
+    const CellAttrs attrs{forget_bias, cell_clip, use_peephole, a.order == 0 ? kICFO : kIFCO,
+                          make_activation_fns(static_cast<GateFn>(a.gate),
+                                              static_cast<CellFn>(a.cell))};
+    const Projection proj{w_proj.has_value() ? *w_proj : at::Tensor(), proj_clip};
+    AT_DISPATCH_FLOATING_TYPES_AND2(at::kHalf, at::kBFloat16, x.scalar_type(),
+                                    "block_lstm_inference", [&] {
+      lstm_forward<Backend, scalar_t>(L, x, cs_prev, h_prev, w, wci, wcf, wco, b, attrs, false,
+                                      w_proj.has_value() ? &proj : nullptr, &inf);
+    });
+    return {inf.h, inf.cs_last, inf.h_last};
+  }
+
   static Grads9 block_lstm_ex_grad(
       const at::Tensor& seq_len_max, const at::Tensor& x, const at::Tensor& cs_prev,
       const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
@@ -868,11 +988,13 @@ void register_ops(torch::Library& m) {
   m.impl("block_lstm_grad_v2", &Ops<Backend>::block_lstm_grad_v2);
 }
 
-// Registers block_lstm_ex(_grad) for one dispatch key (their Backend selects every variant).
+// Registers block_lstm_ex(_grad) and block_lstm_inference for one dispatch key (their Backend
+// selects every variant).
 template <class Backend>
 void register_ex_ops(torch::Library& m) {
   m.impl("block_lstm_ex", &Ops<Backend>::block_lstm_ex);
   m.impl("block_lstm_ex_grad", &Ops<Backend>::block_lstm_ex_grad);
+  m.impl("block_lstm_inference", &Ops<Backend>::block_lstm_inference);
 }
 
 }  // namespace lstm_block

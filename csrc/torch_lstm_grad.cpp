@@ -8,7 +8,10 @@
 #include <Python.h>
 #include <torch/library.h>
 
+#include <ATen/core/dispatch/Dispatcher.h>
+
 #include "cudnn_rnn_config.h"
+#include "packed_weights.h"
 
 extern "C" {
 // Importing torch_lstm_grad._C loads this .so, which runs the static registrations below.
@@ -94,6 +97,23 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "Tensor h_prev_grad, Tensor w_grad, Tensor wci_grad, Tensor wcf_grad, Tensor wco_grad, "
         "Tensor b_grad, Tensor w_proj_grad)");
 
+  // The forward for callers that record no gradient (issue 19; the modules under no_grad /
+  // inference_mode): block_lstm_ex's attributes and inputs (the clip gradient does not apply),
+  // outputs only h [T, B, P] and the final state cs_last [B, H], h_last [B, P], not the gate
+  // activations and cell states of every step. sequence_length [B] (or None: all T steps): the
+  // steps run to its largest value, each row's h is zero from its length on and its final
+  // state is the one at its length (the initial state for length 0), as TF1's fused cell
+  // returns them. packed_w: pack_recurrent_weight(w[I:], 4), or None; a caller that runs
+  // many times on one weight prepares it once (the modules keep it per weight version).
+  m.def("block_lstm_inference(" TLG_LSTM_INPUTS ", Tensor? w_proj, Tensor? packed_w, "
+        "Tensor? sequence_length, float forget_bias, float cell_clip, float proj_clip, "
+        "bool use_peephole, str gate_order, str gate_activation, str activation) -> (Tensor h, "
+        "Tensor cs_last, Tensor h_last)");
+  // The recurrent weight w [K, G·H] (G gate blocks of H units) in the layout the small-batch
+  // CPU kernels stream it in (csrc/cpu/small_batch.h): [ceil(H / 16), G, K, 16], each block of
+  // 16 units' columns of each gate row after row, zero-padded to 16 units.
+  m.def("pack_recurrent_weight(Tensor w, int gates) -> Tensor");
+
   // Keras' GRU layer over a sequence (issue 16): time-major x [T, B, I], h_prev [B, H],
   // kernel [I, 3H], recurrent_kernel [H, 3H] (gate order z, r, h), bias [2, 3H] (reset_after:
   // input and recurrent rows) or [3H] or None; gate_activation (z, r) and activation (the
@@ -120,6 +140,15 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "Tensor reserve_space, Tensor host_reserved, str rnn_mode, str input_mode, str direction, "
         "float dropout, int seed, int seed2, int num_proj, bool time_major) -> (Tensor "
         "input_backprop, Tensor input_h_backprop, Tensor input_c_backprop, Tensor params_backprop)");
+  // The forward for callers that record no gradient (issue 19; the cuDNN modules under no_grad
+  // / inference_mode): cudnn_rnn with is_training=False (no dropout), without reserve_space and
+  // host_reserved. packed_r: empty, or per pseudo-layer (layer-major, then direction)
+  // pack_recurrent_weight(Rᵀ, G) of its recurrent matrix R [G·H, P], which the CPU kernel's
+  // small-batch LSTM steps read (the modules keep them per weight version).
+  m.def("cudnn_rnn_inference(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "
+        "Tensor? sequence_lengths, Tensor[] packed_r, str rnn_mode, str input_mode, "
+        "str direction, int num_proj, bool time_major) -> (Tensor output, Tensor output_h, "
+        "Tensor output_c)");
   // The params layout, one list of ints, for the Python params ops and fake kernels:
   // [total, then per pseudo-layer: w, r, proj, bw, br offsets (-1 when absent), in_l].
   m.def("_cudnn_rnn_params_layout(str rnn_mode, str input_mode, str direction, int num_layers, "
@@ -132,6 +161,46 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("gru_block_cell_grad(Tensor x, Tensor h_prev, Tensor w_ru, Tensor w_c, Tensor b_ru, "
         "Tensor b_c, Tensor r, Tensor u, Tensor c, Tensor d_h) -> (Tensor d_x, "
         "Tensor d_h_prev, Tensor d_c_bar, Tensor d_r_bar_u_bar)");
+}
+
+// Device-neutral ATen ops (one copy, once per weight version): every backend and Meta.
+at::Tensor pack_recurrent_weight(const at::Tensor& w, int64_t gates) {
+  TORCH_CHECK_VALUE(gates >= 1, "gates: expected an int >= 1, got ", gates);
+  TORCH_CHECK_VALUE(w.dim() == 2 && w.size(1) > 0 && w.size(1) % gates == 0,
+                    "w: expected shape [K, gates * H] with H >= 1 (gates = ", gates, "), got ",
+                    shape_str(w.sizes()));
+  const int64_t K = w.size(0), H = w.size(1) / gates, U = (H + 15) / 16;
+  const at::Tensor padded = at::constant_pad_nd(w.reshape({K, gates, H}), {0, U * 16 - H});
+  return padded.view({K, gates, U, 16}).permute({2, 1, 0, 3}).contiguous();
+}
+
+// Where a device has no kernel of its own for cudnn_rnn_inference (CUDA: cuDNN's inference
+// forward is cudnn_rnn's with is_training=False), it is that op; packed_r is checked, not read.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    at::TensorList packed_r, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, int64_t num_proj, bool time_major) {
+  const auto call = check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths,
+                                         rnn_mode, input_mode, direction, 0.0, num_proj,
+                                         time_major);
+  check_packed_recurrent(call.config, packed_r, input);
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_lstm_grad::cudnn_rnn", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+                                               at::Tensor>(
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const std::optional<at::Tensor>&,
+                                 c10::string_view, c10::string_view, c10::string_view, double,
+                                 int64_t, int64_t, int64_t, bool, bool)>();
+  const auto out = op.call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                           input_mode, direction, 0.0, 0, 0, num_proj, false, time_major);
+  return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
+}
+
+TORCH_LIBRARY_IMPL(torch_lstm_grad, CompositeExplicitAutograd, m) {
+  m.impl("pack_recurrent_weight", &pack_recurrent_weight);
+  m.impl("cudnn_rnn_inference", &cudnn_rnn_inference);
 }
 
 }  // namespace torch_lstm_grad

@@ -87,6 +87,24 @@ def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
     assert all(r["ratio"]["ours/TF"] is None for r in data["results"])
 
 
+def test_bench_inference_and_module_rows(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli.main(
+        ["bench", "--mode", "all", "--shape", "3,1,3,4", "--no-tf", "--min-run-time", "0.01",
+         "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "inference" in table and "CudnnLSTM/nn.LSTM" in table and "us/step" in table
+    rows = json.loads(out.read_text())["results"]
+    assert [r["pass"] for r in rows] == ["inference", "fwd", "fwd+bwd"]
+    names = ("LSTMBlockFusedCell", "CudnnLSTM")
+    for r in rows:
+        assert all(r["ms"][k] > 0 and r["ratio"][f"{k}/nn.LSTM"] > 0 for k in names)
+    assert rows[0]["us_per_step"]["nn.LSTM"] == pytest.approx(rows[0]["ms"]["nn.LSTM"] * 1e3 / 3)
+    assert rows[1]["ratio"]["ours/nn.LSTM"] > 0
+
+
 def test_bench_rejects_a_bad_shape(capsys):
     with pytest.raises(SystemExit) as exc:
         cli.main(["bench", "--shape", "2,2,3", "--no-tf"])

@@ -131,6 +131,9 @@ OTHER_OP_TESTS = {
     "block_lstm_ex_grad": ("test_lstm_variants.py", "test_opcheck"),
     "keras_gru": ("test_gru_variants.py", "test_opcheck"),
     "keras_gru_grad": ("test_gru_variants.py", "test_opcheck"),
+    "block_lstm_inference": ("test_inference.py", "test_opcheck"),
+    "pack_recurrent_weight": ("test_inference.py", "test_opcheck_pack"),
+    "cudnn_rnn_inference": ("test_inference.py", "test_opcheck_cudnn_rnn_inference"),
 }
 
 

@@ -1,5 +1,5 @@
 """CPU benchmarks: BlockLSTM (``--op block_lstm``, default) and CudnnRNNV3 (``--op cudnn_rnn``)
-forward and forward+backward against torch.nn.LSTM and TensorFlow.
+forward and forward+backward against torch.nn.LSTM and TensorFlow; the modules' inference.
 
 The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py``. Per shape
 (T, B, I, H), float32, time-major:
@@ -13,6 +13,15 @@ The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py`
 ``torch.nn.LSTM``, fwd+bwd with every length T ("fwd+bwd"), and with lengths spread over
 [T/2, T] ("varied"), where the nn.LSTM column is ``pack_padded_sequence`` + nn.LSTM +
 ``pad_packed_sequence``. TF has no CPU kernel for CudnnRNN.
+
+``--modules``: the modules ``LSTMBlockFusedCell`` and ``CudnnLSTM`` (one layer, no peepholes or
+clip: nn.LSTM's math) too, in the same rounds: fwd, and fwd+bwd with
+``grad(out.sum(), (x, c0, h0, *parameters))``.
+
+``--mode inference``: the modules against nn.LSTM under ``torch.inference_mode()`` (what a
+server runs), on INFERENCE_SHAPES (B = 1, 4, 8, 64) unless ``--shape``; with each one's time per
+step (ms / T, the step latency at B = 1). ``--mode all``: the inference shapes, then the training
+shapes with ``--modules``, in one run.
 
 "fwd" is the training forward (inputs require grad, so autograd records and oneDNN saves its
 workspace), i.e. the forward part of "fwd+bwd". Thread counts are printed and saved with
@@ -46,6 +55,15 @@ import torch
 from . import raw_ops
 
 DEFAULT_SHAPES = ((50, 32, 256, 256), (100, 16, 128, 512), (20, 64, 512, 512))
+# Issue 19's serving shapes: B = 1 and 8 at H = 256 and 512, a long sequence at B = 4, B = 64.
+INFERENCE_SHAPES = (
+    (50, 1, 256, 256),
+    (50, 8, 256, 256),
+    (100, 1, 512, 512),
+    (20, 64, 512, 512),
+    (200, 4, 128, 256),
+)
+MODULES = ("LSTMBlockFusedCell", "CudnnLSTM")
 IMPLS = ("ours", "nn.LSTM", "TF")
 PASSES = ("fwd", "fwd+bwd")
 
@@ -79,6 +97,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("block_lstm", "cudnn_rnn"),
         default="block_lstm",
         help="what to time: BlockLSTM (vs nn.LSTM and TF) or CudnnRNNV3 (vs nn.LSTM, packed)",
+    )
+    parser.add_argument(
+        "--mode",
+        choices=("training", "inference", "all"),
+        default="training",
+        help="training: fwd and fwd+bwd (default); inference: the modules vs nn.LSTM under "
+        "inference_mode; all: both, the training one with --modules",
+    )
+    parser.add_argument(
+        "--modules",
+        action="store_true",
+        help="training mode: time LSTMBlockFusedCell and CudnnLSTM too (--op block_lstm)",
     )
     parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow")
     parser.add_argument(
@@ -157,6 +187,33 @@ def _nn_lstm(inputs, seed):
         return torch.autograd.grad(out.sum(), leaves)
 
     return fwd, fwd_bwd
+
+
+def _module_fns(inputs, seed):
+    """{name: (fwd, fwd_bwd)} for LSTMBlockFusedCell and CudnnLSTM (one layer, nn.LSTM's math);
+    under inference_mode, fwd is the inference forward (nothing is recorded)."""
+    from .modules import CudnnLSTM, LSTMBlockFusedCell
+
+    I, H = inputs["x"].shape[2], inputs["cs_prev"].shape[1]  # noqa: E741
+    torch.manual_seed(seed)
+    fused, cudnn = LSTMBlockFusedCell(H, I), CudnnLSTM(1, H, I)
+    calls = {
+        "LSTMBlockFusedCell": (fused, lambda x, c0, h0: fused(x, (c0, h0))[0]),
+        "CudnnLSTM": (cudnn, lambda x, c0, h0: cudnn(x, (h0[None], c0[None]))[0]),
+    }
+    fns = {}
+    for name, (module, call) in calls.items():
+        leaves = [inputs[k].detach().clone().requires_grad_() for k in ("x", "cs_prev", "h_prev")]
+        grads = (*leaves, *module.parameters())
+
+        def fwd(call=call, leaves=leaves):
+            return call(*leaves)
+
+        def fwd_bwd(fwd=fwd, grads=grads):
+            return torch.autograd.grad(fwd().sum(), grads)
+
+        fns[name] = (fwd, fwd_bwd)
+    return fns
 
 
 def _varied_lengths(T, B):
@@ -294,26 +351,32 @@ def _fmt_ratio(ratio):
 
 
 def _print_table(results, out=None):
-    head = ("shape T,B,I,H", "pass", "ours ms", "nn.LSTM ms", "TF ms", "ours/nn.LSTM", "ours/TF")
-    lines = [head]
-    for r in results:
-        ms, ratio = r["ms"], r["ratio"]
-        lines.append(
-            (
-                ",".join(map(str, r["shape"])),
-                r["pass"],
-                _fmt_ms(ms["ours"]),
-                _fmt_ms(ms["nn.LSTM"]),
-                _fmt_ms(ms["TF"]),
-                _fmt_ratio(ratio["ours/nn.LSTM"]),
-                _fmt_ratio(ratio["ours/TF"]),
+    """One table per kind of row (training, inference): the times of every implementation a row
+    has, then its ratios (and, for inference, the time per step)."""
+    for kind in ("training", "inference"):
+        rows = [r for r in results if (r["pass"] == "inference") == (kind == "inference")]
+        if not rows:
+            continue
+        impls = [k for k in rows[0]["ms"] if any(r["ms"][k] is not None for r in rows)]
+        ratios = [k for k in rows[0]["ratio"] if any(r["ratio"][k] is not None for r in rows)]
+        steps = [k for k in rows[0].get("us_per_step", {})]
+        head = ("shape T,B,I,H", "pass", *(f"{k} ms" for k in impls), *ratios,
+                *(f"{k} us/step" for k in steps))  # fmt: skip
+        lines = [head]
+        for r in rows:
+            lines.append(
+                (
+                    ",".join(map(str, r["shape"])),
+                    r["pass"],
+                    *(_fmt_ms(r["ms"][k]) for k in impls),
+                    *(_fmt_ratio(r["ratio"][k]) for k in ratios),
+                    *(f"{r['us_per_step'][k]:.1f}" for k in steps),
+                )
             )
-        )
-    widths = [max(len(row[c]) for row in lines) for c in range(len(head))]
-    for row in lines:
-        print(
-            "  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)), file=out or sys.stdout
-        )
+        widths = [max(len(row[c]) for row in lines) for c in range(len(head))]
+        for row in lines:
+            print("  ".join(v.rjust(w) for v, w in zip(row, widths, strict=True)),
+                  file=out or sys.stdout)  # fmt: skip
 
 
 def _plot(results, path):
@@ -323,6 +386,8 @@ def _plot(results, path):
     import matplotlib.pyplot as plt
 
     rows = [r for r in results if r["pass"] == "fwd+bwd"]
+    if not rows:
+        return
     fig, ax = plt.subplots(figsize=(2 + 2 * len(rows), 4))
     impls = [impl for impl in IMPLS if any(r["ms"][impl] is not None for r in rows)]
     width = 0.8 / len(impls)
@@ -359,16 +424,110 @@ def _machine_info(tf, min_run_time: float, rounds: int) -> dict:
     )
 
 
+def _progress(text: str, end: str = "\n") -> None:
+    print(text, end=end, file=sys.stderr, flush=True)
+
+
+def _run_inference(shapes, seed: int, run_time: float) -> list[dict]:
+    results = []
+    for n, (T, B, I, H) in enumerate(shapes, 1):  # noqa: E741
+        inputs = _inputs(T, B, I, H, seed)
+        fns = {k: v[0] for k, v in _module_fns(inputs, seed).items()}
+        fns["nn.LSTM"] = _nn_lstm(inputs, seed)[0]
+        _progress(f"[inference {n}/{len(shapes)}] T={T} B={B} I={I} H={H} ...", end="")
+        with torch.inference_mode():
+            paired = _time_paired(fns, run_time)
+        ms = {k: statistics.median(v) * 1e3 for k, v in paired.items()}
+        _progress(" " + " / ".join(f"{v:.3f}" for v in ms.values()) + " ms")
+        results.append(
+            {
+                "shape": [T, B, I, H],
+                "pass": "inference",
+                "ms": ms,
+                "ratio": {
+                    f"{k}/nn.LSTM": statistics.median(
+                        a / b for a, b in zip(paired[k], paired["nn.LSTM"], strict=True)
+                    )
+                    for k in MODULES
+                },
+                "us_per_step": {k: v * 1e3 / T for k, v in ms.items()},
+                "paired_rounds": len(paired["nn.LSTM"]),
+            }
+        )
+    return results
+
+
+def _run_training(shapes, args, tf, modules: bool, run_time: float) -> list[dict]:
+    cudnn = args.op == "cudnn_rnn"
+    passes = ("fwd+bwd", "varied") if cudnn else PASSES
+    steps = 2 if tf else 1  # per shape and pass: the paired implementations, then TF
+    total, done, results = len(shapes) * len(passes) * steps, 0, []
+    impls = IMPLS + (MODULES if modules else ())
+    for T, B, I, H in shapes:  # noqa: E741
+        inputs = _inputs(T, B, I, H, args.seed)
+        if cudnn:
+            lengths = _varied_lengths(T, B)
+            fns = {
+                "ours": (_cudnn_v3(inputs, torch.full((B,), T)), _cudnn_v3(inputs, lengths)),
+                "nn.LSTM": (_nn_lstm(inputs, 0)[1], _packed_lstm(inputs, lengths)),
+            }
+        else:
+            fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
+            if modules:
+                fns.update(_module_fns(inputs, args.seed))
+        if tf:
+            fns["TF"] = _tf_fns(tf, T, inputs)
+        paired_impls = [k for k in fns if k != "TF"]
+        for k, p in enumerate(passes):
+            ms = dict.fromkeys(impls)
+            done += 1
+            _progress(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} "
+                      f"{', '.join(paired_impls)} ...", end="")  # fmt: skip
+            paired = _time_paired({impl: fns[impl][k] for impl in paired_impls}, run_time)
+            for impl, secs in paired.items():
+                ms[impl] = statistics.median(secs) * 1e3
+            ratio = {
+                f"{impl}/nn.LSTM": statistics.median(
+                    a / b for a, b in zip(paired[impl], paired["nn.LSTM"], strict=True)
+                )
+                for impl in paired_impls
+                if impl != "nn.LSTM"
+            }
+            _progress(" " + " / ".join(f"{ms[impl]:.3f}" for impl in paired_impls) + " ms")
+            if tf:
+                done += 1
+                _progress(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} TF ...", end="")
+                ms["TF"] = _time_tf(fns["TF"][k], run_time) * 1e3
+                _progress(f" {ms['TF']:.3f} ms")
+            ratio["ours/TF"] = ms["ours"] / ms["TF"] if ms["TF"] else None
+            results.append(
+                {
+                    "shape": [T, B, I, H],
+                    "pass": p,
+                    "ms": ms,
+                    "ratio": ratio,
+                    "paired_rounds": len(paired["ours"]),
+                }
+            )
+    return results
+
+
 def run(args: argparse.Namespace) -> int:
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         print("--plot needs matplotlib (pip install matplotlib); nothing was run", file=sys.stderr)
         return 2
-    shapes = list(args.shape or [])
-    if args.default_shapes or not shapes:
-        shapes = list(DEFAULT_SHAPES) + shapes
-    tf = None
     cudnn = args.op == "cudnn_rnn"
-    if not args.no_tf and not cudnn:
+    modules = args.modules or args.mode == "all"
+    if modules and cudnn:
+        print("--modules and --mode all time BlockLSTM's shapes (--op block_lstm)", file=sys.stderr)
+        return 2
+
+    def shapes_for(defaults):
+        shapes = list(args.shape or [])
+        return list(defaults) + shapes if args.default_shapes or not shapes else shapes
+
+    tf = None
+    if not args.no_tf and not cudnn and args.mode != "inference":
         from ._parity import import_tf
 
         try:
@@ -391,58 +550,21 @@ def run(args: argparse.Namespace) -> int:
         f"TF intra-op {info['tf_intra_op_threads']} / inter-op {info['tf_inter_op_threads']} "
         f"(0 = TF default, one per CPU; {info['cpu_count']} CPUs: {info['cpu_model']})"
     )
-    passes = ("fwd+bwd", "varied") if cudnn else PASSES
-    steps = 2 if tf else 1  # per shape and pass: the ours/nn.LSTM pairs, then TF
-    total, done, results = len(shapes) * len(passes) * steps, 0, []
     run_time = args.min_run_time * args.rounds
-    for T, B, I, H in shapes:  # noqa: E741
-        inputs = _inputs(T, B, I, H, args.seed)
-        if cudnn:
-            lengths = _varied_lengths(T, B)
-            fns = {
-                "ours": (_cudnn_v3(inputs, torch.full((B,), T)), _cudnn_v3(inputs, lengths)),
-                "nn.LSTM": (_nn_lstm(inputs, 0)[1], _packed_lstm(inputs, lengths)),
-            }
-        else:
-            fns = {"ours": _ours(T, inputs), "nn.LSTM": _nn_lstm(inputs, args.seed)}
-        if tf:
-            fns["TF"] = _tf_fns(tf, T, inputs)
-        for k, p in enumerate(passes):
-            ms = dict.fromkeys(IMPLS)
-            done += 1
-            label = f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} ours vs nn.LSTM"
-            print(label + " ...", end="", file=sys.stderr, flush=True)
-            paired = _time_paired({impl: fns[impl][k] for impl in ("ours", "nn.LSTM")}, run_time)
-            for impl, secs in paired.items():
-                ms[impl] = statistics.median(secs) * 1e3
-            vs_nn = statistics.median(
-                a / b for a, b in zip(paired["ours"], paired["nn.LSTM"], strict=True)
-            )
-            print(f" {ms['ours']:.3f} / {ms['nn.LSTM']:.3f} ms", file=sys.stderr, flush=True)
-            if tf:
-                done += 1
-                print(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} TF ...", end="",
-                      file=sys.stderr, flush=True)  # fmt: skip
-                ms["TF"] = _time_tf(fns["TF"][k], run_time) * 1e3
-                print(f" {ms['TF']:.3f} ms", file=sys.stderr, flush=True)
-            results.append(
-                {
-                    "shape": [T, B, I, H],
-                    "pass": p,
-                    "ms": ms,
-                    "ratio": {
-                        "ours/nn.LSTM": vs_nn,
-                        "ours/TF": ms["ours"] / ms["TF"] if ms["TF"] else None,
-                    },
-                    "paired_rounds": len(paired["ours"]),
-                }
-            )
+    results = []
+    if args.mode in ("inference", "all"):
+        results += _run_inference(shapes_for(INFERENCE_SHAPES), args.seed, run_time)
+    if args.mode in ("training", "all"):
+        results += _run_training(shapes_for(DEFAULT_SHAPES), args, tf, modules, run_time)
     _print_table(results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(
-                dict(info, op=args.op, dtype="float32", device="cpu", results=results), f, indent=2
-            )
+                dict(info, op=args.op, mode=args.mode, dtype="float32", device="cpu",
+                     results=results),
+                f,
+                indent=2,
+            )  # fmt: skip
         print(f"wrote {args.json}", file=sys.stderr)
     if args.plot:
         _plot(results, args.plot)

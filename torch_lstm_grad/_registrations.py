@@ -105,6 +105,49 @@ def _block_lstm_ex_grad_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, 
     return (*grads, x.new_empty((0,)) if w_proj is None else w_proj.new_empty(w_proj.shape))
 
 
+def _check_packed(packed, name, ref, ref_name, K, H, G, layout):
+    # Mirrors csrc/packed_weights.h.
+    C.check_like(packed, name, ref, ref_name)
+    C.check_shape(packed, name, [(H + 15) // 16, G, K, 16], layout)
+    torch._check_value(
+        packed.is_contiguous(),
+        lambda: f"{name}: expected a contiguous tensor (as pack_recurrent_weight returns it)",
+    )
+
+
+def _check_packed_weight(packed, w, P, H):
+    layout = "[ceil(H / 16), 4, P, 16] (pack_recurrent_weight of w's recurrent rows)"
+    _check_packed(packed, "packed_w", w, "w", P, H, 4, layout)
+
+
+def _check_sequence_length(lengths, B):
+    # Mirrors check_sequence_length (csrc/lstm_block.h) but for its values, which only the
+    # kernel reads.
+    torch._check_type(
+        not (lengths.is_floating_point() or lengths.is_complex()) and lengths.dtype != torch.bool,
+        lambda: f"sequence_length: expected an integer dtype, got {C._dtype_name(lengths.dtype)}",
+    )
+    torch._check_value(
+        lengths.dim() == 1 and lengths.shape[0] == B,
+        lambda: f"sequence_length: expected shape [B] = [{B}], got {C._shape_str(lengths.shape)}",
+    )
+
+
+@torch.library.register_fake(_LIB + "block_lstm_inference")
+def _block_lstm_inference_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, packed_w,
+                               sequence_length, forget_bias, cell_clip, proj_clip, use_peephole,
+                               gate_order, gate_activation, activation):  # fmt: skip
+    C.check_lstm_ex_attrs(gate_order=gate_order, gate_activation=gate_activation,
+                          activation=activation)  # fmt: skip
+    T, B, _, H, P = C.check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+                                           use_peephole)  # fmt: skip
+    if packed_w is not None:
+        _check_packed_weight(packed_w, w, P, H)
+    if sequence_length is not None:
+        _check_sequence_length(sequence_length, B)
+    return x.new_empty((T, B, P)), x.new_empty((B, H)), x.new_empty((B, P))
+
+
 def _check_gru_attrs(gate_activation, activation):
     C.check_lstm_ex_attrs(gate_activation=gate_activation, activation=activation)
 
@@ -152,6 +195,28 @@ torch.library.register_fake(_LIB + "cudnn_rnn", _cudnn.cudnn_rnn_fake)
 torch.library.register_fake(_LIB + "cudnn_rnn_backprop", _cudnn.cudnn_rnn_backprop_fake)
 
 
+@torch.library.register_fake(_LIB + "cudnn_rnn_inference")
+def _cudnn_rnn_inference_fake(input, input_h, input_c, params, sequence_lengths, packed_r,
+                              rnn_mode, input_mode, direction, num_proj, time_major):  # fmt: skip
+    out = _cudnn.cudnn_rnn_fake(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                                input_mode, direction, 0.0, 0, 0, num_proj, False,
+                                time_major)  # fmt: skip
+    if packed_r:
+        c = _cudnn.check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode,
+                                          direction, num_proj, time_major)  # fmt: skip
+        torch._check_value(
+            len(packed_r) == c.L * c.D,
+            lambda: (
+                "packed_r: expected none or one tensor per layer and direction "
+                f"({c.L * c.D}), got {len(packed_r)}"
+            ),
+        )
+        for t in packed_r:
+            _check_packed(t, "packed_r", input, "input", c.P, c.H, c.G,
+                          "[ceil(H / 16), G, P, 16] (pack_recurrent_weight of Rᵀ)")  # fmt: skip
+    return out[:3]
+
+
 # The forward ops differentiate through their Function's formula (written once, in autograd.py).
 for _name, _fn in DIFFERENTIABLE_OPS.items():
     torch.library.register_autograd(_name, _fn.backward, setup_context=_fn.setup_context)
@@ -165,6 +230,25 @@ def _no_double_backward(forward_name: str):
         )
 
     return backward
+
+
+def _no_gradient(name: str):
+    def backward(ctx, *grads):
+        raise RuntimeError(
+            f"torch_lstm_grad: {name} keeps no activations and has no gradient; call the "
+            "differentiable op (block_lstm_ex, cudnn_rnn) where a gradient is needed (the "
+            "modules do when one is recorded)."
+        )
+
+    return backward
+
+
+def _no_context(ctx, inputs, output):
+    pass
+
+
+for _name in ("block_lstm_inference", "cudnn_rnn_inference"):
+    torch.library.register_autograd(_LIB + _name, _no_gradient(_name), setup_context=_no_context)
 
 
 for _grad_op, _fwd in (

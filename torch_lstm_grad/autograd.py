@@ -384,3 +384,18 @@ def call(name: str, *args):
         return _EAGER[name].apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
+
+
+def call_no_grad(op, *args):
+    """A non-differentiable op (the inference forwards) by the shortest path: where no
+    gradient can be recorded, in eager mode on plain tensors, below the Autograd key (its
+    registered autograd, which only raises, would cost PyTorch's Python wrapper, ~10 µs a
+    call); otherwise the op call itself."""
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled() or not _plain_eager(args):
+        return op(*args)
+    if torch.is_grad_enabled() and any(
+        isinstance(a, torch.Tensor) and a.requires_grad for a in args
+    ):
+        return op(*args)
+    with torch._C._AutoDispatchBelowAutograd():
+        return op(*args)

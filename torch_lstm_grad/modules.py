@@ -17,8 +17,9 @@ import math
 import torch
 from torch import nn
 
-from . import ops, raw_ops
+from . import _cudnn, ops, raw_ops
 from ._checks import LSTM_EX_CHOICES, check_choice
+from .autograd import call_no_grad
 
 __all__ = [
     "CudnnGRU",
@@ -51,6 +52,58 @@ _LSTM_VARIANT_DEFAULTS = {
     "clip_gradient": "straight_through",
     "gate_order": "icfo",
 }
+
+
+def _records_grad(*tensors) -> bool:
+    """Whether autograd would record a graph through an op on these tensors."""
+    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+
+
+# The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h: kMaxPanelRows)
+# take up to this many rows; only then is a packed weight worth preparing.
+_PANEL_MAX_ROWS = 48
+
+
+class _PackedWeights:
+    """The recurrent weights in pack_recurrent_weight's layout, prepared once per version of
+    the parameter they come from (keyed by its data_ptr and its `_version`, which every
+    in-place write through the parameter or a view of it (optimizer steps, `copy_`,
+    `load_state_dict`, `torch.nn.init`) advances; writes through `.data` bypass the version
+    counter as they bypass autograd, so after one call `clear()`). Only for what the kernels
+    use it for: float32 on the CPU, batches of at most _PANEL_MAX_ROWS rows; not while
+    compiling (the kernels pack per call there)."""
+
+    def __init__(self) -> None:
+        self._key = None
+        self._packed: list[torch.Tensor] = []
+
+    def clear(self) -> None:
+        self._key, self._packed = None, []
+
+    def lookup(self, param: torch.Tensor, make, batch: int, like: torch.Tensor):
+        if (
+            batch > _PANEL_MAX_ROWS
+            or like.device.type != "cpu"
+            or param.dtype != torch.float32
+            or torch.compiler.is_compiling()
+        ):
+            return None
+        key = (param.data_ptr(), param._version, param.shape, param.device)
+        if self._key != key:
+            with torch.no_grad():
+                self._packed = make(param.detach())
+            self._key = key
+        return self._packed
+
+    def get(self, kernel: torch.Tensor, input_size: int, inputs: torch.Tensor):
+        """The packed recurrent rows of a block LSTM kernel [I + P, 4H]."""
+        found = self.lookup(
+            kernel,
+            lambda w: [ops.pack_recurrent_weight(w[input_size:], 4)],
+            inputs.shape[1],
+            inputs,
+        )
+        return None if found is None else found[0]
 
 
 class _LSTMBlockBase(nn.Module):
@@ -102,7 +155,20 @@ class _LSTMBlockBase(nn.Module):
             self.w_o_diag = nn.Parameter(torch.empty(H, **factory))
         if self.num_proj is not None:
             self.projection_kernel = nn.Parameter(torch.empty(H, self.num_proj, **factory))
+        self._packed = _PackedWeights()
         self.reset_parameters()
+
+    def _prepared(self) -> _PackedWeights:
+        found = self.__dict__.get("_packed")  # absent from modules pickled before it existed
+        if found is None:
+            found = self._packed = _PackedWeights()
+        return found
+
+    def release_prepared_weights(self) -> None:
+        """Drops the packed copy of the recurrent weights kept for calls without gradient
+        (rebuilt on the next such call). Needed only after writing the parameters through
+        `.data`, which does not advance their version; any other in-place write is seen."""
+        self._prepared().clear()
 
     @property
     def output_size(self) -> int:
@@ -240,6 +306,8 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
         T, B = inputs.shape[0], inputs.shape[1]
         cs0, h0 = self._zero_state(B, inputs) if initial_state is None else initial_state
         wci, wcf, wco = self._peepholes(inputs)
+        if not _records_grad(inputs, cs0, h0, *self.parameters()):
+            return self._inference(inputs, cs0, h0, wci, wcf, wco, sequence_length)
         if sequence_length is None:
             seq_len_max = T
         else:
@@ -283,6 +351,34 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
             .squeeze(0)
         )
         return h, (final_cs, final_h)
+
+    def _inference(self, inputs, cs0, h0, wci, wcf, wco, sequence_length):
+        # The same numbers through block_lstm_inference: only h and the final state are
+        # written, and the recurrent weight is read in its packed form (see _PackedWeights).
+        if sequence_length is not None:
+            sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
+        packed = self._prepared().get(self.kernel, self.input_size, inputs)
+        out = ops.block_lstm_inference(
+            inputs,
+            cs0,
+            h0,
+            self.kernel,
+            self.bias,
+            wci=wci,
+            wcf=wcf,
+            wco=wco,
+            w_proj=self.projection_kernel if self.num_proj is not None else None,
+            packed_w=packed,
+            sequence_length=sequence_length,
+            forget_bias=self.forget_bias,
+            cell_clip=_clip(self.cell_clip),
+            proj_clip=0.0 if self.proj_clip is None else float(self.proj_clip),
+            use_peephole=self.use_peephole,
+            gate_order=self.gate_order,
+            gate_activation=self.gate_activation,
+            activation=self.activation,
+        )
+        return out.h, (out.cs, out.h_last)
 
 
 class GRUBlockCell(nn.Module):
@@ -552,6 +648,12 @@ class _CudnnRNN(nn.Module):
             c0 = initial_state[1] if self._rnn_mode == "lstm" else inputs.new_zeros(())
         if self._rnn_mode != "lstm":
             c0 = inputs.new_zeros(())
+        if not _records_grad(inputs, h0, c0, self.opaque_kernel) and (
+            not training or self.dropout == 0 or self.num_layers == 1
+        ):
+            # Nothing to differentiate and no dropout to draw: the inference forward, with the
+            # same numbers (cudnn_rnn's with is_training=False).
+            return self._inference(inputs, h0, c0, sequence_lengths, time_major, B)
         seed, seed2 = (0, 0) if self.seed is None else (0, int(self.seed))
         out = raw_ops.CudnnRNNV3(
             inputs,
@@ -572,6 +674,53 @@ class _CudnnRNN(nn.Module):
         if self._rnn_mode == "lstm":
             return out.output, (out.output_h, out.output_c)
         return out.output, (out.output_h,)
+
+    def _inference(self, inputs, h0, c0, sequence_lengths, time_major, batch):
+        if sequence_lengths is not None and not isinstance(sequence_lengths, torch.Tensor):
+            sequence_lengths = torch.as_tensor(sequence_lengths, dtype=torch.int32)
+        packed = self._prepared_recurrent(inputs, batch) if self._rnn_mode == "lstm" else None
+        out = call_no_grad(
+            torch.ops.torch_lstm_grad.cudnn_rnn_inference.default,
+            inputs,
+            h0,
+            c0,
+            self.opaque_kernel,
+            sequence_lengths,
+            packed or [],
+            self._rnn_mode,
+            self.input_mode,
+            self.direction,
+            self.num_proj,
+            bool(time_major),
+        )
+        output, output_h, output_c = out
+        if self._rnn_mode == "lstm":
+            return output, (output_h, output_c)
+        return output, (output_h,)
+
+    def _prepared_recurrent(self, inputs, batch):
+        # Rᵀ of each pseudo-layer packed (pack_recurrent_weight), per version of opaque_kernel.
+        found = self.__dict__.get("_packed")
+        if found is None:
+            found = self._packed = _PackedWeights()
+
+        def make(params):
+            layout = _cudnn.params_layout(**self._attrs())
+            GH, P = layout.gates * self.num_units, layout.proj_units
+            return [
+                ops.pack_recurrent_weight(params[p.r : p.r + GH * P].view(GH, P).t(), layout.gates)
+                for p in layout.layers
+            ]
+
+        return found.lookup(self.opaque_kernel, make, batch, inputs)
+
+    def release_prepared_weights(self) -> None:
+        """Drops the packed copy of the recurrent weights kept for calls without gradient
+        (rebuilt on the next such call). Needed only after writing `opaque_kernel` through
+        `.data`, which does not advance its version; any other in-place write is seen."""
+        found = self.__dict__.get("_packed")
+        if found is not None:
+            found.clear()
 
     def extra_repr(self) -> str:
         proj = f", num_proj={self.num_proj}" if self.num_proj else ""

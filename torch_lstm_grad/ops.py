@@ -27,9 +27,17 @@ from typing import NamedTuple
 import torch
 
 from ._checks import LSTM_EX_CHOICES, check_choice
-from .autograd import call
+from .autograd import call, call_no_grad
 
-__all__ = ["BlockLSTMExOutput", "KerasGRUOutput", "block_lstm_ex", "keras_gru"]
+__all__ = [
+    "BlockLSTMExOutput",
+    "BlockLSTMInferenceOutput",
+    "KerasGRUOutput",
+    "block_lstm_ex",
+    "block_lstm_inference",
+    "keras_gru",
+    "pack_recurrent_weight",
+]
 
 
 class BlockLSTMExOutput(NamedTuple):
@@ -87,6 +95,66 @@ def block_lstm_ex(
         gate_activation, activation, clip_gradient,
     )  # fmt: skip
     return BlockLSTMExOutput(*out)
+
+
+class BlockLSTMInferenceOutput(NamedTuple):
+    """h [T, B, P]; the final state cs [B, H], h_last [B, P]."""
+
+    h: torch.Tensor
+    cs: torch.Tensor
+    h_last: torch.Tensor
+
+
+def pack_recurrent_weight(w: torch.Tensor, gates: int = 4) -> torch.Tensor:
+    """The recurrent weight `w [K, gates·H]` (gate blocks of H columns, e.g. BlockLSTM's
+    `w[I:]`) in the layout the small-batch CPU kernels read it in: `[ceil(H / 16), gates, K,
+    16]`, a copy. Not differentiable; prepare it once per weight version and pass it as
+    `packed_w` (the modules keep it keyed by the parameter's version)."""
+    return torch.ops.torch_lstm_grad.pack_recurrent_weight(w, int(gates))
+
+
+def block_lstm_inference(
+    x: torch.Tensor,
+    cs_prev: torch.Tensor,
+    h_prev: torch.Tensor,
+    w: torch.Tensor,
+    b: torch.Tensor,
+    *,
+    wci: torch.Tensor | None = None,
+    wcf: torch.Tensor | None = None,
+    wco: torch.Tensor | None = None,
+    w_proj: torch.Tensor | None = None,
+    packed_w: torch.Tensor | None = None,
+    sequence_length: torch.Tensor | None = None,
+    forget_bias: float = 1.0,
+    cell_clip: float = 0.0,
+    proj_clip: float = 0.0,
+    use_peephole: bool = False,
+    gate_order: str = "icfo",
+    gate_activation: str = "sigmoid",
+    activation: str = "tanh",
+) -> BlockLSTMInferenceOutput:
+    """`block_lstm_ex`'s forward for a caller that records no gradient: returns only the
+    outputs h [T, B, P] and the final state (cs [B, H], h_last [B, P]), without writing the
+    gate activations and cell states of every step. Arguments as `block_lstm_ex`, plus:
+    `sequence_length [B]` (ints, or None: every row runs T steps): the steps run to its
+    largest value, each row's h is zero from its length on and its final state is the one at
+    its length (the initial state for length 0), as TF1's LSTMBlockFusedCell; `packed_w`:
+    `pack_recurrent_weight(w[I:])`, or None (the CPU kernels then prepare it per call where they
+    use it). The numbers are block_lstm_ex's. Not differentiable (its backward raises)."""
+    for name, value in (("gate_order", gate_order), ("gate_activation", gate_activation),
+                        ("activation", activation)):  # fmt: skip
+        check_choice(value, name, LSTM_EX_CHOICES[name])
+    H = cs_prev.shape[-1]
+    wci, wcf, wco = (x.new_zeros(H) if t is None else t for t in (wci, wcf, wco))
+    if sequence_length is not None and not isinstance(sequence_length, torch.Tensor):
+        sequence_length = torch.as_tensor(sequence_length, dtype=torch.int64)
+    out = call_no_grad(
+        torch.ops.torch_lstm_grad.block_lstm_inference.default, x, cs_prev, h_prev, w, wci, wcf,
+        wco, b, w_proj, packed_w, sequence_length, float(forget_bias), float(cell_clip),
+        float(proj_clip), bool(use_peephole), gate_order, gate_activation, activation,
+    )  # fmt: skip
+    return BlockLSTMInferenceOutput(*out)
 
 
 class KerasGRUOutput(NamedTuple):

@@ -25,9 +25,12 @@
 
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "../cudnn_rnn_config.h"
+#include "../packed_weights.h"
 #include "activations.h"
+#include "cell_avx512.h"
 #include "gemm.h"
 #include "pairwise_gemm.h"
 
@@ -185,13 +188,15 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // bR for lstm) and writes the activations to `a`: the bias joins here rather than in a pass of
 // its own over the whole sequence.
 // lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
+// Units [j0, j1) of the row (the fused small-batch steps give each thread its units).
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, const acc_t* __restrict p,
+TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, int64_t j0, int64_t j1,
+                                           const acc_t* __restrict p,
                                            const acc_t* __restrict bias, acc_t* __restrict a,
                                            acc_t* __restrict c, acc_t* __restrict cells,
                                            acc_t* __restrict h) {
   TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
+  for (int64_t j = j0; j < j1; ++j) {
     const acc_t i = cpu::sigmoid(p[j] + bias[j]), f = cpu::sigmoid(p[H + j] + bias[H + j]);
     const acc_t g = cpu::tanh(p[2 * H + j] + bias[2 * H + j]);
     const acc_t o = cpu::sigmoid(p[3 * H + j] + bias[3 * H + j]);
@@ -295,6 +300,22 @@ TLG_CPU_MULTIVERSION void rnn_backward_row(int64_t H, const acc_t* __restrict a,
   }
 }
 
+// The activations of an inference forward (is_training=False: no backward will read them):
+// hseq for every step (the layer's output), acts, cells and extra one step deep, rewritten by
+// every step.
+Reserve make_inference_reserve(const RNNConfig& c, const at::TensorOptions& opts) {
+  Reserve r{at::Tensor(), {}, std::vector<at::Tensor>(c.L)};
+  for (int64_t k = 0; k < c.L * c.D; ++k) {
+    DirState d;
+    d.acts = at::empty({1, c.B, c.G * c.H}, opts);
+    if (c.lstm()) d.cells = at::empty({1, c.B, c.H}, opts);
+    if (has_extra(c)) d.extra = at::empty({1, c.B, c.H}, opts);
+    d.hseq = at::empty({c.T, c.B, c.P}, opts);
+    r.dirs.push_back(d);
+  }
+  return r;
+}
+
 // The per-step products summed pairwise (pairwise_gemm.h): the backward's dh = dpre · R and the
 // forward's projection, up to 2^21 multiply-adds (TF's test shapes; the benchmark's are 8-64x
 // larger and keep one call per step, whose time the loop cannot spare), in chunks of 32 rows.
@@ -303,11 +324,20 @@ constexpr int64_t kStepChunk = 32;
 
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
-// updated in place to the final state; X is the normalised layer input [T·B, in].
+// updated in place to the final state; X is the normalised layer input [T·B, in]. `keep`: r
+// holds every step's activations (training), else one step's (make_inference_reserve).
+// `packed`: pack_recurrent_weight(Rᵀ, G), or undefined.
+//
+// LSTM without a projection, float32: each step is one parallel region in which a thread
+// multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
+// Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the cell
+// to those units. The step then reads the previous step's h from hseq (another thread may be
+// writing this step's), and each row's final h goes to the state when the row finishes.
 
 template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
-                       const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r) {
+                       const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r,
+                       bool keep, const at::Tensor& packed) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
   // LSTM adds R·h onto the step's products and bW + bR in its rows; GRU keeps R·h + bR apart
   // (reset gate), as do the plain RNNs.
@@ -319,12 +349,29 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
                     : X.reshape({T * B, 1, H}).expand({T * B, G, H}).contiguous();
   const at::Tensor pre = x_products.view({T, B, GH});
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
-  const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true);
+  const bool lstm_cells = c.lstm() && !c.proj();  // a step's cells need only their own units
+  const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true,
+                                     /*panel_gates=*/lstm_cells ? G : 0, packed);
+  const bool fused = recurrent.panels() && std::is_same_v<acc_t, float>;
+  // Larger batches fuse the same way on the blocks form (brgemm, per gate block of the units).
+  const bool fused_blocks = lstm_cells && !fused && recurrent.blocks() && !recurrent.bf16() &&
+                            std::is_same_v<acc_t, float>;
   // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
   // error on TF's "medium" projection case (B = 8, H = 128).
   const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
   // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
-  // the products' operands.
+  // the products' operands. Without `keep` the activations of every step share one row.
+  const int64_t per_step = keep ? 1 : 0;
+  // The LSTM rows: float32 on AVX-512 intrinsics (cell_avx512.h, the same numbers), which
+  // skip the activations where nothing keeps them.
+  auto lstm_row = &lstm_forward_row<acc_t>;
+  if constexpr (std::is_same_v<acc_t, float>) {
+#if defined(TLG_HAVE_AVX512_CELL)
+    if (cpu::avx512_cell_available()) {
+      lstm_row = keep ? &cpu::cudnn_lstm_row<true> : &cpu::cudnn_lstm_row<false>;
+    }
+#endif
+  }
   const acc_t* bp = bias.const_data_ptr<acc_t>();
   const acc_t* rc = separate_rec ? rec.const_data_ptr<acc_t>() : nullptr;
   acc_t* hp = h.data_ptr<acc_t>();
@@ -336,7 +383,32 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   acc_t* const hseq_p = r.hseq.data_ptr<acc_t>();
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = s.active[t];
-    if (n > 0) {
+    acc_t* a = acts_p + per_step * t * B * GH;
+    acc_t* cells = c.lstm() ? cells_p + per_step * t * B * H : nullptr;
+    acc_t* extra = has_extra(c) ? extra_p + per_step * t * B * H : nullptr;
+    acc_t* hs = hseq_p + t * B * P;
+    if (n > 0 && (fused || fused_blocks)) {
+      if constexpr (std::is_same_v<acc_t, float>) {
+        const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
+        float* pt = pre_p + t * B * GH;
+        cpu::for_column_blocks(H, n * P * GH, [&](int64_t j0, int64_t units) {
+          if (fused) {
+            cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
+          } else {
+            for (int64_t q = 0; q < G; ++q) {
+              cpu::block_gemm(n, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
+                              pt + q * H + j0, GH, /*accumulate=*/true);
+            }
+          }
+          for (int64_t b = 0; b < n; ++b) {
+            lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
+                     hs + b * P);
+          }
+        });
+        const int64_t still = t + 1 < T ? s.active[t + 1] : 0;
+        for (int64_t b = still; b < n; ++b) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
+      }
+    } else if (n > 0) {
       const at::Tensor h_n = n == B ? h : h.narrow(0, 0, n);
       if (separate_rec) {
         at::Tensor rec_n = rec.narrow(0, 0, n);
@@ -347,18 +419,14 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
         recurrent(p_n, h_n, /*accumulate=*/true);
       }
       const acc_t* p = pre_p + t * B * GH;
-      acc_t* a = acts_p + t * B * GH;
-      acc_t* cells = c.lstm() ? cells_p + t * B * H : nullptr;
-      acc_t* extra = has_extra(c) ? extra_p + t * B * H : nullptr;
-      acc_t* hs = hseq_p + t * B * P;
       at::parallel_for(0, n, cpu::row_grain(GH), [&](int64_t b0, int64_t b1) {
         for (int64_t b = b0; b < b1; ++b) {
           const acc_t* pb = p + b * GH;
           acc_t* ab = a + b * GH;
           switch (c.mode) {
             case RNNMode::kLSTM:
-              lstm_forward_row(H, pb, bp, ab, cp + b * H, cells + b * H,
-                               c.proj() ? extra + b * H : hs + b * P);
+              lstm_row(H, 0, H, pb, bp, ab, cp + b * H, cells + b * H,
+                       c.proj() ? extra + b * H : hs + b * P);
               if (!c.proj()) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
               break;
             case RNNMode::kGRU:
@@ -375,10 +443,11 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       });
       if (c.proj()) {
         at::Tensor hs_n = r.hseq[t].narrow(0, 0, n);
+        const at::Tensor h_tilde = r.extra[per_step * t].narrow(0, 0, n);
         if (pairwise_projection) {  // as dh = dpre · R in the backward
-          cpu::pairwise_sum_gemm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t(), kStepChunk);
+          cpu::pairwise_sum_gemm_out(hs_n, h_tilde, w.Wp.t(), kStepChunk);
         } else {
-          at::mm_out(hs_n, r.extra[t].narrow(0, 0, n), w.Wp.t());
+          at::mm_out(hs_n, h_tilde, w.Wp.t());
         }
         h.narrow(0, 0, n).copy_(hs_n);
       }
@@ -386,7 +455,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
     // Finished rows: no gates, zero outputs (cuDNN's paddingFill = 0).
     if (n < B) {
       for (const at::Tensor* v : {&r.acts, &r.cells, &r.extra, &r.hseq}) {
-        if (v->defined()) (*v)[t].narrow(0, n, B - n).zero_();
+        if (v->defined() && (keep || v == &r.hseq)) (*v)[t].narrow(0, n, B - n).zero_();
       }
     }
   }
@@ -595,13 +664,14 @@ template <typename acc_t>
 Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
                      const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
                      const at::Tensor& params, double dropout, int64_t seed, int64_t seed2,
-                     bool is_training) {
+                     bool is_training, at::TensorList packed = {}) {
   const auto dtype = input.scalar_type();
   const auto acc = c10::CppTypeToScalarType<acc_t>::value;
   const Schedule s = make_schedule(lengths, c.T);
   const auto weights = weight_views(c, params.to(acc));
   const bool with_masks = is_training && dropout > 0 && c.L > 1;
-  Reserve r = make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc));
+  Reserve r = is_training ? make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc))
+                          : make_inference_reserve(c, input.options().dtype(acc));
   if (is_training) {
     const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
     std::memcpy(r.buffer.data_ptr(), sig.data(), sig.size() * sizeof(int64_t));
@@ -625,12 +695,16 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
       const int64_t k = l * c.D + d;
       const at::Tensor xd = d == 0 ? x : x.index_select(0, s.rev);
       at::Tensor h = h_all[k], cst = c.lstm() ? c_all[k] : at::Tensor();
-      forward_direction<acc_t>(c, s, xd, weights[k], h, cst, r.dirs[k]);
+      forward_direction<acc_t>(c, s, xd, weights[k], h, cst, r.dirs[k], is_training,
+                               packed.empty() ? at::Tensor() : packed[k]);
     }
   }
   at::Tensor out = layer_output(c, s, r, c.L - 1).view({c.T, c.B, c.D * c.P});
   at::Tensor reserve = is_training ? r.buffer.view(dtype) : at::zeros({}, input.options());
-  return {from_internal_seq(out, c, s, dtype), from_internal_state(h_all, c, s, dtype),
+  // In training the output is a view of the returned reserve, so it is copied; an inference
+  // forward's activations are its own.
+  return {from_internal_seq(out, c, s, dtype, /*owned=*/!is_training),
+          from_internal_state(h_all, c, s, dtype),
           c.lstm() ? from_internal_state(c_all, c, s, dtype) : at::zeros({}, input.options()),
           reserve, at::zeros({}, input.options().dtype(at::kChar))};
 }
@@ -717,6 +791,25 @@ Outputs5 cudnn_rnn_cpu(const at::Tensor& input, const at::Tensor& input_h,
   });
 }
 
+// cudnn_rnn_inference (schema in csrc/torch_lstm_grad.cpp): cudnn_rnn with is_training=False,
+// and the recurrent weights of the small-batch LSTM steps packed by the caller.
+std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference_cpu(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    at::TensorList packed_r, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, int64_t num_proj, bool time_major) {
+  const auto [c, lengths] =
+      check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+                           input_mode, direction, 0.0, num_proj, time_major);
+  check_packed_recurrent(c, packed_r, input);
+  const Outputs5 out = AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, input.scalar_type(), "cudnn_rnn_inference_cpu", [&] {
+        return rnn_forward<at::opmath_type<scalar_t>>(c, lengths, input, input_h, input_c,
+                                                      params, 0.0, 0, 0, false, packed_r);
+      });
+  return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
+}
+
 Grads4 cudnn_rnn_backprop_cpu(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
@@ -744,6 +837,7 @@ Grads4 cudnn_rnn_backprop_cpu(
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CPU, m) {
   m.impl("cudnn_rnn", &cudnn_rnn_cpu);
   m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cpu);
+  m.impl("cudnn_rnn_inference", &cudnn_rnn_inference_cpu);
 }
 
 }  // namespace torch_lstm_grad

@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "cpu_features.h"
+#include "small_batch.h"
 #include "transpose.h"
 
 extern "C" {
@@ -362,8 +363,32 @@ class RecurrentGemm {
   static constexpr int64_t kMinOneDnnMacs = int64_t{1} << 22;  // per product
   static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
 
-  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool allow_blocks = false)
+  // panel_gates (G > 0): b is [K, G·H], G gate blocks of H units, and a caller that fuses its
+  // cell per unit (blocks()) may take the panels form for m <= kMaxPanelRows rows: `packed`
+  // (pack_panels(b, G), prepared by the caller once per weight version) or packed here. The
+  // form is chosen as without `packed` (from kMinSteps steps), so that the numbers do not
+  // depend on whether the caller prepared the weight.
+  RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool allow_blocks = false,
+                int64_t panel_gates = 0, const at::Tensor& packed = at::Tensor())
       : b_(b), m_(m) {
+    if (allow_blocks && panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 &&
+        m <= kMaxPanelRows && b.size(0) > 0 && panels_available() &&
+        steps >= kMinSteps) {
+      const int64_t K = b.size(0), H = b.size(1) / panel_gates;
+      if (packed.defined()) {
+        TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.is_contiguous() &&
+                        packed.sizes() == at::IntArrayRef({panel_blocks(H), panel_gates, K,
+                                                           kPanelWidth}),
+                    "packed recurrent weight: expected pack_panels of the [", K, ", ",
+                    b.size(1), "] weight, got shape ", packed.sizes());
+        panels_ = packed;
+      } else {
+        panels_ = pack_panels(b, panel_gates);
+      }
+      gates_ = panel_gates;
+      blocks_ = true;
+      return;
+    }
     if (allow_blocks && b.scalar_type() == at::kBFloat16 && b.numel() > 0 &&
         product_type(at::kBFloat16) == at::kBFloat16) {
       vnni_ = VnniMatrix(b);  // any number of steps: packing costs what widening would
@@ -398,10 +423,26 @@ class RecurrentGemm {
   // or b_vnni() (bf16()).
   bool blocks() const { return blocks_; }
   bool bf16() const { return bf16_; }
+  // The panels form (blocks() too): products by panel_gemm on panels_data().
+  bool panels() const { return panels_.defined(); }
+  const float* panels_data() const { return panels_.const_data_ptr<float>(); }
   const float* b_data() const { return b_.const_data_ptr<float>(); }  // [K, N], row-major
   const VnniMatrix& b_vnni() const { return vnni_; }
 
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {
+    if (panels()) {
+      const int64_t m = a.size(0), K = b_.size(0), H = b_.size(1) / gates_;
+      if (m == 0) return;
+      TORCH_INTERNAL_ASSERT(m <= kMaxPanelRows && c.stride(1) == 1);
+      const at::Tensor ac = a.contiguous();
+      const float* ap = ac.const_data_ptr<float>();
+      float* cp = c.data_ptr<float>();
+      const int64_t ldc = c.stride(0);
+      for_column_blocks(H, m * K * b_.size(1), [&](int64_t j0, int64_t n) {
+        panel_gemm(m, K, H, gates_, ap, K, panels_data(), cp, ldc, j0, n, accumulate);
+      });
+      return;
+    }
     if (bf16()) {
       TORCH_INTERNAL_ASSERT(a.scalar_type() == at::kBFloat16 && c.stride(1) == 1);
       const at::Tensor ac = a.contiguous();
@@ -459,6 +500,8 @@ class RecurrentGemm {
   int64_t m_;
   bool blocks_ = false, bf16_ = false;
   VnniMatrix vnni_;  // the bf16 blocks form's b
+  at::Tensor panels_;  // the panels form's b: pack_panels(b, gates_)
+  int64_t gates_ = 0;
   std::optional<OneDnnWeight> onednn_;
   std::vector<std::pair<int64_t, PackedWeight>> packed_;  // (first column, packed slice)
 };

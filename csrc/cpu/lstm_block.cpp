@@ -19,9 +19,11 @@ using Cell = lstm_block::TanhCell<CpuAct>;
 
 struct TfRows {
   template <typename scalar_t>
-  static FwdRows<scalar_t> forward(const CellAttrs& a) {
+  static FwdRows<scalar_t> forward(const lstm_block::FwdStep<scalar_t>& s) {
+    const CellAttrs& a = s.attrs;
     TORCH_INTERNAL_ASSERT(a.fns.is_default() && !a.clip_zero_grad);
     const bool peep = a.use_peephole, clip = a.cell_clip > 0;
+    if (const auto fast = cpu_lstm::avx512_tf_rows<scalar_t>(peep, clip, s.gates_read)) return fast;
     using cpu_lstm::forward_rows;
     return peep ? (clip ? &forward_rows<scalar_t, Gate, Cell, true, true>
                         : &forward_rows<scalar_t, Gate, Cell, true, false>)

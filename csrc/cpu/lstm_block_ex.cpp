@@ -45,9 +45,16 @@ BwdRows<scalar_t> backward_for(bool peep, bool sums) {
 
 struct VariantRows {
   template <typename scalar_t>
-  static FwdRows<scalar_t> forward(const CellAttrs& a) {
+  static FwdRows<scalar_t> forward(const lstm_block::FwdStep<scalar_t>& s) {
+    const CellAttrs& a = s.attrs;
     const bool hard = a.fns.gate != GateFn::kSigmoid, tanh = a.fns.cell == CellFn::kTanh;
     const bool peep = a.use_peephole;
+    if (!hard && tanh) {  // the clip at +inf clips nothing: the loop without it is the same
+      if (const auto fast = cpu_lstm::avx512_tf_rows<scalar_t>(peep, a.cell_clip > 0,
+                                                                  s.gates_read)) {
+        return fast;
+      }
+    }
     return hard ? (tanh ? forward_for<scalar_t, Hard, Tanh>(peep)
                         : forward_for<scalar_t, Hard, Rect>(peep))
                 : (tanh ? forward_for<scalar_t, Sigmoid, Tanh>(peep)

@@ -143,6 +143,16 @@ struct CudaBackend {
     return {b.to(at::toOpMathType(b.scalar_type()))};
   }
 
+  static lstm_block::AtenRecurrentGemm dh_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
+    return recurrent_gemm(b, m, steps);
+  }
+
+  // The forward's gate product: no prepared form on CUDA (a packed weight is not used).
+  static lstm_block::AtenRecurrentGemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps,
+                                                 const at::Tensor&) {
+    return recurrent_gemm(b, m, steps);
+  }
+
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
 
   // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.

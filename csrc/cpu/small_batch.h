@@ -1,0 +1,201 @@
+// The recurrent product of a time loop on small batches (B <= 48 rows). At B = 1..8 it is a
+// matrix-vector product per step, bound by reading the [K, G·H] weight, not by arithmetic; at
+// B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two things make it
+// stream:
+// - a layout read front to back: the weight packed once into gate panels, unit block by unit
+//   block ([U, G, K, 16], U = ceil(H / 16): the 16 columns of units 16u..16u+15 of each gate,
+//   row k after row k), so each thread reads its units' weights as sequential streams (in the
+//   [K, G·H] matrix a row of one gate block is 64 bytes every G·H floats: a new page every
+//   row at H = 256, where the hardware prefetchers stop);
+// - the same units on the same thread every step (a static split of the unit blocks), so at
+//   H = 256 each of two threads keeps its half (512 KB) in its own L2 from step to step.
+// The kernel keeps a chunk of rows' accumulators (up to 24) of four or two gates in AVX-512
+// registers and adds the product onto the step's input projection as brgemm's accumulating
+// call does (sums over k in order from zero, then added to the output): the results are
+// brgemm's bit for bit.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+
+#include "cpu_features.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define TLG_HAVE_AVX512_PANELS 1
+#endif
+
+namespace torch_lstm_grad::cpu {
+
+constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of float32
+// The largest batch the panels take: paired in place against brgemm's column blocks, panels
+// were faster up to B = 32 (50,32,256,256 forward -0.34 ms, 100,16,128,512 -1.0 ms), level at
+// 64 and slower at 128 (each chunk of 12 rows rereads the weights).
+constexpr int64_t kMaxPanelRows = 48;
+
+inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
+
+// Whether the panel kernel runs here: float32 on an AVX-512 CPU.
+inline bool panels_available() {
+#if defined(TLG_HAVE_AVX512_PANELS)
+  static const bool isa = cpu_has("avx512_f");
+  return isa;
+#else
+  return false;
+#endif
+}
+
+// w [K, G·H] (any strides, float32; gate q in columns [q·H, (q + 1)·H)) packed as
+// [U, G, K, 16]: out[u][q][k][l] = w[k][q·H + 16u + l], zero for 16u + l >= H.
+inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
+  TORCH_INTERNAL_ASSERT(w.dim() == 2 && w.scalar_type() == at::kFloat && w.size(1) % G == 0);
+  const int64_t K = w.size(0), H = w.size(1) / G, U = panel_blocks(H);
+  at::Tensor out = at::empty({U, G, K, kPanelWidth}, w.options());
+  const float* src = w.const_data_ptr<float>();
+  float* dst = out.data_ptr<float>();
+  const int64_t rs = w.stride(0), cs = w.stride(1);
+  at::parallel_for(0, U * G, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t u = p / G, q = p % G, c0 = q * H + u * kPanelWidth;
+      const int64_t n = std::min(kPanelWidth, H - u * kPanelWidth);
+      float* __restrict o = dst + p * K * kPanelWidth;
+      if (cs == 1 || rs > cs) {  // rows of w contiguous (or closer to it): row by row
+        for (int64_t k = 0; k < K; ++k) {
+          for (int64_t l = 0; l < n; ++l) o[k * kPanelWidth + l] = src[k * rs + (c0 + l) * cs];
+          for (int64_t l = n; l < kPanelWidth; ++l) o[k * kPanelWidth + l] = 0.0f;
+        }
+      } else {  // a transposed view (CudnnRNN's Rᵀ): column by column
+        for (int64_t l = 0; l < kPanelWidth; ++l) {
+          for (int64_t k = 0; k < K; ++k) {
+            o[k * kPanelWidth + l] = l < n ? src[k * rs + (c0 + l) * cs] : 0.0f;
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+#if defined(TLG_HAVE_AVX512_PANELS)
+namespace detail {
+
+// g[r, q·ldq + 0..valid) (+)= Σ_k a[r, k] · panel[q][k][0..valid) for rows r < RB and panels
+// q < GB (`gs` floats apart: gates, or for G = 1 consecutive unit blocks); the sums run over k
+// in order, from zero, then are added to g (`accumulate`) or stored.
+template <int RB, int GB>
+__attribute__((target("avx512f"))) inline void panel_product(
+    int64_t K, const float* __restrict a, int64_t lda, const float* __restrict panel,
+    int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
+  __m512 acc[RB][GB];
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) acc[r][q] = _mm512_setzero_ps();
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    __m512 w[GB];
+    for (int q = 0; q < GB; ++q) w[q] = _mm512_load_ps(panel + q * gs + k * kPanelWidth);
+    for (int r = 0; r < RB; ++r) {
+      const __m512 av = _mm512_set1_ps(a[r * lda + k]);
+      for (int q = 0; q < GB; ++q) acc[r][q] = _mm512_fmadd_ps(av, w[q], acc[r][q]);
+    }
+  }
+  const __mmask16 m = valid >= kPanelWidth ? __mmask16(0xFFFF) : __mmask16((1u << valid) - 1);
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) {
+      float* dst = g + r * ldg + q * ldq;
+      const __m512 sum =
+          accumulate ? _mm512_add_ps(_mm512_maskz_loadu_ps(m, dst), acc[r][q]) : acc[r][q];
+      _mm512_mask_storeu_ps(dst, m, sum);
+    }
+  }
+}
+
+// Unit blocks [u0, u1) for RB rows: every gate, in passes of GB gates.
+// One gate (G = 1: a product without gates, the backward's next·Whᵀ): GB unit blocks at a time.
+template <int RB, int GB>
+__attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t G,
+                                                   const float* a, int64_t lda,
+                                                   const float* packed, float* g, int64_t ldg,
+                                                   int64_t u0, int64_t u1, bool accumulate) {
+  const int64_t gs = K * kPanelWidth;
+  if (G == 1) {
+    int64_t u = u0;
+    const int64_t full = std::min(u1, H / kPanelWidth);  // blocks of 16 valid units
+    for (; u + GB <= full; u += GB) {
+      panel_product<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                            kPanelWidth, kPanelWidth, accumulate);
+    }
+    for (; u < u1; ++u) {
+      panel_product<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                           kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth), accumulate);
+    }
+    return;
+  }
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t valid = std::min(kPanelWidth, H - u * kPanelWidth);
+    const float* panel = packed + u * G * gs;
+    int64_t q = 0;
+    for (; q + GB <= G; q += GB) {
+      panel_product<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
+                            valid, accumulate);
+    }
+    for (; q < G; ++q) {  // G not a multiple of GB (GRU's three gates)
+      panel_product<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
+                           valid, accumulate);
+    }
+  }
+}
+
+using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
+                             float*, int64_t, int64_t, int64_t, bool);
+
+// The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
+// gates a pass up to 4 rows, two up to 12 (each weight still read once from memory: the
+// second pass of a unit block's rows reads its two gate panels, 2·K·16 floats, from L1).
+inline PanelRowsFn panel_rows_for(int64_t rows) {
+  switch (rows) {
+    case 1: return &panel_rows<1, 4>;
+    case 2: return &panel_rows<2, 4>;
+    case 3: return &panel_rows<3, 4>;
+    case 4: return &panel_rows<4, 4>;
+    case 5: return &panel_rows<5, 2>;
+    case 6: return &panel_rows<6, 2>;
+    case 7: return &panel_rows<7, 2>;
+    case 8: return &panel_rows<8, 2>;
+    case 9: return &panel_rows<9, 2>;
+    case 10: return &panel_rows<10, 2>;
+    case 11: return &panel_rows<11, 2>;
+    default: return &panel_rows<12, 2>;
+  }
+}
+
+}  // namespace detail
+#endif
+
+// g[m, ·] += a[m, K] · w for the units [j0, j0 + n) of every gate (j0 a multiple of 16), on the
+// calling thread; `packed` is pack_panels(w, G), g row-major [m, G·H] with leading dim ldg, a
+// row-major with leading dim lda. Rows in chunks of at most 12, as even as they go (16 rows:
+// two of 8), each chunk over all the unit blocks: a chunk's rows reread the weights, from L2
+// where a thread's share fits (at H = 256). panels_available() must hold.
+inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
+                       const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n,
+                       bool accumulate = true) {
+#if defined(TLG_HAVE_AVX512_PANELS)
+  TORCH_INTERNAL_ASSERT(m >= 1 && j0 % kPanelWidth == 0);
+  constexpr int64_t kChunk = 12;
+  const int64_t u0 = j0 / kPanelWidth, u1 = panel_blocks(std::min(H, j0 + n));
+  const int64_t chunks = (m + kChunk - 1) / kChunk, base = m / chunks, longer = m % chunks;
+  int64_t r = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t rows = base + (k < longer ? 1 : 0);
+    detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u0, u1,
+                                 accumulate);
+    r += rows;
+  }
+#else
+  TORCH_INTERNAL_ASSERT(false, "panel_gemm: built without AVX-512 support");
+#endif
+}
+
+}  // namespace torch_lstm_grad::cpu

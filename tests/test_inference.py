@@ -1,0 +1,379 @@
+"""The forward for callers that record no gradient (issue 19): block_lstm_inference and
+cudnn_rnn_inference, the packed recurrent weights the small-batch CPU kernels read
+(pack_recurrent_weight), and the modules that call them under no_grad / inference_mode.
+
+The inference forward computes what the full forward computes, in the same order, and only
+writes less: its outputs equal the differentiable forward's bit for bit (the same CPU, the same
+build). The packed weights the modules keep are rebuilt when the parameter changes in place.
+"""
+
+import pytest
+import torch
+
+import torch_lstm_grad  # noqa: F401  (registers the ops)
+from torch_lstm_grad import modules
+from torch_lstm_grad import ops as tlg_ops
+
+ops = torch.ops.torch_lstm_grad
+
+
+def _leaves(tree):
+    return torch.utils._pytree.tree_leaves(tree)
+
+
+def _assert_equal(got, want):
+    got, want = _leaves(got), _leaves(want)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
+
+
+# (T, B, I, H): B <= 48 take the small-batch panels on AVX-512 CPUs (the units split over the
+# threads from B·H·4H >= 2^18; H = 40, 72 leave a partial block of 16 units; B = 9, 20, 32 are
+# row chunks of 12 and less), B = 50 the brgemm blocks; T = 3 is below the steps from which
+# either is prepared.
+LSTM_SHAPES = [(6, 1, 5, 40), (50, 1, 64, 256), (7, 3, 4, 72), (5, 8, 6, 96), (4, 9, 3, 10),
+               (5, 20, 4, 24), (5, 32, 8, 72), (4, 50, 3, 20), (3, 2, 4, 16)]  # fmt: skip
+LSTM_VARIANTS = [
+    {},
+    {"use_peephole": True, "cell_clip": 0.5},
+    {"gate_activation": "hard_sigmoid_keras2", "activation": "relu", "use_peephole": True},
+    {"gate_order": "ifco", "activation": "linear", "cell_clip": 2.0},
+    {"num_proj": 6, "proj_clip": 0.3, "use_peephole": True},
+]
+
+
+def _fused(H, I, dtype=torch.float32, **kw):  # noqa: E741
+    m = modules.LSTMBlockFusedCell(H, I, dtype=dtype, **kw)
+    with torch.no_grad():
+        m.bias.normal_(0, 0.5)
+    return m
+
+
+@pytest.mark.parametrize("shape", LSTM_SHAPES)
+@pytest.mark.parametrize("variant", range(len(LSTM_VARIANTS)))
+def test_fused_cell_inference_equals_training_forward(shape, variant):
+    T, B, I, H = shape  # noqa: E741
+    m = _fused(H, I, **LSTM_VARIANTS[variant])
+    x = torch.randn(T, B, I)
+    state = (torch.randn(B, H), torch.randn(B, m.output_size))
+    lengths = torch.randint(0, T + 1, (B,))
+    lengths[0] = T
+    for seq in (None, lengths):
+        want = m(x, state, sequence_length=seq)  # records a graph: block_lstm(_ex)
+        assert want[0].grad_fn is not None
+        with torch.no_grad():
+            got = m(x, state, sequence_length=seq)
+        _assert_equal(got, want)
+        with torch.inference_mode():
+            got = m(x, None if seq is None else state, sequence_length=seq)
+        _assert_equal(got, m(x, None if seq is None else state, sequence_length=seq))
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16, torch.float16])
+def test_fused_cell_inference_other_dtypes(dtype):
+    m = _fused(24, 5, dtype=dtype, use_peephole=True, cell_clip=1.0)
+    x = torch.randn(6, 3, 5, dtype=dtype)
+    want = m(x)
+    with torch.no_grad():
+        _assert_equal(m(x), want)
+
+
+def test_inference_op_matches_block_lstm_ex():
+    """The op itself, with and without a packed weight: block_lstm_ex's h, each row's final
+    state at its length, and h zero from each row's length on."""
+    T, B, I, H = 9, 4, 5, 40  # noqa: E741
+    x, cs0, h0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
+    w, b = torch.randn(I + H, 4 * H) * 0.3, torch.randn(4 * H)
+    lengths = torch.tensor([9, 0, 4, 7])
+    full = tlg_ops.block_lstm_ex(x, cs0, h0, w, b, seq_len_max=9, cell_clip=1.5)
+    packed = tlg_ops.pack_recurrent_weight(w[I:])
+    for pw in (None, packed):
+        out = tlg_ops.block_lstm_inference(x, cs0, h0, w, b, cell_clip=1.5, packed_w=pw)
+        _assert_equal(out, (full.h, full.cs[-1], full.h[-1]))
+        out = tlg_ops.block_lstm_inference(x, cs0, h0, w, b, cell_clip=1.5, packed_w=pw,
+                                           sequence_length=lengths)  # fmt: skip
+        mask = (torch.arange(T)[:, None] < lengths[None, :]).unsqueeze(-1)
+        _assert_equal(out.h, torch.where(mask, full.h, 0.0))
+        for row, n in enumerate(lengths.tolist()):
+            want_cs = cs0[row] if n == 0 else full.cs[n - 1, row]
+            want_h = h0[row] if n == 0 else full.h[n - 1, row]
+            _assert_equal((out.cs[row], out.h_last[row]), (want_cs, want_h))
+
+
+def test_inference_op_no_steps():
+    x = torch.randn(0, 2, 3)
+    cs0, h0 = torch.randn(2, 4), torch.randn(2, 4)
+    out = tlg_ops.block_lstm_inference(x, cs0, h0, torch.randn(7, 16), torch.randn(16))
+    assert out.h.shape == (0, 2, 4)
+    _assert_equal((out.cs, out.h_last), (cs0, h0))
+    out = tlg_ops.block_lstm_inference(
+        torch.randn(3, 2, 3), cs0, h0, torch.randn(7, 16), torch.randn(16),
+        sequence_length=torch.tensor([0, 0]),
+    )  # fmt: skip
+    _assert_equal((out.h, out.cs, out.h_last), (torch.zeros(3, 2, 4), cs0, h0))
+
+
+def test_pack_recurrent_weight_layout():
+    for K, G, H in ((7, 4, 40), (3, 3, 16), (5, 1, 1)):
+        w = torch.randn(K, G * H)
+        for src in (w, w.t().contiguous().t()):  # row-major, and a transposed view
+            p = tlg_ops.pack_recurrent_weight(src, G)
+            U = (H + 15) // 16
+            assert p.shape == (U, G, K, 16) and p.is_contiguous()
+            padded = torch.nn.functional.pad(w.view(K, G, H), (0, 16 * U - H))
+            want = padded.view(K, G, U, 16).permute(2, 1, 0, 3)
+            torch.testing.assert_close(p, want, rtol=0, atol=0)
+
+
+CUDNN_CASES = [
+    # (module, layers, T, B, I, H, direction, num_proj, time_major)
+    (modules.CudnnLSTM, 1, 50, 1, 64, 256, "unidirectional", 0, True),
+    (modules.CudnnLSTM, 1, 6, 8, 4, 96, "unidirectional", 0, False),
+    (modules.CudnnLSTM, 2, 7, 3, 5, 40, "bidirectional", 0, True),
+    (modules.CudnnLSTM, 2, 6, 2, 4, 20, "unidirectional", 8, True),
+    (modules.CudnnLSTM, 1, 5, 12, 4, 20, "unidirectional", 0, True),
+    (modules.CudnnLSTM, 1, 5, 50, 4, 20, "unidirectional", 0, True),
+    (modules.CudnnGRU, 2, 7, 3, 5, 33, "bidirectional", 0, True),
+    (modules.CudnnRNNRelu, 1, 5, 1, 3, 20, "unidirectional", 0, False),
+]
+
+
+@pytest.mark.parametrize("case", CUDNN_CASES, ids=lambda c: c[0].__name__)
+def test_cudnn_inference_equals_training_forward(case):
+    cls, L, T, B, I, H, direction, proj, time_major = case  # noqa: E741
+    m = cls(L, H, I, direction=direction, num_proj=proj or None, dropout=0.5)
+    x = torch.randn(T, B, I) if time_major else torch.randn(B, T, I)
+    lengths = torch.randint(0, T + 1, (B,))
+    for seq in (None, lengths):
+        m.eval()
+        want = m(x, sequence_lengths=seq, time_major=time_major)
+        with torch.no_grad():
+            _assert_equal(m(x, sequence_lengths=seq, time_major=time_major), want)
+        with torch.inference_mode():
+            got = m(x, sequence_lengths=seq, time_major=time_major)
+        _assert_equal(got, want)
+    # In training with dropout between layers the masks are drawn: no_grad keeps the op.
+    m.train()
+    with torch.no_grad():
+        out = m(x, time_major=time_major)
+    assert out[0].shape == want[0].shape
+
+
+def test_cudnn_inference_op_with_and_without_packed():
+    m = modules.CudnnLSTM(2, 48, 5, direction="bidirectional")
+    x, h0, c0 = torch.randn(8, 3, 5), torch.randn(4, 3, 48), torch.randn(4, 3, 48)
+    want = ops.cudnn_rnn(x, h0, c0, m.opaque_kernel.detach(), None, "lstm", "linear_input",
+                         "bidirectional", 0.0, 0, 0, 0, False, True)[:3]  # fmt: skip
+    with torch.no_grad():
+        packed = m._prepared_recurrent(x, 3)
+    assert len(packed) == 4
+    for p in ([], packed):
+        got = ops.cudnn_rnn_inference(x, h0, c0, m.opaque_kernel.detach(), None, p, "lstm",
+                                      "linear_input", "bidirectional", 0, True)  # fmt: skip
+        _assert_equal(got, want)
+
+
+# ---------------------------------------------------------------------------------------------
+# The packed weights a module keeps
+
+
+def test_packed_weight_follows_in_place_changes():
+    m = _fused(32, 4)
+    x = torch.randn(10, 2, 4)
+    opt = torch.optim.SGD(m.parameters(), lr=0.5)
+    with torch.no_grad():
+        m(x)
+    first = m._packed._packed[0]
+    with torch.no_grad():  # the same weight again: the same packed tensor
+        m(x)
+    assert m._packed._packed[0] is first
+    m(x)[0].sum().backward()  # an optimizer step writes the kernel in place
+    opt.step()
+    with torch.no_grad():
+        got = m(x)
+    _assert_equal(got, m(x))
+    assert m._packed._packed[0] is not first
+    with torch.no_grad():  # copy_, load_state_dict, init: in place through the parameter
+        m.kernel.copy_(torch.randn_like(m.kernel))
+        got = m(x)
+    _assert_equal(got, m(x))
+    m.load_state_dict({k: torch.randn_like(v) for k, v in m.state_dict().items()})
+    with torch.no_grad():
+        got = m(x)
+    _assert_equal(got, m(x))
+    # Through .data the version does not move (as autograd does not see it): release it.
+    m.kernel.data.mul_(0.5)
+    m.release_prepared_weights()
+    with torch.no_grad():
+        got = m(x)
+    _assert_equal(got, m(x))
+    # A new tensor (module.to, parameter replaced): a new data_ptr.
+    m.kernel = torch.nn.Parameter(torch.randn_like(m.kernel))
+    with torch.no_grad():
+        got = m(x)
+    _assert_equal(got, m(x))
+
+
+def test_cudnn_packed_weight_follows_in_place_changes():
+    m = modules.CudnnLSTM(1, 32, 4)
+    x = torch.randn(10, 2, 4)
+    with torch.no_grad():
+        m(x)
+        first = m._packed._packed[0]
+        m.set_canonical_weights(*(([torch.randn_like(t) for t in ts]) for ts in
+                                  m.canonical_weights()))  # fmt: skip
+        got = m(x)
+    assert m._packed._packed[0] is not first
+    _assert_equal(got, m(x))
+    m.opaque_kernel.data.mul_(0.5)
+    m.release_prepared_weights()
+    with torch.no_grad():
+        got = m(x)
+    _assert_equal(got, m(x))
+
+
+def test_no_packing_where_the_kernels_do_not_use_it():
+    m = _fused(32, 4)
+    with torch.no_grad():
+        m(torch.randn(5, 49, 4))  # 49 rows: the brgemm blocks
+        assert m._packed._key is None
+        m.double()(torch.randn(5, 2, 4, dtype=torch.float64))
+        assert m._packed._key is None
+
+
+# ---------------------------------------------------------------------------------------------
+# Registration: opcheck, fake kernels, autograd
+
+
+def _block_args(dtype=torch.float32, proj=False, packed=False, lengths=False, requires=False):
+    T, B, I, H, P = 5, 2, 3, 20, (6 if proj else 20)  # noqa: E741
+    x = torch.randn(T, B, I, dtype=dtype)
+    w = torch.randn(I + P, 4 * H, dtype=dtype) * 0.4
+    args = [x, torch.randn(B, H, dtype=dtype), torch.randn(B, P, dtype=dtype), w,
+            *(torch.randn(H, dtype=dtype) for _ in range(3)), torch.randn(4 * H, dtype=dtype),
+            torch.randn(H, P, dtype=dtype) if proj else None,
+            ops.pack_recurrent_weight(w[I:], 4) if packed else None,
+            torch.tensor([5, 2]) if lengths else None]  # fmt: skip
+    if requires:
+        args[3] = args[3].clone().requires_grad_()
+    return (*args, 1.0, 1.5, 0.4 if proj else 0.0, True, "icfo", "sigmoid", "tanh")
+
+
+def test_opcheck():
+    for kw in ({}, {"packed": True}, {"lengths": True, "dtype": torch.float64},
+               {"proj": True, "lengths": True}):  # fmt: skip
+        torch.library.opcheck(ops.block_lstm_inference.default, _block_args(**kw))
+    # With an input that requires grad: the autograd registration is there (its backward
+    # raises, test_inference_ops_have_no_gradient, so the AOT backward is not run).
+    torch.library.opcheck(ops.block_lstm_inference.default, _block_args(requires=True),
+                          test_utils=("test_schema", "test_autograd_registration",
+                                      "test_faketensor"))  # fmt: skip
+
+
+def test_opcheck_pack():
+    for w, g in ((torch.randn(7, 40), 4), (torch.randn(48, 5, dtype=torch.float64).t(), 3),
+                 (torch.randn(3, 16), 1)):  # fmt: skip
+        torch.library.opcheck(ops.pack_recurrent_weight.default, (w, g))
+
+
+def _cudnn_args(mode="lstm", packed=False, lengths=False, time_major=True,
+                direction="bidirectional"):  # fmt: skip
+    m = {"lstm": modules.CudnnLSTM, "gru": modules.CudnnGRU}[mode](1, 20, 3, direction=direction)
+    D = 2 if direction == "bidirectional" else 1
+    x = torch.randn(4, 2, 3) if time_major else torch.randn(2, 4, 3)
+    h = torch.randn(D, 2, 20) if time_major else torch.randn(2, D, 20)
+    c = h.clone() if mode == "lstm" else torch.zeros(())
+    with torch.no_grad():
+        p = m._prepared_recurrent(x, 2) if packed else None
+    seq = torch.tensor([4, 1], dtype=torch.int32) if lengths else None
+    return (x, h, c, m.opaque_kernel.detach(), seq, p or [], mode, "linear_input", direction, 0,
+            time_major)  # fmt: skip
+
+
+def test_opcheck_cudnn_rnn_inference():
+    for kw in ({}, {"packed": True, "lengths": True}, {"mode": "gru", "time_major": False},
+               {"packed": True, "direction": "unidirectional"}):  # fmt: skip
+        torch.library.opcheck(ops.cudnn_rnn_inference.default, _cudnn_args(**kw))
+
+
+def test_fake_metadata_equals_kernels():
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    cases = [(ops.block_lstm_inference.default, _block_args(proj=True, lengths=True)),
+             (ops.cudnn_rnn_inference.default, _cudnn_args(packed=True, time_major=False)),
+             (ops.pack_recurrent_weight.default, (torch.randn(8, 72), 4))]  # fmt: skip
+    for op, args in cases:
+        real = _leaves(op(*args))
+        with FakeTensorMode(allow_non_fake_inputs=True) as mode:
+            fake_args = [mode.from_tensor(a) if isinstance(a, torch.Tensor) else
+                         ([mode.from_tensor(t) for t in a] if isinstance(a, list) else a)
+                         for a in args]  # fmt: skip
+            fake = _leaves(op(*fake_args))
+        for r, f in zip(real, fake, strict=True):
+            assert (r.shape, r.dtype, r.stride()) == (f.shape, f.dtype, f.stride())
+
+
+def test_inference_ops_have_no_gradient():
+    args = _block_args(requires=True)
+    out = ops.block_lstm_inference(*args)
+    with pytest.raises(RuntimeError, match="block_lstm_inference keeps no activations"):
+        out[0].sum().backward()
+    x, h, c, params, *rest = _cudnn_args()
+    out = ops.cudnn_rnn_inference(x, h, c, params.clone().requires_grad_(), *rest)
+    with pytest.raises(RuntimeError, match="cudnn_rnn_inference keeps no activations"):
+        out[0].sum().backward()
+
+
+def _raises_same(op, args, exc, match):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with pytest.raises(exc, match=match) as eager:
+        op(*args)
+    with FakeTensorMode(allow_non_fake_inputs=True):
+        with pytest.raises(exc) as fake:
+            op(*args)
+    assert str(fake.value).splitlines()[0] == str(eager.value).splitlines()[0]
+
+
+def test_bad_inputs_eager_and_fake():
+    args = list(_block_args(packed=True))
+    bad = dict(enumerate(args))
+    bad[9] = args[9][:, :2]
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
+                 r"packed_w: expected shape \[ceil\(H / 16\), 4, P, 16\]")  # fmt: skip
+    bad[9] = args[9].double()
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), TypeError,
+                 "packed_w: expected dtype Float")  # fmt: skip
+    bad[9] = args[9].transpose(0, 1).contiguous().transpose(0, 1)
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
+                 "packed_w: expected a contiguous tensor")  # fmt: skip
+    bad = dict(enumerate(args))
+    bad[10] = torch.tensor([1, 2, 3])
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
+                 r"sequence_length: expected shape \[B\] = \[2\]")  # fmt: skip
+    bad[10] = torch.tensor([1.0, 2.0])
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), TypeError,
+                 "sequence_length: expected an integer dtype")  # fmt: skip
+    bad[10] = torch.tensor([1, 6])
+    with pytest.raises(ValueError, match=r"sequence_length: expected values in \[0, T\]"):
+        ops.block_lstm_inference(*bad.values())
+    cargs = list(_cudnn_args(packed=True))
+    cargs[5] = cargs[5][:1]
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
+                 r"packed_r: expected none or one tensor per layer and direction \(2\), "
+                 "got 1")  # fmt: skip
+    cargs[5] = [t[:, :3] for t in _cudnn_args(packed=True)[5]]
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
+                 r"packed_r: expected shape \[ceil\(H / 16\), G, P, 16\]")  # fmt: skip
+
+
+def test_compile_inference_module():
+    torch._dynamo.reset()
+    m = _fused(24, 4, use_peephole=True)
+    x = torch.randn(6, 2, 4)
+    with torch.no_grad():
+        want = m(x)
+        got = torch.compile(m, backend="aot_eager", fullgraph=True)(x)
+    _assert_equal(got, want)
