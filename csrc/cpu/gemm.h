@@ -427,6 +427,8 @@ class RecurrentGemm {
   bool panels() const { return panels_.defined(); }
   const float* panels_data() const { return panels_.const_data_ptr<float>(); }
   const float* b_data() const { return b_.const_data_ptr<float>(); }  // [K, N], row-major
+  // The weight as given: in the panels form a view that need not be row-major.
+  const at::Tensor& b() const { return b_; }
   const VnniMatrix& b_vnni() const { return vnni_; }
 
   void operator()(at::Tensor& c, const at::Tensor& a, bool accumulate) const {

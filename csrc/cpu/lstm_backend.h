@@ -290,6 +290,14 @@ struct CpuBackend {
   static void h_prev_product(const cpu::RecurrentGemm& rec, at::Tensor& dh,
                              const at::Tensor& dgates0) {
     const int64_t B = dgates0.size(0), K = dgates0.size(1), N = dh.size(1);
+    if (rec.panels()) {  // small batches: the panels hold Whᵀ, rec.b() is the weight's view
+      if (B * K * N <= cpu::kPairwiseMaxStepMacs) {
+        cpu::pairwise_sum_gemm_out(dh, dgates0, rec.b(), cpu::kPairwiseStepChunk);
+      } else {
+        rec(dh, dgates0, /*accumulate=*/false);
+      }
+      return;
+    }
     if (!rec.blocks() || rec.bf16() || B * K * N > cpu::kPairwiseMaxStepMacs || B == 0 ||
         !dgates0.is_contiguous() || !dh.is_contiguous()) {
       rec(dh, dgates0, /*accumulate=*/false);
