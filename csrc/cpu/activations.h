@@ -104,4 +104,17 @@ TLG_INLINE float tanh(float x) {
 TLG_INLINE double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 TLG_INLINE double tanh(double x) { return std::tanh(x); }
 
+// The functions above as the activation policy of the shared cell math (lstm_block.h's
+// SigmoidGate / TanhCell, gru_seq.h).
+struct CpuAct {
+  template <typename T>
+  static T sigmoid(T x) {
+    return cpu::sigmoid(x);
+  }
+  template <typename T>
+  static T tanh(T x) {
+    return cpu::tanh(x);
+  }
+};
+
 }  // namespace torch_lstm_grad::cpu

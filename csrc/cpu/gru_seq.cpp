@@ -18,16 +18,7 @@ namespace {
 using gru_seq::GruStep;
 using lstm_block::ActParams;
 
-struct CpuAct {
-  template <typename T>
-  static T sigmoid(T x) {
-    return cpu::sigmoid(x);
-  }
-  template <typename T>
-  static T tanh(T x) {
-    return cpu::tanh(x);
-  }
-};
+using cpu::CpuAct;
 
 template <typename scalar_t, class Gate, class Cell>
 TLG_CPU_MULTIVERSION void forward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {

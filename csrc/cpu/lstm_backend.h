@@ -30,16 +30,7 @@ using FwdRows = void (*)(const FwdStep<scalar_t>&, int64_t, int64_t, int64_t, in
 template <typename scalar_t>
 using BwdRows = void (*)(const BwdStep<scalar_t>&, int64_t, int64_t, int64_t, int64_t);
 
-struct CpuAct {
-  template <typename T>
-  static T sigmoid(T x) {
-    return cpu::sigmoid(x);
-  }
-  template <typename T>
-  static T tanh(T x) {
-    return cpu::tanh(x);
-  }
-};
+using cpu::CpuAct;
 
 // kClip: clip at ±cell_clip, or (cell_clip <= 0: only block_lstm_ex's rows, which always clip)
 // at ±inf, i.e. not at all.

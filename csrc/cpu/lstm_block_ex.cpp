@@ -16,7 +16,7 @@ namespace torch_lstm_grad {
 namespace {
 
 using cpu_lstm::BwdRows;
-using cpu_lstm::CpuAct;
+using cpu::CpuAct;
 using cpu_lstm::FwdRows;
 using lstm_block::BwdStep;
 using lstm_block::CellAttrs;

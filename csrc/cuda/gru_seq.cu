@@ -9,24 +9,13 @@
 #include <torch/library.h>
 
 #include "../gru_seq.h"
+#include "activations.cuh"
 
 namespace torch_lstm_grad {
 namespace {
 
 using gru_seq::GruStep;
 using lstm_block::ActParams;
-
-// Full-precision libm functions, as the LSTM kernels (csrc/cuda/lstm_block.cu).
-struct CudaAct {
-  template <typename T>
-  __device__ static T sigmoid(T x) {
-    return T(1) / (T(1) + ::exp(-x));
-  }
-  template <typename T>
-  __device__ static T tanh(T x) {
-    return ::tanh(x);
-  }
-};
 
 enum class Pass { kForwardAfter, kForwardGates, kForwardCandidate, kBackwardAfter,
                   kBackwardGates, kBackwardReset };

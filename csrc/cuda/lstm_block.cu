@@ -10,24 +10,13 @@
 #include <torch/library.h>
 
 #include "../lstm_block.h"
+#include "activations.cuh"
 
 namespace torch_lstm_grad {
 namespace {
 
 using lstm_block::BwdStep;
 using lstm_block::FwdStep;
-
-// Full-precision libm functions (no fast-math intrinsics): parity with the CPU kernels.
-struct CudaAct {
-  template <typename T>
-  __device__ static T sigmoid(T x) {
-    return T(1) / (T(1) + ::exp(-x));
-  }
-  template <typename T>
-  __device__ static T tanh(T x) {
-    return ::tanh(x);
-  }
-};
 
 template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kClip>
 __global__ void forward_kernel(FwdStep<scalar_t> s, int64_t n) {
