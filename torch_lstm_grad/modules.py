@@ -181,6 +181,19 @@ class _LSTMBlockBase(nn.Module):
             getattr(self, k) != v for k, v in _LSTM_VARIANT_DEFAULTS.items()
         )
 
+    def _cell_attrs(self) -> dict:
+        """The cell's attributes as block_lstm_ex and block_lstm_inference take them."""
+        return dict(
+            w_proj=self.projection_kernel if self.num_proj is not None else None,
+            forget_bias=self.forget_bias,
+            cell_clip=_clip(self.cell_clip),
+            proj_clip=0.0 if self.proj_clip is None else float(self.proj_clip),
+            use_peephole=self.use_peephole,
+            gate_order=self.gate_order,
+            gate_activation=self.gate_activation,
+            activation=self.activation,
+        )
+
     def _ex(self, inputs, cs0, h0, wci, wcf, wco, seq_len_max):
         return ops.block_lstm_ex(
             inputs,
@@ -192,15 +205,8 @@ class _LSTMBlockBase(nn.Module):
             wci=wci,
             wcf=wcf,
             wco=wco,
-            w_proj=self.projection_kernel if self.num_proj is not None else None,
-            forget_bias=self.forget_bias,
-            cell_clip=_clip(self.cell_clip),
-            proj_clip=0.0 if self.proj_clip is None else float(self.proj_clip),
-            use_peephole=self.use_peephole,
-            gate_order=self.gate_order,
-            gate_activation=self.gate_activation,
-            activation=self.activation,
             clip_gradient=self.clip_gradient,
+            **self._cell_attrs(),
         )
 
     def reset_parameters(self) -> None:
@@ -367,16 +373,9 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
             wci=wci,
             wcf=wcf,
             wco=wco,
-            w_proj=self.projection_kernel if self.num_proj is not None else None,
             packed_w=packed,
             sequence_length=sequence_length,
-            forget_bias=self.forget_bias,
-            cell_clip=_clip(self.cell_clip),
-            proj_clip=0.0 if self.proj_clip is None else float(self.proj_clip),
-            use_peephole=self.use_peephole,
-            gate_order=self.gate_order,
-            gate_activation=self.gate_activation,
-            activation=self.activation,
+            **self._cell_attrs(),
         )
         return out.h, (out.cs, out.h_last)
 
