@@ -13,12 +13,19 @@ differences B - A with its quartiles. On a shared VM whose speed drifts by ±20%
 this resolves differences of a few tenths of a millisecond, where timing each variant in a
 process of its own did not resolve 2 ms. The switch is not part of any commit.
 
-op: `block` (the bench's BlockLSTM fwd+bwd: peepholes, clip, the grads of every input) or
-`cudnn` (the bench's CudnnRNNV3 lstm fwd+bwd, every length T).
+What is timed (the first argument), each against nn.LSTM doing the same:
+- `block`: the bench's BlockLSTM fwd+bwd (peepholes, clip, the grads of every input);
+  `block-fwd`: its forward alone (the graph recorded, as the bench's fwd column);
+- `cudnn`: the bench's CudnnRNNV3 lstm fwd+bwd, every length T;
+- `fused-` / `cudnnlstm-` + `fwd`, `fwdbwd` or `inf`: the module LSTMBlockFusedCell or
+  CudnnLSTM (one layer, nn.LSTM's math) as `bench --modules` times it: the forward with the
+  graph recorded, fwd+bwd, or the forward under `torch.inference_mode()` (`bench --mode
+  inference`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import sys
@@ -29,17 +36,42 @@ from torch_lstm_grad import _bench
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3) or argv[0] not in ("block", "cudnn"):
-        print("usage: paired_ab.py block|cudnn T,B,I,H [SECONDS]", file=sys.stderr)
+    if len(argv) not in (2, 3) or argv[0] not in _KINDS:
+        print(f"usage: paired_ab.py {'|'.join(_KINDS)} T,B,I,H [SECONDS]", file=sys.stderr)
         return 2
     T, B, I, H = _bench._shape(argv[1])  # noqa: E741
     seconds = float(argv[2]) if len(argv) > 2 else 20.0
     inputs = _bench._inputs(T, B, I, H, seed=0)
-    if argv[0] == "block":
-        fwd_bwd = _bench._ours(T, inputs)[1]
+    kind = argv[0]
+    nn_fwd, nn_fwd_bwd = _bench._nn_lstm(inputs, 0)
+    if kind == "block":
+        fwd_bwd, baseline = _bench._ours(T, inputs)[1], nn_fwd_bwd
+    elif kind == "block-fwd":
+        fwd_bwd, baseline = _bench._ours(T, inputs)[0], nn_fwd
+    elif kind == "cudnn":
+        fwd_bwd, baseline = _bench._cudnn_v3(inputs, torch.full((B,), T)), nn_fwd_bwd
     else:
-        fwd_bwd = _bench._cudnn_v3(inputs, torch.full((B,), T))
+        module, part = kind.split("-")
+        fwd, fwd_bwd = _bench._module_fns(inputs, 0)[_MODULES[module]]
+        fwd_bwd, baseline = (fwd_bwd, nn_fwd_bwd) if part == "fwdbwd" else (fwd, nn_fwd)
+    context = torch.inference_mode() if kind.endswith("-inf") else contextlib.nullcontext()
+    with context:
+        return _compare(fwd_bwd, baseline, seconds)
 
+
+_MODULES = {"fused": "LSTMBlockFusedCell", "cudnnlstm": "CudnnLSTM"}
+_KINDS = ("block", "block-fwd", "cudnn") + tuple(
+    f"{m}-{p}" for m in _MODULES for p in ("fwd", "fwdbwd", "inf")
+)
+
+
+def _outputs(result) -> list[torch.Tensor]:
+    if isinstance(result, torch.Tensor):
+        return [result]
+    return [t for r in result for t in _outputs(r)]
+
+
+def _compare(fwd_bwd, baseline, seconds: float) -> int:
     def variant(v):
         def run():
             os.environ["TLG_VARIANT"] = v
@@ -48,10 +80,10 @@ def main(argv: list[str]) -> int:
         return run
 
     a, b = variant("0"), variant("1")
-    gap = max((x - y).abs().max().item() for x, y in zip(a(), b(), strict=True))
-    print(f"max |A - B| over the gradients: {gap:.2e}")
-    times = _bench._time_paired({"A": a, "B": b, "nn.LSTM": _bench._nn_lstm(inputs, 0)[1]},
-                                seconds)  # fmt: skip
+    pairs = zip(_outputs(a()), _outputs(b()), strict=True)
+    gap = max((x - y).abs().max().item() for x, y in pairs)
+    print(f"max |A - B| over the outputs: {gap:.2e}")
+    times = _bench._time_paired({"A": a, "B": b, "nn.LSTM": baseline}, seconds)
     diff = [y - x for x, y in zip(times["A"], times["B"], strict=True)]
     q1, med, q3 = (v * 1e3 for v in statistics.quantiles(diff, n=4))
     medians = {k: statistics.median(v) * 1e3 for k, v in times.items()}

@@ -29,12 +29,13 @@ def _assert_equal(got, want):
         torch.testing.assert_close(g, w, rtol=0, atol=0)
 
 
-# (T, B, I, H): B <= 48 take the small-batch panels on AVX-512 CPUs (the units split over the
-# threads from B·H·4H >= 2^18; H = 40, 72 leave a partial block of 16 units; B = 9, 20, 32 are
-# row chunks of 12 and less), B = 50 the brgemm blocks; T = 3 is below the steps from which
-# either is prepared.
+# (T, B, I, H): B <= 64 take the small-batch panels on AVX-512 CPUs (the units split over the
+# threads from B·H·4H >= 2^18; H = 40, 72 leave a partial block of 16 units; B = 9, 20, 32, 50
+# are row chunks of 12 and less), B = 70 the brgemm blocks; T = 3 is below the steps from
+# which either is prepared.
 LSTM_SHAPES = [(6, 1, 5, 40), (50, 1, 64, 256), (7, 3, 4, 72), (5, 8, 6, 96), (4, 9, 3, 10),
-               (5, 20, 4, 24), (5, 32, 8, 72), (4, 50, 3, 20), (3, 2, 4, 16)]  # fmt: skip
+               (5, 20, 4, 24), (5, 32, 8, 72), (4, 50, 3, 20), (4, 70, 3, 20),
+               (3, 2, 4, 16)]  # fmt: skip
 LSTM_VARIANTS = [
     {},
     {"use_peephole": True, "cell_clip": 0.5},
@@ -135,6 +136,7 @@ CUDNN_CASES = [
     (modules.CudnnLSTM, 2, 6, 2, 4, 20, "unidirectional", 8, True),
     (modules.CudnnLSTM, 1, 5, 12, 4, 20, "unidirectional", 0, True),
     (modules.CudnnLSTM, 1, 5, 50, 4, 20, "unidirectional", 0, True),
+    (modules.CudnnLSTM, 1, 5, 70, 4, 20, "unidirectional", 0, True),
     (modules.CudnnGRU, 2, 7, 3, 5, 33, "bidirectional", 0, True),
     (modules.CudnnRNNRelu, 1, 5, 1, 3, 20, "unidirectional", 0, False),
 ]
@@ -237,7 +239,7 @@ def test_cudnn_packed_weight_follows_in_place_changes():
 def test_no_packing_where_the_kernels_do_not_use_it():
     m = _fused(32, 4)
     with torch.no_grad():
-        m(torch.randn(5, 49, 4))  # 49 rows: the brgemm blocks
+        m(torch.randn(5, modules._PANEL_MAX_ROWS + 1, 4))  # one row too many: brgemm's blocks
         assert m._packed._key is None
         m.double()(torch.randn(5, 2, 4, dtype=torch.float64))
         assert m._packed._key is None

@@ -61,7 +61,7 @@ def _records_grad(*tensors) -> bool:
 
 # The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h: kMaxPanelRows)
 # take up to this many rows; only then is a packed weight worth preparing.
-_PANEL_MAX_ROWS = 48
+_PANEL_MAX_ROWS = 64
 
 
 class _PackedWeights:

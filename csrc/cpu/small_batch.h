@@ -1,4 +1,4 @@
-// The recurrent product of a time loop on small batches (B <= 48 rows). At B = 1..8 it is a
+// The recurrent product of a time loop on small batches (B <= 64 rows). At B = 1..8 it is a
 // matrix-vector product per step, bound by reading the [K, G·H] weight, not by arithmetic; at
 // B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two things make it
 // stream:
@@ -31,9 +31,11 @@ namespace torch_lstm_grad::cpu {
 
 constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of float32
 // The largest batch the panels take: paired in place against brgemm's column blocks, panels
-// were faster up to B = 32 (50,32,256,256 forward -0.34 ms, 100,16,128,512 -1.0 ms), level at
-// 64 and slower at 128 (each chunk of 12 rows rereads the weights).
-constexpr int64_t kMaxPanelRows = 48;
+// were faster up to B = 32 (50,32,256,256 forward -0.34 ms, 100,16,128,512 -1.0 ms); since
+// panel_gemm goes unit block by unit block, also at 64 (20,64,512,512: inference -0.6 ms,
+// fwd+bwd -1.6 ms; 50,64,256,256 CudnnLSTM inference -0.15 ms); at 128 mixed (20,128,512,512
+// inference -0.5 ms, 20,128,256,256 fwd+bwd +0.24 ms).
+constexpr int64_t kMaxPanelRows = 64;
 
 inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
 
@@ -89,6 +91,15 @@ __attribute__((target("avx512f"))) inline void panel_product(
     int64_t K, const float* __restrict a, int64_t lda, const float* __restrict panel,
     int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
   __m512 acc[RB][GB];
+  // The destination's lines (the step's input projection, written for every step before the
+  // loop: in L3 or memory by now) requested first, so that they arrive while the sums run:
+  // loaded after the loop, their misses were ~15% of this function's time (perf, 50,64,256,256
+  // inference), and prefetching them took 0.2-0.6 ms off the benchmark shapes.
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + r * ldg + q * ldq), _MM_HINT_T0);
+    }
+  }
   for (int r = 0; r < RB; ++r) {
     for (int q = 0; q < GB; ++q) acc[r][q] = _mm512_setzero_ps();
   }
@@ -151,8 +162,8 @@ using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, c
                              float*, int64_t, int64_t, int64_t, bool);
 
 // The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
-// gates a pass up to 4 rows, two up to 12 (each weight still read once from memory: the
-// second pass of a unit block's rows reads its two gate panels, 2·K·16 floats, from L1).
+// gates a pass up to 4 rows, two up to 12 (6 rows with all four gates a pass instead: no
+// faster, paired at 50,32,256,256 and 20,64,512,512).
 inline PanelRowsFn panel_rows_for(int64_t rows) {
   switch (rows) {
     case 1: return &panel_rows<1, 4>;
@@ -175,9 +186,14 @@ inline PanelRowsFn panel_rows_for(int64_t rows) {
 
 // g[m, ·] += a[m, K] · w for the units [j0, j0 + n) of every gate (j0 a multiple of 16), on the
 // calling thread; `packed` is pack_panels(w, G), g row-major [m, G·H] with leading dim ldg, a
-// row-major with leading dim lda. Rows in chunks of at most 12, as even as they go (16 rows:
-// two of 8), each chunk over all the unit blocks: a chunk's rows reread the weights, from L2
-// where a thread's share fits (at H = 256). panels_available() must hold.
+// row-major with leading dim lda. Unit block by unit block (two at a time, four for m <= 4:
+// what one pass of the kernel covers), and for each every chunk of at most 12 rows, as even as
+// they go (16 rows: two of 8): the chunks after the first reread the block's panels from L2
+// (4·K·16 floats, 128 KB at K = 512), so each weight comes from memory or L3 once a step even
+// where the thread's share does not fit its L2 (H = 512: 2 MB). Chunks outside, unit blocks
+// inside reread the whole share per chunk, from L3 there: at 20,64,512,512 that order cost
+// 0.6 ms of 13 in inference and 1.6 ms of 40 in fwd+bwd (benchmarks/results/README.md).
+// panels_available() must hold.
 inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
                        const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n,
                        bool accumulate = true) {
@@ -186,12 +202,15 @@ inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* 
   constexpr int64_t kChunk = 12;
   const int64_t u0 = j0 / kPanelWidth, u1 = panel_blocks(std::min(H, j0 + n));
   const int64_t chunks = (m + kChunk - 1) / kChunk, base = m / chunks, longer = m % chunks;
-  int64_t r = 0;
-  for (int64_t k = 0; k < chunks; ++k) {
-    const int64_t rows = base + (k < longer ? 1 : 0);
-    detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u0, u1,
-                                 accumulate);
-    r += rows;
+  const int64_t ustep = m <= 4 ? 4 : 2;
+  for (int64_t u = u0; u < u1; u += ustep) {
+    int64_t r = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t rows = base + (k < longer ? 1 : 0);
+      detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u,
+                                   std::min(u + ustep, u1), accumulate);
+      r += rows;
+    }
   }
 #else
   TORCH_INTERNAL_ASSERT(false, "panel_gemm: built without AVX-512 support");
