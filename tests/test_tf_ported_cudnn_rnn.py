@@ -168,19 +168,24 @@ def test_lstm_training(size, varlen, time_major, use_proj):
     elements: 3e-6 is 0.16 ulp at 160). There both sides are compared with a float64 truth
     instead: ours at most 1.5x TF's error, or within ULPS_AT_ROUNDING ulps of the tensor's
     largest value; the other sizes at 3e-6."""
-    ours, case = _run_case("lstm", size, varlen, time_major, use_proj, F32)
-    theirs = _composite_cached("lstm", size, varlen, use_proj, case, np.float32)
-    if size == "large":
-        truth = _composite_cached("lstm", size, varlen, use_proj, case, np.float64)
-        _compare_vs_truth(ours, theirs, truth)
-        return
-    _compare(ours, theirs, 3e-6, 3e-6)
+    _check_training("lstm", size, varlen, time_major, use_proj)
 
 
 # Below this many ulps of a tensor's largest value an error is float32's rounding level for
 # these sums (TF's own errors reach 1.7 ulps on the "large" cases, ours 2.7; the one-GEMM sums
 # this project had were 6-9), where which side rounds closer is chance.
 ULPS_AT_ROUNDING = 3
+
+
+def _check_training(mode, size, varlen, time_major, use_proj):
+    """TF's test_training: 3e-6 against TF's float32 run; "large" against a float64 truth."""
+    ours, case = _run_case(mode, size, varlen, time_major, use_proj, F32)
+    theirs = _composite_cached(mode, size, varlen, use_proj, case, np.float32)
+    if size == "large":
+        truth = _composite_cached(mode, size, varlen, use_proj, case, np.float64)
+        _compare_vs_truth(ours, theirs, truth)
+        return
+    _compare(ours, theirs, 3e-6, 3e-6)
 
 
 def _compare_vs_truth(ours, theirs, truth):
@@ -205,13 +210,7 @@ def _compare_vs_truth(ours, theirs, truth):
 def test_gru_training(size, varlen, time_major):
     """CudnnGRUTest.test_training, rtol = atol = 3e-6; "large" against a float64 truth, as for
     the LSTM."""
-    ours, case = _run_case("gru", size, varlen, time_major, False, F32)
-    theirs = _composite_cached("gru", size, varlen, False, case, np.float32)
-    if size == "large":
-        truth = _composite_cached("gru", size, varlen, False, case, np.float64)
-        _compare_vs_truth(ours, theirs, truth)
-        return
-    _compare(ours, theirs, 3e-6, 3e-6)
+    _check_training("gru", size, varlen, time_major, False)
 
 
 # (mode, size, varlen, time_major, use_proj); GRU has no projection (TF's GRU tests neither).

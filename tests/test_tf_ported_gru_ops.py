@@ -38,6 +38,14 @@ def _weights(rng, I, H):  # noqa: E741
             "candidate/bias": np.zeros(H, np.float32)}  # fmt: skip
 
 
+def _case(B, H, I, T=1):  # noqa: E741
+    """TF's test data: seed 1994, _weights, then x [T, B, I] and h [B, H] uniform in [0, 1)."""
+    rng = np.random.default_rng(1994)
+    w = _weights(rng, I, H)
+    x, h = rng.random((T, B, I)).astype(np.float32), rng.random((B, H)).astype(np.float32)
+    return w, x, h
+
+
 def _tf_gru(H, weights):
     tf_module()
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
@@ -86,9 +94,7 @@ def _ours_run(weights, xs, h0, d_out=None):
 
 def test_block_gru_to_gru_cell_single_step():
     B, H, I = 4, 5, 6  # noqa: E741
-    rng = np.random.default_rng(1994)
-    w = _weights(rng, I, H)
-    x, h = rng.random((1, B, I)).astype(np.float32), rng.random((B, H)).astype(np.float32)
+    w, x, h = _case(B, H, I)
     tf_outs, _, _ = _tf_run(H, w, x, h)
     outs, _, _ = _ours_run(w, x, h)
     _close(outs[0], tf_outs[0])
@@ -96,9 +102,7 @@ def test_block_gru_to_gru_cell_single_step():
 
 def test_block_gru_to_gru_cell_multi_step():
     B, H, I, T = 2, 3, 3, 4  # noqa: E741
-    rng = np.random.default_rng(1994)
-    w = _weights(rng, I, H)
-    x, h = rng.random((T, B, I)).astype(np.float32), rng.random((B, H)).astype(np.float32)
+    w, x, h = _case(B, H, I, T)
     tf_outs, tf_state, _ = _tf_run(H, w, x, h)
     outs, state, _ = _ours_run(w, x, h)
     for t in range(T):
@@ -108,9 +112,7 @@ def test_block_gru_to_gru_cell_multi_step():
 
 def test_derivative_of_block_gru_to_gru_cell_single_step():
     B, H, I = 2, 3, 4  # noqa: E741
-    rng = np.random.default_rng(1994)
-    w = _weights(rng, I, H)
-    x, h = rng.random((1, B, I)).astype(np.float32), rng.random((B, H)).astype(np.float32)
+    w, x, h = _case(B, H, I)
     _, _, tf_grads = _tf_run(H, w, x, h)
     _, _, grads = _ours_run(w, x, h)
     names = ["x", "h", "w_ru", "b_ru", "w_c", "b_c"]
@@ -121,9 +123,7 @@ def test_derivative_of_block_gru_to_gru_cell_single_step():
 def test_derivative_of_block_gru_to_gru_cell_multi_steps():
     """d outputs[0] / d x and / d h, over T = 2 steps (the second step gets no gradient)."""
     B, H, I, T = 2, 3, 4, 2  # noqa: E741
-    rng = np.random.default_rng(1994)
-    w = _weights(rng, I, H)
-    x, h = rng.random((T, B, I)).astype(np.float32), rng.random((B, H)).astype(np.float32)
+    w, x, h = _case(B, H, I, T)
     _, _, tf_grads = _tf_run(H, w, x, h, d_out="first")
     _, _, grads = _ours_run(w, x, h, d_out="first")
     _close(grads[0], tf_grads[0], msg="x")
