@@ -119,6 +119,11 @@ struct Reserve {
 
 bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
 
+// The signature is padded (with zeros) to a cache line, so that the regions start on one: the
+// activations' rows are the destination of the input projection (40 bytes off a line, its
+// stores and the steps' loads split lines: +0.25 ms at 50,32,256,256).
+constexpr int64_t kReserveHeaderAlign = 64;
+
 // Carves the reserve out of `buffer` (after the signature), or allocates it when `buffer` is
 // undefined. Sizes in checked arithmetic: absurd shapes raise instead of wrapping (the params
 // check bounds G·H and P; T·B·width can still overflow).
@@ -131,8 +136,8 @@ Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
   const int64_t masks =
       with_masks ? checked_mul(checked_mul(T * B, c.L - 1, "input", what), c.D * c.P, "input", what)
                  : 0;
-  const int64_t header =
-      reserve_signature_bytes(B, 8) / static_cast<int64_t>(opts.dtype().itemsize());
+  const int64_t header = reserve_signature_bytes(B, kReserveHeaderAlign) /
+                         static_cast<int64_t>(opts.dtype().itemsize());
   const int64_t total = checked_add(
       checked_add(checked_mul(c.L * c.D, per_dir, "input", what), masks, "input", what), header,
       "input", what);
@@ -186,13 +191,14 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 
 // Each forward row reads `p`, the step's products (W·x, plus R·h for lstm) and `bias` (bW, plus
 // bR for lstm) and writes the activations to `a`: the bias joins here rather than in a pass of
-// its own over the whole sequence.
+// its own over the whole sequence. `a` may be `p` (a training forward writes the activations
+// over their sums): each element is read before the same element is written.
 // lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 // Units [j0, j1) of the row (the fused small-batch steps give each thread its units).
 template <typename acc_t>
 TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, int64_t j0, int64_t j1,
-                                           const acc_t* __restrict p,
-                                           const acc_t* __restrict bias, acc_t* __restrict a,
+                                           const acc_t* p,
+                                           const acc_t* __restrict bias, acc_t* a,
                                            acc_t* __restrict c, acc_t* __restrict cells,
                                            acc_t* __restrict h) {
   TLG_NO_ALIAS_LOOP
@@ -214,8 +220,8 @@ TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, int64_t j0, int64_t j1,
 // gru, gates r, z, n: rec = R·h + bR; the reset gate scales rec_n (linear before reset).
 // h: the state, updated; rec_n saved for the backward.
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, const acc_t* __restrict p,
-                                          const acc_t* __restrict bias, acc_t* __restrict a,
+TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, const acc_t* p,
+                                          const acc_t* __restrict bias, acc_t* a,
                                           const acc_t* __restrict rec, acc_t* __restrict h,
                                           acc_t* __restrict rec_n, acc_t* __restrict out) {
   TLG_NO_ALIAS_LOOP
@@ -234,8 +240,8 @@ TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, const acc_t* __restrict p,
 }
 
 template <typename acc_t, bool kRelu>
-TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, const acc_t* __restrict p,
-                                          const acc_t* __restrict bias, acc_t* __restrict a,
+TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, const acc_t* p,
+                                          const acc_t* __restrict bias, acc_t* a,
                                           const acc_t* __restrict rec, acc_t* __restrict h,
                                           acc_t* __restrict out) {
   TLG_NO_ALIAS_LOOP
@@ -343,11 +349,21 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // (reset gate), as do the plain RNNs.
   const bool separate_rec = c.mode != RNNMode::kLSTM;
   const at::Tensor bias = (separate_rec ? w.bW : w.bW + w.bR).contiguous();
-  // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h.
-  const at::Tensor x_products =
-      w.W.defined() ? cpu::matmul(X, w.W.t())
-                    : X.reshape({T * B, 1, H}).expand({T * B, G, H}).contiguous();
-  const at::Tensor pre = x_products.view({T, B, GH});
+  // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h. In
+  // training they are summed in the activations' own rows of the reserve, which each step's row
+  // function overwrites with its activations: no buffer of their own, and a step's activations
+  // go to lines already in cache. Paired against oneDNN's product in a buffer of its own:
+  // CudnnLSTM forward -0.1 ms at 50,32,256,256, -0.3 to -0.5 ms at 100,16,128,512 and
+  // 20,64,512,512 (benchmarks/results/README.md), the same numbers.
+  const at::Tensor pre = keep ? r.acts : at::empty({T, B, GH}, X.options());
+  {
+    at::Tensor sums = pre.view({T * B, GH});
+    if (w.W.defined()) {
+      cpu::gate_matmul_out(sums, X, w.W.t(), G);
+    } else {
+      sums.view({T * B, G, H}).copy_(X.view({T * B, 1, H}).expand({T * B, G, H}));
+    }
+  }
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
   const bool lstm_cells = c.lstm() && !c.proj();  // a step's cells need only their own units
   const cpu::RecurrentGemm recurrent(w.R.t(), B, T, /*allow_blocks=*/true,
@@ -680,6 +696,7 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
                           : make_inference_reserve(c, input.options().dtype(acc));
   if (is_training) {
     const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
+    std::memset(r.buffer.data_ptr(), 0, reserve_signature_bytes(c.B, kReserveHeaderAlign));
     std::memcpy(r.buffer.data_ptr(), sig.data(), sig.size() * sizeof(int64_t));
   }
   at::Tensor h_all = to_internal_state(input_h, c, s, acc);

@@ -341,6 +341,38 @@ void for_column_blocks(int64_t n_cols, int64_t macs, const F& f) {
   });
 }
 
+// out[M, G·H] = a[M, K] · b[K, G·H] (G gate blocks of H columns) written into `out`, an existing
+// row-major view such as a region of an op's reserve, which then needs no buffer of its own.
+// float32 on AVX-512: b packed into gate panels (pack_panels) and each thread's unit blocks
+// multiplied by panel_gemm, rows kMatmulRowBlock at a time, at oneDNN's matmul speed on the LSTM
+// input projections (benchmarks/results/README.md) without oneDNN's result tensor and copy.
+// Anything else: matmul_out.
+inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
+                            int64_t G) {
+  constexpr int64_t kMatmulRowBlock = 48;
+  const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
+  const bool panels = panels_available() && a.scalar_type() == at::kFloat &&
+                      b.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat &&
+                      out.stride(1) == 1 && M > 0 && K > 0 && N > 0;
+  if (!panels) {
+    cpu::matmul_out(out, a, b);
+    return;
+  }
+  const int64_t H = N / G;
+  const at::Tensor packed = pack_panels(b, G);
+  const auto [A, lda] = row_major(a);
+  const float* ap = A.const_data_ptr<float>();
+  const float* pp = packed.const_data_ptr<float>();
+  float* op = out.data_ptr<float>();
+  const int64_t ldo = out.stride(0);
+  for_column_blocks(H, M * K * N, [&](int64_t j0, int64_t units) {
+    for (int64_t r0 = 0; r0 < M; r0 += kMatmulRowBlock) {
+      panel_gemm(std::min(kMatmulRowBlock, M - r0), K, H, G, ap + r0 * lda, lda, pp,
+                 op + r0 * ldo, ldo, j0, units, /*accumulate=*/false);
+    }
+  });
+}
+
 // The per-step product of a time loop, c[m', N] = a[m', K] · b (+ c), with one b for the whole
 // loop of `steps` products of at most m rows each (fewer where rows finish early: CudnnRNN).
 // b is float32/64, or float16/bfloat16 (then made float32 here, or, with allow_blocks, kept

@@ -21,6 +21,7 @@
 #include <algorithm>
 
 #include "cpu_features.h"
+#include "transpose.h"
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -58,17 +59,29 @@ inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
   const float* src = w.const_data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t rs = w.stride(0), cs = w.stride(1);
+  // A transposed view (CudnnRNN's Wᵀ and Rᵀ: unit-stride columns) of full panels goes through
+  // 16 x 16 register tiles: each panel is 16 of the matrix's rows transposed.
+  const bool tiles = rs == 1 && cs >= K && K >= kPanelWidth && detail::avx512_transpose_available();
   at::parallel_for(0, U * G, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t u = p / G, q = p % G, c0 = q * H + u * kPanelWidth;
       const int64_t n = std::min(kPanelWidth, H - u * kPanelWidth);
       float* __restrict o = dst + p * K * kPanelWidth;
+#if defined(TLG_HAVE_AVX512_TRANSPOSE)
+      if (tiles && n == kPanelWidth) {
+        detail::transpose_rows_avx512(src + c0 * cs, kPanelWidth, cs, o, kPanelWidth, 0,
+                                      K / kPanelWidth * kPanelWidth);
+        detail::transpose_scalar(src + c0 * cs, cs, o, kPanelWidth, 0, kPanelWidth,
+                                 K / kPanelWidth * kPanelWidth, K);
+        continue;
+      }
+#endif
       if (cs == 1 || rs > cs) {  // rows of w contiguous (or closer to it): row by row
         for (int64_t k = 0; k < K; ++k) {
           for (int64_t l = 0; l < n; ++l) o[k * kPanelWidth + l] = src[k * rs + (c0 + l) * cs];
           for (int64_t l = n; l < kPanelWidth; ++l) o[k * kPanelWidth + l] = 0.0f;
         }
-      } else {  // a transposed view (CudnnRNN's Rᵀ): column by column
+      } else {  // a transposed view: column by column
         for (int64_t l = 0; l < kPanelWidth; ++l) {
           for (int64_t k = 0; k < K; ++k) {
             o[k * kPanelWidth + l] = l < n ? src[k * rs + (c0 + l) * cs] : 0.0f;
