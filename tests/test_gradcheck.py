@@ -21,6 +21,7 @@ from torch.autograd import gradcheck
 
 import torch_lstm_grad
 from torch_lstm_grad import raw_ops, reference
+from torch_lstm_grad.modules import CudnnLSTM, LSTMBlockFusedCell
 
 T, B, I, H = 4, 2, 3, 4  # noqa: E741
 F64 = torch.float64
@@ -429,4 +430,30 @@ def test_cudnn_rnn_eager_path_matches_the_dispatcher_bitwise():
     assert type(raw_node).__name__ == "_EagerCudnnRNNFunctionBackward"
     assert type(ops_node).__name__ != type(raw_node).__name__
     for a, b in zip(raw_out + raw_grads, ops_out + ops_grads, strict=True):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize(
+    "make, fn_name",
+    [
+        (lambda: LSTMBlockFusedCell(4, 3), "BlockLSTMFunction"),
+        (lambda: CudnnLSTM(1, 4, 3), "CudnnRNNFunction"),
+    ],
+)
+def test_modules_take_the_eager_path_with_their_parameters(make, fn_name):
+    """The modules pass their weights as nn.Parameters, which the eager fast path takes like
+    plain tensors (else every training call paid PyTorch's Python autograd wrapper, ~30 µs):
+    the node is the eager Function's, and the gradients are those of plain tensors."""
+    torch.manual_seed(0)
+    module = make().double()
+    x = torch.randn(5, 2, 3, dtype=F64)
+    out = module(x)[0]
+    assert type(out.grad_fn).__name__ == f"_Eager{fn_name}Backward"
+    got = torch.autograd.grad(out.pow(2).sum(), list(module.parameters()))
+    plain = {k: v.detach().clone().requires_grad_() for k, v in module.named_parameters()}
+    with torch.nn.utils.stateless._reparametrize_module(module, plain):
+        ref = module(x)[0]
+    assert type(ref.grad_fn).__name__ == f"_Eager{fn_name}Backward"
+    want = torch.autograd.grad(ref.pow(2).sum(), list(plain.values()))
+    for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)

@@ -358,13 +358,19 @@ _EAGER = {name: _eager_function(fn) for name, fn in DIFFERENTIABLE_OPS.items()}
 _OVERLOADS = {name: getattr(_ops, name.split("::")[1]).default for name in DIFFERENTIABLE_OPS}
 
 
+# nn.Parameter counts as plain: it opts out of __torch_function__ and dispatches as the tensor
+# it wraps, and the modules pass their weights as Parameters (through the op call instead,
+# PyTorch's Python autograd wrapper cost ~30 µs a call: torch.library's fill_defaults).
+_PLAIN_TYPES = (torch.Tensor, torch.nn.Parameter)
+
+
 def _plain_eager(args) -> bool:
     # Tensor subclasses (FakeTensor, FunctionalTensor, ...), functorch transforms and tracing
     # need the dispatcher's full path (the registered autograd and fake kernels). Compiling is
     # asked in call(), first.
     if torch._C._functorch.peek_interpreter_stack() is not None:
         return False
-    return all(type(a) is torch.Tensor for a in args if isinstance(a, torch.Tensor))
+    return all(type(a) in _PLAIN_TYPES for a in args if isinstance(a, torch.Tensor))
 
 
 def call(name: str, *args):
