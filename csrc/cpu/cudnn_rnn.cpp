@@ -361,7 +361,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
     if (w.W.defined()) {
       cpu::gate_matmul_out(sums, X, w.W.t(), G);
     } else {
-      sums.view({T * B, G, H}).copy_(X.view({T * B, 1, H}).expand({T * B, G, H}));
+      sums.view({T * B, G, H}).copy_(X.reshape({T * B, 1, H}).expand({T * B, G, H}));
     }
   }
   at::Tensor rec = separate_rec ? at::empty({B, GH}, X.options()) : at::Tensor();
