@@ -7,7 +7,7 @@ call, e.g.
     const char* v = std::getenv("TLG_VARIANT"); const bool b = v && v[0] == '1';
 
 then run `python benchmarks/paired_ab.py block 50,32,256,256 20`. A (TLG_VARIANT=0), B (=1)
-and nn.LSTM are timed in rounds of one call each, in a shuffled order (the pairing of
+(other settings: TLG_AB=1,2 runs A with 1, B with 2) and nn.LSTM are timed in rounds of one call each, in a shuffled order (the pairing of
 `torch-lstm-grad bench`), for the given seconds each; the figure is the median of the per-round
 differences B - A with its quartiles. On a shared VM whose speed drifts by ±20% between minutes
 this resolves differences of a few tenths of a millisecond, where timing each variant in a
@@ -79,7 +79,8 @@ def _compare(fwd_bwd, baseline, seconds: float) -> int:
 
         return run
 
-    a, b = variant("0"), variant("1")
+    # TLG_AB="1,2" compares variants 1 and 2 of a switch with more than two settings.
+    a, b = map(variant, os.environ.get("TLG_AB", "0,1").split(","))
     pairs = zip(_outputs(a()), _outputs(b()), strict=True)
     gap = max((x - y).abs().max().item() for x, y in pairs)
     print(f"max |A - B| over the outputs: {gap:.2e}")

@@ -295,9 +295,16 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - dh_gemm(b, m, steps): the backward's (b = Whᵀ, [4H, P]);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
+// - forward_loop(s, recurrent, B, L, point_step, h0, h): all L steps of forward_step's work
+//   (h read as stored: step t reads h0 or h + (t - 1)·B·H), each step's pointers from
+//   point_step(t, s), which returns its gates; false, having done nothing, where the backend
+//   has no such loop for this case (then the driver calls forward_step step by step);
 // - backward_step(s, recurrent, next, dh_carry): one reverse step, dh_carry = next·Whᵀ when
 //   `next` (the later step's dgates) is defined, then the pointwise pass. The CPU backend fuses
 //   each pair into one parallel region where it can (csrc/cpu/lstm_block.cpp);
+// - backward_loop(s, recurrent, B, L, point_step, dgates, dh_carry): all L reverse steps of
+//   backward_step's work (next: the float dgates of step t + 1, [L, B, 4H] from `dgates`),
+//   pointers from point_step(t, s); false, having done nothing, as forward_loop;
 // - sums_in_steps(recurrent): whether backward_step also adds up BackwardState::sums;
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
 // - matmul(a, b): a·b as a new contiguous tensor of the float type, for the whole-sequence
@@ -448,10 +455,27 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   for (int k = 0; k < 7; ++k) out_p[k] = out[k].defined() ? out[k].data_ptr<scalar_t>() : nullptr;
   // Where step t writes output k < 6 (i, cs, f, o, ci, co) and reads the previous cell state.
   const std::array<int64_t, 6> scratch_row{0, -1, 1, 2, 3, 4};
+  scalar_t* const cs_buf_p = inf != nullptr ? cs_buf.data_ptr<scalar_t>() : nullptr;
+  scalar_t* const scratch_p = inf != nullptr ? scratch.data_ptr<scalar_t>() : nullptr;
   auto out_at = [&](int k, int64_t t) -> scalar_t* {
     if (inf == nullptr) return out_p[k] + t * BH;
-    if (k == 1) return cs_buf.data_ptr<scalar_t>() + t % 2 * BH;
-    return scratch.data_ptr<scalar_t>() + scratch_row[k] * BH;
+    if (k == 1) return cs_buf_p + t % 2 * BH;
+    return scratch_p + scratch_row[k] * BH;
+  };
+  // Step t's pointers (pointer arithmetic only, so that any thread may compute them): its
+  // slice of the gates (returned) and of every output, the cell state it reads.
+  const scalar_t* const cs0_p = cs0.const_data_ptr<scalar_t>();
+  scalar_t* const m_p = projection ? m_buf.data_ptr<scalar_t>() : nullptr;
+  acc_t* const h_acc_p = h_copy ? h_acc.data_ptr<acc_t>() : nullptr;
+  acc_t* const gates_p = gates.data_ptr<acc_t>();
+  auto point_step = [&](int64_t t, FwdStep<scalar_t>& s) -> acc_t* {
+    s.cs_prev = t == 0 ? cs0_p : out_at(1, t - 1);
+    for (int k = 0; k < 6; ++k) s.out[k] = out_at(k, t);
+    s.out[6] = projection ? m_p : out_p[6] + t * BH;
+    if (h_copy && !projection) s.h_acc = h_acc_p + t % 2 * BH;
+    acc_t* g = gates_p + t * B * 4 * H;
+    s.gates = g;
+    return g;
   };
   FwdStep<scalar_t> step{H,
                          nullptr,
@@ -464,13 +488,15 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                          nullptr,
                          attrs,
                          /*gates_read=*/inf == nullptr};
-  for (int64_t t = 0; t < L; ++t) {
+  // The whole loop at once where the backend runs one (nothing between the steps: no
+  // projection, no per-row final states, h read as stored).
+  const bool whole_loop = !projection && !h_copy &&
+                          (inf == nullptr || inf->lengths.empty()) &&
+                          Backend::forward_loop(step, recurrent, B, L, point_step,
+                                                h0.const_data_ptr<scalar_t>(), out_p[6]);
+  for (int64_t t = 0; t < L && !whole_loop; ++t) {
     at::Tensor g = gates[t];
-    step.gates = g.const_data_ptr<acc_t>();
-    step.cs_prev = t == 0 ? cs0.const_data_ptr<scalar_t>() : out_at(1, t - 1);
-    for (int k = 0; k < 6; ++k) step.out[k] = out_at(k, t);
-    step.out[6] = projection ? m_buf.data_ptr<scalar_t>() : out_p[6] + t * BH;
-    if (h_copy && !projection) step.h_acc = h_acc.data_ptr<acc_t>() + t % 2 * BH;
+    point_step(t, step);
     Backend::forward_step(step, recurrent, g,
                           t == 0 ? h0 : (h_copy ? h_acc[(t - 1) % 2] : out[6][t - 1]));
     if (projection) {
@@ -594,13 +620,23 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
                          st.sums.defined() ? st.sums.data_ptr<double>() : nullptr,
                          fns,
                          stored_clip<scalar_t>(mask_clip)};
-  for (int64_t t = L - 1; t >= 0; --t) {
-    step.cs_prev = t == 0 ? cs_prev.const_data_ptr<scalar_t>() : act_p[1] + (t - 1) * BH;
-    step.cs_grad = cs_grad_p + t * BH;
-    step.h_grad = proj != nullptr ? zero_h_grad.const_data_ptr<scalar_t>() : h_grad_p + t * BH;
-    step.dgates = dgates_p + t * 4 * BH;
-    step.dgates_lp = lp ? dgates_lp_p + t * 4 * BH : nullptr;
-    for (int k = 0; k < 6; ++k) step.act[k] = act_p[k] + t * BH;
+  const scalar_t* const cs_prev_p = cs_prev.const_data_ptr<scalar_t>();
+  const scalar_t* const zero_h_grad_p =
+      proj != nullptr ? zero_h_grad.const_data_ptr<scalar_t>() : nullptr;
+  auto point_step = [&](int64_t t, BwdStep<scalar_t>& s) {
+    s.cs_prev = t == 0 ? cs_prev_p : act_p[1] + (t - 1) * BH;
+    s.cs_grad = cs_grad_p + t * BH;
+    s.h_grad = proj != nullptr ? zero_h_grad_p : h_grad_p + t * BH;
+    s.dgates = dgates_p + t * 4 * BH;
+    s.dgates_lp = lp ? dgates_lp_p + t * 4 * BH : nullptr;
+    for (int k = 0; k < 6; ++k) s.act[k] = act_p[k] + t * BH;
+  };
+  // The whole loop at once where the backend runs one (as in lstm_forward).
+  const bool whole_loop = proj == nullptr && !lp && wh.defined() &&
+                          Backend::backward_loop(step, recurrent, B, L, point_step, dgates_p,
+                                                 st.dh_carry.data_ptr<acc_t>());
+  for (int64_t t = L - 1; t >= 0 && !whole_loop; --t) {
+    point_step(t, step);
     if (proj != nullptr) {
       at::Tensor dr = st.dr[t];
       if (t + 1 < L) {

@@ -14,6 +14,8 @@
   defined is checked: one forward's backward run twice (retain_graph) gives identical grads.
 - Thread count: torch.set_num_threads(1) vs the default agree to float32 rounding (not bit for
   bit: the GEMMs split their sums by thread).
+- Step loops: the time loops that run in one parallel region with a barrier a step give the
+  one-thread bits on two threads, five times over (each fails without the barrier).
 
 Shapes are chosen so that both recurrent-GEMM paths of gemm.h run (oneDNN from 2^22
 multiply-adds per step, MKL's packed sgemm below) and, with 2+ threads, the pointwise rows are
@@ -479,3 +481,63 @@ def test_one_thread_vs_default_close(case):
     for k, (a, b) in enumerate(zip(got_one, got_many, strict=True)):
         msg = lambda m, k=k: f"{case} result {k}: {m}"  # noqa: E731
         torch.testing.assert_close(a, b, rtol=THREADS_TOL, atol=THREADS_TOL, msg=msg)
+
+
+# ---------------------------------------------------------------------------------------------
+# Time loops in one parallel region (cpu::for_steps_column_blocks: the threads keep their units
+# from step to step and meet at a barrier after each): split over two threads they give the
+# one-thread results bit for bit (a unit's sums are one thread's whatever the split), every
+# time. A missing or misplaced barrier would let a thread read an h (forward) or dgates
+# (backward) row that another is still writing, or copy a finished row's state early.
+# Shapes where every step splits over the threads (B·H·4H >= 2^18 multiply-adds): BlockLSTM on
+# the panels (B <= 64) and on brgemm's blocks (B > 64), CudnnRNNV3's LSTM with lengths that
+# finish rows at several steps (one empty), and the inference forward of the fused cell.
+
+
+def _fused_cell_inference_inputs(T=10, B=4, I=16, H=128):  # noqa: E741
+    from torch_lstm_grad.modules import LSTMBlockFusedCell
+
+    cell = LSTMBlockFusedCell(H, I, use_peephole=True, cell_clip=0.5)
+    with torch.no_grad():
+        for p in cell.parameters():
+            p.uniform_(-0.3, 0.3)
+    return cell, (_u(T, B, I), (_u(B, H, scale=2.0), _u(B, H)))
+
+
+def _fused_cell_inference_step(inputs):
+    cell, (x, state) = inputs
+    with torch.inference_mode():
+        out, (cs, h) = cell(x, state, sequence_length=None)
+    return out, cs, h
+
+
+STEP_LOOPS = {
+    "BlockLSTM-panels": lambda: (_block_lstm_step, _block_lstm_inputs(T=12, B=8, H=128)),
+    "BlockLSTM-blocks": lambda: (_block_lstm_step, _block_lstm_inputs(T=6, B=80, H=64)),
+    "CudnnRNNV3-lstm-lengths": lambda: (
+        _cudnn_step,
+        _cudnn_inputs(T=8, B=8, H=128, L=1, lengths=(8, 0, 5, 3, 8, 1, 6, 2)),
+    ),
+    "LSTMBlockFusedCell-inference": lambda: (
+        _fused_cell_inference_step,
+        _fused_cell_inference_inputs(),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STEP_LOOPS))
+def test_step_loops_split_over_threads_give_the_one_thread_bits(case):
+    if case.startswith("CudnnRNNV3") and torch.backends.cpu.get_cpu_capability() != "AVX512":
+        # Without the AVX-512 panels, steps with fewer live rows than B take ATen's GEMM,
+        # whose blocking follows the thread count (THREADS_TOL above).
+        pytest.skip("CudnnRNN's fused loop runs on AVX-512 CPUs")
+    step, inputs = STEP_LOOPS[case]()
+    default = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        want = step(inputs)
+        torch.set_num_threads(max(default, 2))
+        for _ in range(5):
+            _assert_same(step(inputs), want, f"{case}: {torch.get_num_threads()} threads vs 1")
+    finally:
+        torch.set_num_threads(default)

@@ -334,11 +334,12 @@ constexpr int64_t kStepChunk = 32;
 // holds every step's activations (training), else one step's (make_inference_reserve).
 // `packed`: pack_recurrent_weight(Rᵀ, G), or undefined.
 //
-// LSTM without a projection, float32: each step is one parallel region in which a thread
+// LSTM without a projection, float32: all steps run in one parallel region in which a thread
 // multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
 // Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the cell
-// to those units. The step then reads the previous step's h from hseq (another thread may be
-// writing this step's), and each row's final h goes to the state when the row finishes.
+// to those units, then waits at the step's barrier. A step reads the previous step's h from
+// hseq (another thread may be writing this step's), and each row's final h goes to the state
+// after the row finishes.
 
 template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
@@ -397,34 +398,50 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   acc_t* const cells_p = c.lstm() ? r.cells.data_ptr<acc_t>() : nullptr;
   acc_t* const extra_p = has_extra(c) ? r.extra.data_ptr<acc_t>() : nullptr;
   acc_t* const hseq_p = r.hseq.data_ptr<acc_t>();
+  if ((fused || fused_blocks) && T > 0) {
+    // All steps in one parallel region (cpu::for_steps_column_blocks: a barrier after each
+    // step's cells). A thread's units of a row that finished at the step before go to the
+    // final state after that barrier (at step 0 every thread still reads the initial h there).
+    if constexpr (std::is_same_v<acc_t, float>) {
+      cpu::for_steps_column_blocks(T, H, s.active[0] * P * GH, [&](int64_t t, int64_t j0,
+                                                                   int64_t units) {
+        const int64_t n = s.active[t];
+        if (t > 0) {
+          const float* hs_before = hseq_p + (t - 1) * B * P;
+          for (int64_t b = n; b < s.active[t - 1]; ++b) {
+            std::copy(hs_before + b * P + j0, hs_before + b * P + j0 + units, hp + b * P + j0);
+          }
+        }
+        if (n == 0) return;
+        const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
+        float* pt = pre_p + t * B * GH;
+        float* a = acts_p + per_step * t * B * GH;
+        float* cells = cells_p + per_step * t * B * H;
+        float* hs = hseq_p + t * B * P;
+        if (fused) {
+          cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
+        } else {
+          for (int64_t q = 0; q < G; ++q) {
+            cpu::block_gemm(n, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
+                            pt + q * H + j0, GH, /*accumulate=*/true);
+          }
+        }
+        for (int64_t b = 0; b < n; ++b) {
+          lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
+                   hs + b * P);
+        }
+      });
+      const float* hs_last = hseq_p + (T - 1) * B * P;
+      std::copy(hs_last, hs_last + s.active[T - 1] * P, hp);
+    }
+  }
   for (int64_t t = 0; t < T; ++t) {
     const int64_t n = s.active[t];
     acc_t* a = acts_p + per_step * t * B * GH;
     acc_t* cells = c.lstm() ? cells_p + per_step * t * B * H : nullptr;
     acc_t* extra = has_extra(c) ? extra_p + per_step * t * B * H : nullptr;
     acc_t* hs = hseq_p + t * B * P;
-    if (n > 0 && (fused || fused_blocks)) {
-      if constexpr (std::is_same_v<acc_t, float>) {
-        const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
-        float* pt = pre_p + t * B * GH;
-        cpu::for_column_blocks(H, n * P * GH, [&](int64_t j0, int64_t units) {
-          if (fused) {
-            cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
-          } else {
-            for (int64_t q = 0; q < G; ++q) {
-              cpu::block_gemm(n, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
-                              pt + q * H + j0, GH, /*accumulate=*/true);
-            }
-          }
-          for (int64_t b = 0; b < n; ++b) {
-            lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
-                     hs + b * P);
-          }
-        });
-        const int64_t still = t + 1 < T ? s.active[t + 1] : 0;
-        for (int64_t b = still; b < n; ++b) std::copy(hs + b * P, hs + (b + 1) * P, hp + b * P);
-      }
-    } else if (n > 0) {
+    if (n > 0 && !(fused || fused_blocks)) {
       const at::Tensor h_n = n == B ? h : h.narrow(0, 0, n);
       if (separate_rec) {
         at::Tensor rec_n = rec.narrow(0, 0, n);

@@ -1,8 +1,9 @@
 // The CPU Backend of the LSTM drivers (csrc/lstm_block.h): the per-step pointwise passes as
 // loops over rows, parallelised over the batch with ATen's parallel_for, each step's recurrent
-// product fused with them where brgemm runs. Each loop is instantiated per activation variant
-// and peephole/clip setting, so its body has no branches and vectorises, and is multiversioned
-// for AVX-512 / AVX2 (activations.h). Included by lstm_block.cpp (TF's block ops: sigmoid/tanh
+// product fused with them where brgemm runs, and there the whole time loop in one parallel
+// region when nothing runs between the steps (forward_loop, backward_loop). Each loop is
+// instantiated per activation variant and peephole/clip setting, so its body has no branches
+// and vectorises, and is multiversioned for AVX-512 / AVX2 (activations.h). Included by lstm_block.cpp (TF's block ops: sigmoid/tanh
 // only) and lstm_block_ex.cpp (block_lstm_ex: every variant), each with its own row policy.
 #pragma once
 
@@ -301,10 +302,37 @@ struct CpuBackend {
     });
   }
 
-  // With a blocks-form weight ([H, 4H]) each thread takes a block of units: the four gate
-  // blocks of g for those units get h·Wh (block_gemm onto the input projection already in g),
-  // then the cell for those units, while the block is in cache: one parallel region a step.
-  // Otherwise the library product and a row-parallel pointwise pass.
+  // forward_step's work on one block of units [j0, j0 + n), on the calling thread: the four
+  // gate blocks of g for those units get h·Wh (onto the input projection already in g; the
+  // panels or the blocks form, h of the operand type), then the cell for those units, while
+  // the block is in cache.
+  template <typename scalar_t, typename h_t>
+  static void forward_units(const FwdStep<scalar_t>& s, FwdRows<scalar_t> rows,
+                            const cpu::RecurrentGemm& rec, int64_t B, int64_t K, const h_t* h,
+                            float* g, int64_t j0, int64_t n) {
+    const int64_t H = s.H;
+    if constexpr (std::is_same_v<h_t, float>) {
+      if (rec.panels()) {
+        cpu::panel_gemm(B, K, H, 4, h, K, rec.panels_data(), g, 4 * H, j0, n);
+      } else {
+        for (int64_t q = 0; q < 4; ++q) {
+          const int64_t c0 = q * H + j0;  // this gate's columns of the block
+          cpu::block_gemm(B, n, K, h, K, rec.b_data() + c0, 4 * H, g + c0, 4 * H,
+                          /*accumulate=*/true);
+        }
+      }
+    } else {
+      for (int64_t q = 0; q < 4; ++q) {
+        const int64_t c0 = q * H + j0;
+        cpu::block_gemm(B, n, K, h, K, rec.b_vnni(), c0, g + c0, 4 * H, /*accumulate=*/true);
+      }
+    }
+    rows(s, 0, B, j0, j0 + n);
+  }
+
+  // With a blocks-form weight ([H, 4H]) each thread takes a block of units (forward_units):
+  // one parallel region a step. Otherwise the library product and a row-parallel pointwise
+  // pass.
   template <typename scalar_t>
   static void forward_step(const FwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
                            at::Tensor& g, const at::Tensor& h) {
@@ -318,45 +346,35 @@ struct CpuBackend {
     }
     TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
     float* gp = g.data_ptr<float>();
-    if (rec.panels()) {
-      const float* hp = h.const_data_ptr<float>();
-      cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
-        cpu::panel_gemm(B, K, H, 4, hp, K, rec.panels_data(), gp, 4 * H, j0, n);
-        rows(s, 0, B, j0, j0 + n);
-      });
-      return;
-    }
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
-      for (int64_t q = 0; q < 4; ++q) {
-        const int64_t c0 = q * H + j0;  // this gate's columns of the block
-        if (rec.bf16()) {
-          cpu::block_gemm(B, n, K, h.const_data_ptr<at::BFloat16>(), K, rec.b_vnni(), c0,
-                          gp + c0, 4 * H, /*accumulate=*/true);
-        } else {
-          cpu::block_gemm(B, n, K, h.const_data_ptr<float>(), K, rec.b_data() + c0, 4 * H,
-                          gp + c0, 4 * H, /*accumulate=*/true);
-        }
+      if (rec.bf16()) {
+        forward_units(s, rows, rec, B, K, h.const_data_ptr<at::BFloat16>(), gp, j0, n);
+      } else {
+        forward_units(s, rows, rec, B, K, h.const_data_ptr<float>(), gp, j0, n);
       }
-      rows(s, 0, B, j0, j0 + n);
     });
   }
 
-  // backward_step with Whᵀ's panels (float32, B <= kMaxPanelRows; same sums as block_gemm's,
-  // over k in order from zero): each thread's units of dh = next·Whᵀ, then their cell rows.
-  template <typename scalar_t, class RowsFn>
-  static void backward_step_panels(const BwdStep<scalar_t>& s, const RowsFn& rows,
-                                   const cpu::RecurrentGemm& rec, const at::Tensor& next,
-                                   at::Tensor& dh_carry) {
-    const int64_t B = dh_carry.size(0), H = s.H;
-    float* dp = dh_carry.data_ptr<float>();
-    const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
-    cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
-      if (np != nullptr) {
-        cpu::panel_gemm(B, 4 * H, H, /*G=*/1, np, 4 * H, rec.panels_data(), dp, H, j0, n,
-                        /*accumulate=*/false);
-      }
-      rows(s, 0, B, j0, j0 + n);
-    });
+  // All L steps of forward_step's blocks form in one parallel region (for_steps_column_blocks:
+  // a barrier after each step's cells instead of a fork and join a step), where h is float32
+  // and read as stored. The same sums, bit for bit.
+  template <typename scalar_t, class PointStep>
+  static bool forward_loop(const FwdStep<scalar_t>& proto, const cpu::RecurrentGemm& rec,
+                           int64_t B, int64_t L, const PointStep& point_step,
+                           const scalar_t* h0, const scalar_t* h) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (!rec.blocks() || rec.bf16()) return false;
+      const int64_t H = proto.H, K = rec.b().size(0);
+      const auto rows = Rows::template forward<scalar_t>(proto);
+      cpu::for_steps_column_blocks(L, H, B * H * 4 * H, [&](int64_t t, int64_t j0, int64_t n) {
+        FwdStep<scalar_t> s = proto;
+        float* g = point_step(t, s);
+        forward_units(s, rows, rec, B, K, t == 0 ? h0 : h + (t - 1) * B * K, g, j0, n);
+      });
+      return true;
+    }
+    (void)proto, (void)rec, (void)B, (void)L, (void)point_step, (void)h0, (void)h;
+    return false;
   }
 
   // The blocks form sums db and the peephole grads in the steps (BackwardState::sums): each
@@ -367,8 +385,32 @@ struct CpuBackend {
     cpu::transpose_into(dst, src);
   }
 
-  // Blocks form (weight Whᵀ, [4H, H]): each thread makes its units' columns of dh = next·Whᵀ
-  // and runs the cell backward for those units.
+  // backward_step's work on one block of units [j0, j0 + n): their columns of dh = next·Whᵀ
+  // (when `next` is not null; Whᵀ's panels: float32, B <= kMaxPanelRows, the same sums as
+  // block_gemm's, over k in order from zero), then the cell backward for those units.
+  template <typename scalar_t, typename next_t>
+  static void backward_units(const BwdStep<scalar_t>& s, BwdRows<scalar_t> rows,
+                             const cpu::RecurrentGemm& rec, int64_t B, const next_t* next,
+                             float* dh, int64_t j0, int64_t n) {
+    const int64_t H = s.H;
+    if (next != nullptr) {
+      if constexpr (std::is_same_v<next_t, float>) {
+        if (rec.panels()) {
+          cpu::panel_gemm(B, 4 * H, H, /*G=*/1, next, 4 * H, rec.panels_data(), dh, H, j0, n,
+                          /*accumulate=*/false);
+        } else {
+          cpu::block_gemm(B, n, 4 * H, next, 4 * H, rec.b_data() + j0, H, dh + j0, H,
+                          /*accumulate=*/false);
+        }
+      } else {
+        cpu::block_gemm(B, n, 4 * H, next, 4 * H, rec.b_vnni(), j0, dh + j0, H,
+                        /*accumulate=*/false);
+      }
+    }
+    rows(s, 0, B, j0, j0 + n);
+  }
+
+  // Blocks form (weight Whᵀ, [4H, H]): each thread takes a block of units (backward_units).
   template <typename scalar_t>
   static void backward_step(const BwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
                             const at::Tensor& next, at::Tensor& dh_carry) {
@@ -383,17 +425,41 @@ struct CpuBackend {
     TORCH_INTERNAL_ASSERT(s.sums != nullptr);
     const auto rows = Rows::template backward<scalar_t>(s, /*sums=*/true);
     float* dp = dh_carry.data_ptr<float>();
-    if (rec.panels()) return backward_step_panels(s, rows, rec, next, dh_carry);
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
-      if (next.defined() && rec.bf16()) {
-        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<at::BFloat16>(), 4 * H, rec.b_vnni(),
-                        j0, dp + j0, H, /*accumulate=*/false);
-      } else if (next.defined()) {
-        cpu::block_gemm(B, n, 4 * H, next.const_data_ptr<float>(), 4 * H, rec.b_data() + j0, H,
-                        dp + j0, H, /*accumulate=*/false);
+      if (rec.bf16()) {
+        const auto* np = next.defined() ? next.const_data_ptr<at::BFloat16>() : nullptr;
+        backward_units(s, rows, rec, B, np, dp, j0, n);
+      } else {
+        const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
+        backward_units(s, rows, rec, B, np, dp, j0, n);
       }
-      rows(s, 0, B, j0, j0 + n);
     });
+  }
+
+  // All L reverse steps of backward_step's blocks form in one parallel region, as
+  // forward_loop: the barrier after each step is where its dgates (the earlier step's `next`)
+  // are complete.
+  template <typename scalar_t, class PointStep>
+  static bool backward_loop(const BwdStep<scalar_t>& proto, const cpu::RecurrentGemm& rec,
+                            int64_t B, int64_t L, const PointStep& point_step,
+                            const at::opmath_type<scalar_t>* dgates,
+                            at::opmath_type<scalar_t>* dh_carry) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      if (!rec.blocks() || rec.bf16()) return false;
+      TORCH_INTERNAL_ASSERT(proto.sums != nullptr);
+      const int64_t H = proto.H;
+      const auto rows = Rows::template backward<scalar_t>(proto, /*sums=*/true);
+      cpu::for_steps_column_blocks(L, H, B * H * 4 * H, [&](int64_t k, int64_t j0, int64_t n) {
+        const int64_t t = L - 1 - k;
+        BwdStep<scalar_t> s = proto;
+        point_step(t, s);
+        const float* next = t + 1 < L ? dgates + (t + 1) * B * 4 * H : nullptr;
+        backward_units(s, rows, rec, B, next, dh_carry, j0, n);
+      });
+      return true;
+    }
+    (void)proto, (void)rec, (void)B, (void)L, (void)point_step, (void)dgates, (void)dh_carry;
+    return false;
   }
 };
 

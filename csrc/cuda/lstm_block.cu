@@ -175,6 +175,21 @@ struct CudaBackend {
     C10_CUDA_KERNEL_LAUNCH_CHECK();
   }
 
+  // No whole-loop form: the driver launches forward_step's product and kernel step by step.
+  template <typename scalar_t, class PointStep>
+  static bool forward_loop(const FwdStep<scalar_t>&, const lstm_block::AtenRecurrentGemm&,
+                           int64_t, int64_t, const PointStep&, const scalar_t*,
+                           const scalar_t*) {
+    return false;
+  }
+
+  template <typename scalar_t, class PointStep>
+  static bool backward_loop(const BwdStep<scalar_t>&, const lstm_block::AtenRecurrentGemm&,
+                            int64_t, int64_t, const PointStep&,
+                            const at::opmath_type<scalar_t>*, at::opmath_type<scalar_t>*) {
+    return false;
+  }
+
   template <typename scalar_t>
   static void backward_step(const BwdStep<scalar_t>& s, const lstm_block::AtenRecurrentGemm& rec,
                             const at::Tensor& next, at::Tensor& dh_carry) {
