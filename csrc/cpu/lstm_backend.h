@@ -3,8 +3,9 @@
 // product fused with them where brgemm runs, and there the whole time loop in one parallel
 // region when nothing runs between the steps (forward_loop, backward_loop). Each loop is
 // instantiated per activation variant and peephole/clip setting, so its body has no branches
-// and vectorises, and is multiversioned for AVX-512 / AVX2 (activations.h). Included by lstm_block.cpp (TF's block ops: sigmoid/tanh
-// only) and lstm_block_ex.cpp (block_lstm_ex: every variant), each with its own row policy.
+// and vectorises, and is multiversioned for AVX-512 / AVX2 (activations.h). Included by
+// lstm_block.cpp (TF's block ops: sigmoid/tanh only) and lstm_block_ex.cpp (block_lstm_ex:
+// every variant), each with its own row policy.
 #pragma once
 
 #include <ATen/Parallel.h>
