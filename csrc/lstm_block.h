@@ -555,8 +555,24 @@ double stored_clip(double clip) {
   return static_cast<double>(static_cast<acc_t>(static_cast<scalar_t>(static_cast<acc_t>(clip))));
 }
 
-// The reverse-time recurrence over the first L steps. act, cs_grad, h_grad: contiguous, at
-// least L steps of [B, H] each (read through pointers; [B, H] itself for L = 1). `wh` ([P, 4H],
+// An incoming gradient read a step at a time through a pointer: `rows` + t · `step`. A gradient
+// that is the same at every step (stride 0 in time: autograd's gradient of a sum, or the zeros
+// that stand for an output nobody used) is its first step read again each time, instead of T
+// copies made contiguous and streamed from memory; anything else is made contiguous. [B, X]
+// (the cell ops, one step) is read as it is.
+struct StepRows {
+  at::Tensor rows;
+  int64_t step;
+};
+inline StepRows step_rows(const at::Tensor& g) {
+  if (g.dim() != 3) return {g.contiguous(), 0};
+  if (g.size(0) > 1 && g.stride(0) == 0) return {g[0].contiguous(), 0};
+  return {g.contiguous(), g.size(1) * g.size(2)};
+}
+
+// The reverse-time recurrence over the first L steps. act: contiguous, at least L steps of
+// [B, H] each (read through pointers; [B, H] itself for L = 1); cs_grad, h_grad: the same
+// shapes, any strides (step_rows). `wh` ([P, 4H],
 // the op's dtype) feeds dh back through the recurrent weights; the cell-grad op passes an
 // undefined wh (its h_grad is the whole dh). `fns`: the forward's activations; `mask_clip`: the
 // cell clip when its gradient is zero where it clipped, else kNoMask. With `proj` (LSTMP), h
@@ -599,8 +615,9 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
   const int64_t BH = B * H;
   std::array<const scalar_t*, 6> act_p;
   for (int k = 0; k < 6; ++k) act_p[k] = act[k].const_data_ptr<scalar_t>();
-  const scalar_t* cs_grad_p = cs_grad.const_data_ptr<scalar_t>();
-  const scalar_t* h_grad_p = h_grad.const_data_ptr<scalar_t>();
+  const StepRows cs_grad_rows = step_rows(cs_grad), h_grad_rows = step_rows(h_grad);
+  const scalar_t* cs_grad_p = cs_grad_rows.rows.const_data_ptr<scalar_t>();
+  const scalar_t* h_grad_p = h_grad_rows.rows.const_data_ptr<scalar_t>();
   acc_t* dgates_p = st.dgates.data_ptr<acc_t>();
   scalar_t* dgates_lp_p = lp ? st.dgates_lp.data_ptr<scalar_t>() : nullptr;
   BwdStep<scalar_t> step{H,
@@ -625,8 +642,8 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
       proj != nullptr ? zero_h_grad.const_data_ptr<scalar_t>() : nullptr;
   auto point_step = [&](int64_t t, BwdStep<scalar_t>& s) {
     s.cs_prev = t == 0 ? cs_prev_p : act_p[1] + (t - 1) * BH;
-    s.cs_grad = cs_grad_p + t * BH;
-    s.h_grad = proj != nullptr ? zero_h_grad_p : h_grad_p + t * BH;
+    s.cs_grad = cs_grad_p + t * cs_grad_rows.step;
+    s.h_grad = proj != nullptr ? zero_h_grad_p : h_grad_p + t * h_grad_rows.step;
     s.dgates = dgates_p + t * 4 * BH;
     s.dgates_lp = lp ? dgates_lp_p + t * 4 * BH : nullptr;
     for (int k = 0; k < 6; ++k) s.act[k] = act_p[k] + t * BH;
@@ -845,8 +862,7 @@ struct Ops {
     const Grads9 g = AT_DISPATCH_FLOATING_TYPES_AND2(
         at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_grad", [&] {
           return lstm_backward<Backend, scalar_t>(L, x, cs_prev.contiguous(), h_prev, w, wci, wcf, wco, b,
-                                         act, h, cs_grad.contiguous(), h_grad.contiguous(),
-                                         use_peephole, layout);
+                                         act, h, cs_grad, h_grad, use_peephole, layout);
         });
     return {std::get<0>(g), std::get<1>(g), std::get<2>(g), std::get<3>(g),
             std::get<4>(g), std::get<5>(g), std::get<6>(g), std::get<7>(g)};
@@ -949,7 +965,7 @@ struct Ops {
         at::kHalf, at::kBFloat16, x.scalar_type(), "block_lstm_ex_grad", [&] {
           return lstm_backward<Backend, scalar_t>(
               L, x, cs_prev.contiguous(), h_prev, w, wci, wcf, wco, b, act, h.contiguous(),
-              cs_grad.contiguous(), h_grad.contiguous(), use_peephole, a.order == 0 ? kICFO : kIFCO,
+              cs_grad, h_grad, use_peephole, a.order == 0 ? kICFO : kIFCO,
               fns, mask_clip, w_proj.has_value() ? &proj : nullptr);
         });
     // No projection: an empty w_proj_grad (the schema's outputs are all Tensors).
@@ -1001,9 +1017,9 @@ struct Ops {
     const auto peep = peepholes_acc(wci, wcf, wco, use_peephole, acc);
     BackwardState st = AT_DISPATCH_FLOATING_TYPES_AND2(
         at::kHalf, at::kBFloat16, dtype, "lstm_block_cell_grad", [&] {
-          return lstm_backward_recurrence<Backend, scalar_t>(1, csp, act, cs_grad.contiguous(),
-                                                             h_grad.contiguous(), peep[0], peep[1],
-                                                             peep[2], at::Tensor(), kICFO);
+          return lstm_backward_recurrence<Backend, scalar_t>(1, csp, act, cs_grad, h_grad,
+                                                             peep[0], peep[1], peep[2],
+                                                             at::Tensor(), kICFO);
         });
     std::array<at::Tensor, 3> p =
         use_peephole

@@ -481,6 +481,39 @@ def test_noncontiguous_inputs_vs_tf(version):
     _check_grads(key + ("layout",), names, got_g, contiguous_g, tol=TOL_LAYOUT)
 
 
+def _broadcast_grads(T, B, H, kind):
+    """Upstream gradients the same at every step, as autograd hands them over: the gradient of
+    a sum (stride 0 everywhere), of a per-row weighting (stride 0 in time only), or "no
+    gradient" as a zero expanded from one element."""
+    if kind == "sum":
+        return torch.ones(()).expand(T, B, H)
+    if kind == "rows":
+        return _u(B, H).expand(T, B, H)
+    return torch.zeros(()).expand(T, B, H)
+
+
+@pytest.mark.parametrize("version", ["V1", "V2"])
+@pytest.mark.parametrize("shape", ["odd", "blocks"])
+def test_grads_same_at_every_step_read_as_one_step(version, shape):
+    """The sequence Grad ops read a gradient with stride 0 in time as its first step, over and
+    over (lstm_block.h's step_rows), instead of a contiguous copy: the same bits as the copy,
+    including with seq_len_max < T and with stride 0 in one gradient only."""
+    T, B, _, H = SHAPES[shape]
+    L = T - 1
+    inp = _inputs(version, shape, torch.float32)
+    fwd = _ours_forward(version, inp, _attrs(version, SMALL_CLIP, True), L)
+    for cs_kind, h_kind in [("none", "sum"), ("rows", "rows"), ("sum", "dense")]:
+        cs_g = _broadcast_grads(T, B, H, cs_kind)
+        h_g = _u(T, B, H) if h_kind == "dense" else _broadcast_grads(T, B, H, h_kind)
+        assert cs_g.stride(0) == 0 and (h_kind == "dense" or h_g.stride(0) == 0)
+        got = _ours_grad(version, inp, fwd, dict(cs_grad=cs_g, h_grad=h_g), True, L)
+        want = _ours_grad(version, inp, fwd,
+                          dict(cs_grad=cs_g.contiguous(), h_grad=h_g.contiguous()), True, L)  # fmt: skip
+        for name, a, b in zip(BLOCK_GRAD_OUT, got, want, strict=True):
+            assert torch.equal(a, b), (cs_kind, h_kind, name)
+            assert a.abs().max() > 0, (cs_kind, h_kind, name)
+
+
 @pytest.mark.parametrize("version", ["cell", "V1", "V2"])
 def test_numpy_inputs_and_int_seq_len_max(version):
     """numpy arrays in place of tensors and a Python int (or numpy integer) seq_len_max give the

@@ -48,6 +48,12 @@ def _save_lstm(ctx, saved, output, use_peephole: bool) -> None:
     ctx.use_peephole = use_peephole
 
 
+def _step_grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
+    # The sequence ops read a gradient that is the same at every step (stride 0 in time) as one
+    # step (lstm_block.h's step_rows), so "no gradient" costs a [1, 1, 1] zero, not T·B·H.
+    return like.new_zeros(()).expand_as(like) if grad is None else grad
+
+
 def _block_backward(grad_op, ctx, grads):
     """Backward of BlockLSTM(V2): the whole Grad op output is the gradient of the inputs."""
     _gi, cs_grad, _gf, _go, _gci, _gco, h_grad = grads
@@ -56,7 +62,7 @@ def _block_backward(grad_op, ctx, grads):
     )
     return grad_op(
         seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h,
-        _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), ctx.use_peephole,
+        _step_grad_or_zeros(cs_grad, cs), _step_grad_or_zeros(h_grad, h), ctx.use_peephole,
     )  # fmt: skip
 
 
@@ -146,7 +152,7 @@ class BlockLSTMExFunction(torch.autograd.Function):
          h) = ctx.saved_tensors  # fmt: skip
         g = _ops.block_lstm_ex_grad.default(
             seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, i, cs, f, o, ci, co, h,
-            _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), *ctx.attrs,
+            _step_grad_or_zeros(cs_grad, cs), _step_grad_or_zeros(h_grad, h), *ctx.attrs,
         )  # fmt: skip
         return (None, *g[:8], g[8] if ctx.has_proj else None, *(None,) * 8)
 
