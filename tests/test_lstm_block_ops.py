@@ -327,6 +327,29 @@ def test_block_lstm_and_grad_vs_tf(version, dtype, shape, slm, use_peephole, cli
 
 
 @needs_tf
+@block_versions
+def test_long_sequence_gates_written_around_the_caches_vs_tf(version):
+    """A forward whose i, f, o, ci, co come to more than kStreamedGateBytes (4 MiB; here 5 MB
+    over the 31 steps run) writes them with non-temporal stores on AVX-512 CPUs (cell_avx512.h):
+    the same outputs and gradients as TF's, the steps past seq_len_max zero."""
+    T, B, I, H = 32, 32, 8, 256  # noqa: E741
+    L = T - 1
+    assert 5 * L * B * H * 4 >= 4 << 20
+    torch.manual_seed(0)
+    inp = {k: v for k, v in zip(("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"), (
+        _u(T, B, I), _u(B, H, scale=4.0), _u(B, H), _u(I + H, 4 * H, scale=0.2), _u(H, scale=0.5),
+        _u(H, scale=0.5), _u(H, scale=0.5), _u(4 * H, scale=0.5)), strict=True)}  # fmt: skip
+    attrs = _attrs(version, SMALL_CLIP, True)
+    want = _tf_forward(version, inp, attrs, L)
+    got = _ours_forward(version, inp, attrs, L)
+    _check_forward(("tf", torch.float32, OPS[version][0]), got, want, L)
+    grads = {k: _poison_tail(_u(T, B, H), L) for k in ("cs_grad", "h_grad")}
+    want_g = _tf_grad(version, inp, want, grads, True, L)
+    got_g = _ours_grad(version, inp, got, grads, True, L)
+    _check_grads(("tf", torch.float32, OPS[version][1]), BLOCK_GRAD_OUT, got_g, want_g)
+
+
+@needs_tf
 @pytest.mark.parametrize("version", ["cell", "V1"])
 def test_negative_cell_clip_disables_clip_vs_tf(version):
     """TF clips only when cell_clip > 0: -1 (the TF1 wrappers' "no clip") equals 0."""

@@ -14,6 +14,7 @@
 
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <limits>
 
 #include "../lstm_block.h"
@@ -101,9 +102,18 @@ TLG_AVX512_INLINE __mmask16 tail_mask(int64_t left) {
 
 }  // namespace v16
 
+// Whether i, f, o, ci, co of FwdStep s start a 64-byte line at element `at`.
+TLG_AVX512_INLINE bool lines_aligned(const lstm_block::FwdStep<float>& s, int64_t at) {
+  std::uintptr_t bits = 0;
+  for (int k : {0, 2, 3, 4, 5}) bits |= reinterpret_cast<std::uintptr_t>(s.out[k] + at);
+  return bits % 64 == 0;
+}
+
 // lstm_block::lstm_cell_forward<SigmoidGate, TanhCell, kPeep, kClip> over FwdStep's rows
 // [b0, b1), units [j0, j1) (cpu_lstm::forward_rows' contract), float32. kStoreGates false: i,
 // f, o, ci, co are not written (the inference forward's scratch rows; nothing reads them).
+// With s.gates_streamed they go out as non-temporal stores where whole 64-byte lines are
+// written (aligned rows, full vectors), fenced before returning.
 template <bool kPeep, bool kClip, bool kStoreGates>
 TLG_AVX512 void tf_forward_rows(const lstm_block::FwdStep<float>& s, int64_t b0, int64_t b1,
                                 int64_t j0, int64_t j1) {
@@ -113,9 +123,13 @@ TLG_AVX512 void tf_forward_rows(const lstm_block::FwdStep<float>& s, int64_t b0,
   const float clip_v = s.attrs.cell_clip > 0 ? static_cast<float>(s.attrs.cell_clip)
                                              : std::numeric_limits<float>::infinity();
   const __m512 clip = v16::splat(clip_v), neg_clip = v16::splat(-clip_v);
+  bool streamed_any = false;
   for (int64_t b = b0; b < b1; ++b) {
     const float* g = s.gates + b * 4 * H;
     const int64_t row = b * H;
+    // j advances a line (16 floats) at a time, so aligned at j0 is aligned everywhere.
+    const bool stream = kStoreGates && s.gates_streamed && lines_aligned(s, row + j0);
+    streamed_any |= stream;
     for (int64_t j = j0; j < j1; j += 16) {
       const __mmask16 m = v16::tail_mask(j1 - j);
 #define TLG_LD(p) _mm512_maskz_loadu_ps(m, (p) + j)
@@ -136,7 +150,13 @@ TLG_AVX512 void tf_forward_rows(const lstm_block::FwdStep<float>& s, int64_t b0,
 #undef TLG_LD
       const __m512 o = v16::sigmoid(go);
       const __m512 h = _mm512_mul_ps(o, co);
-      if constexpr (kStoreGates) {
+      if (stream && m == __mmask16(0xFFFF)) {
+        _mm512_stream_ps(s.out[0] + row + j, i);
+        _mm512_stream_ps(s.out[2] + row + j, f);
+        _mm512_stream_ps(s.out[3] + row + j, o);
+        _mm512_stream_ps(s.out[4] + row + j, ci);
+        _mm512_stream_ps(s.out[5] + row + j, co);
+      } else if constexpr (kStoreGates) {
         _mm512_mask_storeu_ps(s.out[0] + row + j, m, i);
         _mm512_mask_storeu_ps(s.out[2] + row + j, m, f);
         _mm512_mask_storeu_ps(s.out[3] + row + j, m, o);
@@ -148,6 +168,9 @@ TLG_AVX512 void tf_forward_rows(const lstm_block::FwdStep<float>& s, int64_t b0,
       if (s.h_acc != nullptr) _mm512_mask_storeu_ps(s.h_acc + row + j, m, h);
     }
   }
+  // Non-temporal stores are weakly ordered: drained before anyone (the backward, another
+  // thread after the step's barrier) can read them.
+  if (streamed_any) _mm_sfence();
 }
 
 // CudnnRNN's LSTM row (cudnn_rnn.cpp's lstm_forward_row: gate order i, f, g, o; `bias` is
