@@ -317,8 +317,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 //   pointers from point_step(t, s); false, having done nothing, as forward_loop;
 // - sums_in_steps(recurrent): whether backward_step also adds up BackwardState::sums;
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
-// - matmul(a, b): a·b as a new contiguous tensor of the float type, for the whole-sequence
-//   products (a, b of one product_type);
+// - input_gates(a, b, packed): a·b as a new contiguous tensor of the float type, the forward's
+//   input projection of all steps (a, b of one product_type; `packed`: b as
+//   pack_recurrent_weight(b, 4) for a form that reads it, or undefined: the same numbers);
 // - sum_matmul(a, b): the same for the backward's products whose K is a long sum (dx over the
 //   4H gate columns, dW over the L·B rows), which the CPU adds pairwise where small enough;
 // - h_prev_product(recurrent, dh, dgates0): h_prev_grad = dgates0·Whᵀ with `recurrent`, the
@@ -368,14 +369,14 @@ inline std::vector<int64_t> check_sequence_length(const at::Tensor& lengths, int
 }
 
 // The inference form of the forward (block_lstm_inference): what a caller that records no
-// gradient needs, and nothing else. In: `packed`, the recurrent weight prepared by
-// pack_recurrent_weight (or undefined), `lengths` (empty, or B per-row lengths <= L). Out: h
+// gradient needs, and nothing else. In: `packed`, `packed_x`, the recurrent and the input
+// weight prepared by pack_recurrent_weight (or undefined), `lengths` (empty, or B per-row lengths <= L). Out: h
 // [T, B, P] (zero for t >= L, and with lengths for t >= the row's length), the final state
 // cs_last [B, H], h_last [B, P] (with lengths: each row's at its own length, the initial state
 // for length 0). The gate activations and the cell states of the steps are not kept: each
 // step writes them to scratch rows that the next step reuses (in cache).
 struct Inference {
-  at::Tensor packed;
+  at::Tensor packed, packed_x;
   std::vector<int64_t> lengths;
   at::Tensor h, cs_last, h_last;
 };
@@ -436,7 +437,8 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   // The input projection of all L steps in one GEMM; each step then adds h·Wh in place.
   const auto mm = Backend::product_type(x.scalar_type());
   const at::Tensor gates =
-      Backend::matmul(x.narrow(0, 0, L).reshape({L * B, I}).to(mm), w.narrow(0, 0, I).to(mm))
+      Backend::input_gates(x.narrow(0, 0, L).reshape({L * B, I}).to(mm),
+                           w.narrow(0, 0, I).to(mm), inf != nullptr ? inf->packed_x : at::Tensor())
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
   // Every h a step reads is [B, P] dense, of the recurrent product's operand type: the stored
@@ -918,15 +920,17 @@ struct Ops {
       const std::optional<at::Tensor>& packed_w, const std::optional<at::Tensor>& sequence_length,
       double forget_bias, double cell_clip, double proj_clip, bool use_peephole,
       c10::string_view gate_order, c10::string_view gate_activation,
-      c10::string_view activation) {
+      c10::string_view activation, const std::optional<at::Tensor>& packed_x) {
     const LSTMExAttrs a =
         check_lstm_ex_attrs(gate_order, gate_activation, activation, "straight_through");
     const LSTMSizes s = check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
                                              use_peephole);
     const int64_t P = h_prev.size(1);
     if (packed_w.has_value()) check_packed_weight(*packed_w, w, P, s.H);
+    if (packed_x.has_value()) check_packed_input_weight(*packed_x, w, s.I, s.H);
     Inference inf;
     if (packed_w.has_value()) inf.packed = *packed_w;
+    if (packed_x.has_value()) inf.packed_x = *packed_x;
     int64_t L = s.T;
     if (sequence_length.has_value()) {
       inf.lengths = check_sequence_length(*sequence_length, s.B, s.T);

@@ -29,6 +29,13 @@ inline void check_packed_weight(const at::Tensor& packed, const at::Tensor& w, i
                "[ceil(H / 16), 4, P, 16] (pack_recurrent_weight of w's recurrent rows)");
 }
 
+// block_lstm_inference's packed_x: pack_recurrent_weight(w[:I], 4), K = I rows.
+inline void check_packed_input_weight(const at::Tensor& packed, const at::Tensor& w, int64_t I,
+                                      int64_t H) {
+  check_packed(packed, "packed_x", w, "w", I, H, 4,
+               "[ceil(H / 16), 4, I, 16] (pack_recurrent_weight of w's input rows)");
+}
+
 // cudnn_rnn_inference's packed_r: none, or one per pseudo-layer (layer-major, then direction):
 // pack_recurrent_weight(Rᵀ, G) of its recurrent matrix R [G·H, P].
 inline void check_packed_recurrent(const RNNConfig& c, at::TensorList packed,

@@ -103,12 +103,13 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   // activations and cell states of every step. sequence_length [B] (or None: all T steps): the
   // steps run to its largest value, each row's h is zero from its length on and its final
   // state is the one at its length (the initial state for length 0), as TF1's fused cell
-  // returns them. packed_w: pack_recurrent_weight(w[I:], 4), or None; a caller that runs
-  // many times on one weight prepares it once (the modules keep it per weight version).
+  // returns them. packed_w, packed_x: pack_recurrent_weight(w[I:], 4) and (w[:I], 4), or
+  // None; a caller that runs many times on one weight prepares them once (the modules keep
+  // them per weight version). The numbers do not depend on them.
   m.def("block_lstm_inference(" TLG_LSTM_INPUTS ", Tensor? w_proj, Tensor? packed_w, "
         "Tensor? sequence_length, float forget_bias, float cell_clip, float proj_clip, "
-        "bool use_peephole, str gate_order, str gate_activation, str activation) -> (Tensor h, "
-        "Tensor cs_last, Tensor h_last)");
+        "bool use_peephole, str gate_order, str gate_activation, str activation, "
+        "Tensor? packed_x=None) -> (Tensor h, Tensor cs_last, Tensor h_last)");
   // The recurrent weight w [K, G·H] (G gate blocks of H units) in the layout the small-batch
   // CPU kernels stream it in (csrc/cpu/small_batch.h): [ceil(H / 16), G, K, 16], each block of
   // 16 units' columns of each gate row after row, zero-padded to 16 units.

@@ -103,6 +103,25 @@ def test_inference_op_matches_block_lstm_ex():
             _assert_equal((out.cs[row], out.h_last[row]), (want_cs, want_h))
 
 
+def test_inference_op_prepared_weights_change_no_bit():
+    """With 64 rows of T·B or more the input projection runs on the packed input rows (AVX-512
+    CPUs): given packed_w and packed_x, or neither (packed per call), the same bits, which are
+    block_lstm_ex's (the training forward's)."""
+    T, B, I, H = 33, 2, 24, 40  # noqa: E741
+    x, cs0, h0 = torch.randn(T, B, I), torch.randn(B, H), torch.randn(B, H)
+    w, b = torch.randn(I + H, 4 * H) * 0.3, torch.randn(4 * H)
+    full = tlg_ops.block_lstm_ex(x, cs0, h0, w, b, seq_len_max=T, cell_clip=1.5)
+    pw, px = tlg_ops.pack_recurrent_weight(w[I:]), tlg_ops.pack_recurrent_weight(w[:I])
+    for kw in ({}, {"packed_w": pw}, {"packed_x": px}, {"packed_w": pw, "packed_x": px}):
+        out = tlg_ops.block_lstm_inference(x, cs0, h0, w, b, cell_clip=1.5, **kw)
+        _assert_equal(out, (full.h, full.cs[-1], full.h[-1]))
+    # A packed_x of other weights is read as given (it is the caller's promise): it shows.
+    other = tlg_ops.pack_recurrent_weight(torch.randn(I, 4 * H))
+    out = tlg_ops.block_lstm_inference(x, cs0, h0, w, b, cell_clip=1.5, packed_x=other)
+    uses_panels = not torch.equal(out.h, full.h)
+    assert uses_panels or not torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
 def test_inference_op_no_steps():
     x = torch.randn(0, 2, 3)
     cs0, h0 = torch.randn(2, 4), torch.randn(2, 4)
@@ -182,8 +201,11 @@ def test_cudnn_inference_op_with_and_without_packed():
 
 
 def test_packed_weight_follows_in_place_changes():
+    """Both packed parts of the kernel (recurrent rows; input rows, read from 64 rows of T·B
+    on AVX-512 CPUs) follow every in-place write: the no-grad forward on them equals the
+    recorded forward, which packs per call."""
     m = _fused(32, 4)
-    x = torch.randn(10, 2, 4)
+    x = torch.randn(40, 2, 4)
     opt = torch.optim.SGD(m.parameters(), lr=0.5)
     with torch.no_grad():
         m(x)
@@ -240,7 +262,9 @@ def test_no_packing_where_the_kernels_do_not_use_it():
     m = _fused(32, 4)
     with torch.no_grad():
         m(torch.randn(5, modules._PANEL_MAX_ROWS + 1, 4))  # one row too many: brgemm's blocks
-        assert m._packed._key is None
+        assert m._packed._packed[0] is None  # the recurrent rows: not packed
+        assert m._packed._packed[1] is not None  # the input rows: T·B rows, the panels
+        m._packed.clear()
         m.double()(torch.randn(5, 2, 4, dtype=torch.float64))
         assert m._packed._key is None
 
@@ -251,6 +275,8 @@ def test_no_packing_where_the_kernels_do_not_use_it():
 
 def _block_args(dtype=torch.float32, proj=False, packed=False, lengths=False, requires=False):
     T, B, I, H, P = 5, 2, 3, 20, (6 if proj else 20)  # noqa: E741
+    if packed:
+        T = 40  # T·B >= 64: the input projection reads packed_x (AVX-512 CPUs)
     x = torch.randn(T, B, I, dtype=dtype)
     w = torch.randn(I + P, 4 * H, dtype=dtype) * 0.4
     args = [x, torch.randn(B, H, dtype=dtype), torch.randn(B, P, dtype=dtype), w,
@@ -260,7 +286,8 @@ def _block_args(dtype=torch.float32, proj=False, packed=False, lengths=False, re
             torch.tensor([5, 2]) if lengths else None]  # fmt: skip
     if requires:
         args[3] = args[3].clone().requires_grad_()
-    return (*args, 1.0, 1.5, 0.4 if proj else 0.0, True, "icfo", "sigmoid", "tanh")
+    return (*args, 1.0, 1.5, 0.4 if proj else 0.0, True, "icfo", "sigmoid", "tanh",
+            ops.pack_recurrent_weight(w[:I], 4) if packed else None)  # fmt: skip
 
 
 def test_opcheck():
@@ -352,13 +379,21 @@ def test_bad_inputs_eager_and_fake():
     _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
                  "packed_w: expected a contiguous tensor")  # fmt: skip
     bad = dict(enumerate(args))
+    bad[18] = args[18][:, :, :2]
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
+                 r"packed_x: expected shape \[ceil\(H / 16\), 4, I, 16\] \(pack_recurrent_weight "
+                 r"of w's input rows\) = \[2, 4, 3, 16\], got \[2, 4, 2, 16\]")  # fmt: skip
+    bad[18] = args[18].double()
+    _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), TypeError,
+                 "packed_x: expected dtype Float")  # fmt: skip
+    bad = dict(enumerate(args))
     bad[10] = torch.tensor([1, 2, 3])
     _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), ValueError,
                  r"sequence_length: expected shape \[B\] = \[2\]")  # fmt: skip
     bad[10] = torch.tensor([1.0, 2.0])
     _raises_same(ops.block_lstm_inference.default, tuple(bad.values()), TypeError,
                  "sequence_length: expected an integer dtype")  # fmt: skip
-    bad[10] = torch.tensor([1, 6])
+    bad[10] = torch.tensor([1, args[0].shape[0] + 1])
     with pytest.raises(ValueError, match=r"sequence_length: expected values in \[0, T\]"):
         ops.block_lstm_inference(*bad.values())
     cargs = list(_cudnn_args(packed=True))

@@ -120,6 +120,11 @@ def _check_packed_weight(packed, w, P, H):
     _check_packed(packed, "packed_w", w, "w", P, H, 4, layout)
 
 
+def _check_packed_input_weight(packed, w, I, H):  # noqa: E741
+    layout = "[ceil(H / 16), 4, I, 16] (pack_recurrent_weight of w's input rows)"
+    _check_packed(packed, "packed_x", w, "w", I, H, 4, layout)
+
+
 def _check_sequence_length(lengths, B):
     # Mirrors check_sequence_length (csrc/lstm_block.h) but for its values, which only the
     # kernel reads.
@@ -136,13 +141,16 @@ def _check_sequence_length(lengths, B):
 @torch.library.register_fake(_LIB + "block_lstm_inference")
 def _block_lstm_inference_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, packed_w,
                                sequence_length, forget_bias, cell_clip, proj_clip, use_peephole,
-                               gate_order, gate_activation, activation):  # fmt: skip
+                               gate_order, gate_activation, activation,
+                               packed_x=None):  # fmt: skip
     C.check_lstm_ex_attrs(gate_order=gate_order, gate_activation=gate_activation,
                           activation=activation)  # fmt: skip
-    T, B, _, H, P = C.check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
+    T, B, I, H, P = C.check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
                                            use_peephole)  # fmt: skip
     if packed_w is not None:
         _check_packed_weight(packed_w, w, P, H)
+    if packed_x is not None:
+        _check_packed_input_weight(packed_x, w, I, H)
     if sequence_length is not None:
         _check_sequence_length(sequence_length, B)
     return x.new_empty((T, B, P)), x.new_empty((B, H)), x.new_empty((B, P))

@@ -60,17 +60,17 @@ def _records_grad(*tensors) -> bool:
 
 
 # The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h: kMaxPanelRows)
-# take up to this many rows; only then is a packed weight worth preparing.
+# take up to this many rows; only then is a packed recurrent weight worth preparing.
 _PANEL_MAX_ROWS = 64
 
 
 class _PackedWeights:
-    """The recurrent weights in pack_recurrent_weight's layout, prepared once per version of
-    the parameter they come from (keyed by its data_ptr and its `_version`, which every
-    in-place write through the parameter or a view of it (optimizer steps, `copy_`,
-    `load_state_dict`, `torch.nn.init`) advances; writes through `.data` bypass the version
-    counter as they bypass autograd, so after one call `clear()`). Only for what the kernels
-    use it for: float32 on the CPU, batches of at most _PANEL_MAX_ROWS rows; not while
+    """Weights in pack_recurrent_weight's layout, prepared once per version of the parameter
+    they come from (keyed by its data_ptr and its `_version`, which every in-place write
+    through the parameter or a view of it (optimizer steps, `copy_`, `load_state_dict`,
+    `torch.nn.init`) advances; writes through `.data` bypass the version counter as they
+    bypass autograd, so after one call `clear()`). Only for what the kernels use them for:
+    float32 on the CPU (recurrent weights: batches of at most _PANEL_MAX_ROWS rows); not while
     compiling (the kernels pack per call there)."""
 
     def __init__(self) -> None:
@@ -80,15 +80,15 @@ class _PackedWeights:
     def clear(self) -> None:
         self._key, self._packed = None, []
 
-    def lookup(self, param: torch.Tensor, make, batch: int, like: torch.Tensor):
+    def lookup(self, param: torch.Tensor, make, like: torch.Tensor, what=None):
+        """make(param) once per version of param (and per `what`: which of its parts)."""
         if (
-            batch > _PANEL_MAX_ROWS
-            or like.device.type != "cpu"
+            like.device.type != "cpu"
             or param.dtype != torch.float32
             or torch.compiler.is_compiling()
         ):
             return None
-        key = (param.data_ptr(), param._version, param.shape, param.device)
+        key = (param.data_ptr(), param._version, param.shape, param.device, what)
         if self._key != key:
             with torch.no_grad():
                 self._packed = make(param.detach())
@@ -96,14 +96,18 @@ class _PackedWeights:
         return self._packed
 
     def get(self, kernel: torch.Tensor, input_size: int, inputs: torch.Tensor):
-        """The packed recurrent rows of a block LSTM kernel [I + P, 4H]."""
+        """(packed_w, packed_x) of block_lstm_inference for a block LSTM kernel [I + P, 4H]:
+        its recurrent rows packed (batches the panels take) and its input rows (any batch: the
+        input projection's rows are T·B), or None each."""
+        small = inputs.shape[1] <= _PANEL_MAX_ROWS
         found = self.lookup(
             kernel,
-            lambda w: [ops.pack_recurrent_weight(w[input_size:], 4)],
-            inputs.shape[1],
+            lambda w: [ops.pack_recurrent_weight(w[input_size:], 4) if small else None,
+                       ops.pack_recurrent_weight(w[:input_size], 4)],
             inputs,
-        )
-        return None if found is None else found[0]
+            small,
+        )  # fmt: skip
+        return (None, None) if found is None else tuple(found)
 
 
 class _LSTMBlockBase(nn.Module):
@@ -363,7 +367,7 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
         # written, and the recurrent weight is read in its packed form (see _PackedWeights).
         if sequence_length is not None:
             sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
-        packed = self._prepared().get(self.kernel, self.input_size, inputs)
+        packed_w, packed_x = self._prepared().get(self.kernel, self.input_size, inputs)
         out = ops.block_lstm_inference(
             inputs,
             cs0,
@@ -373,7 +377,8 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
             wci=wci,
             wcf=wcf,
             wco=wco,
-            packed_w=packed,
+            packed_w=packed_w,
+            packed_x=packed_x,
             sequence_length=sequence_length,
             **self._cell_attrs(),
         )
@@ -711,7 +716,7 @@ class _CudnnRNN(nn.Module):
                 for p in layout.layers
             ]
 
-        return found.lookup(self.opaque_kernel, make, batch, inputs)
+        return None if batch > _PANEL_MAX_ROWS else found.lookup(self.opaque_kernel, make, inputs)
 
     def release_prepared_weights(self) -> None:
         """Drops the packed copy of the recurrent weights kept for calls without gradient

@@ -109,7 +109,8 @@ def pack_recurrent_weight(w: torch.Tensor, gates: int = 4) -> torch.Tensor:
     """The recurrent weight `w [K, gates·H]` (gate blocks of H columns, e.g. BlockLSTM's
     `w[I:]`) in the layout the small-batch CPU kernels read it in: `[ceil(H / 16), gates, K,
     16]`, a copy. Not differentiable; prepare it once per weight version and pass it as
-    `packed_w` (the modules keep it keyed by the parameter's version)."""
+    `packed_w` (and a kernel's input rows `w[:I]` as `packed_x`) to `block_lstm_inference` (the
+    modules keep them keyed by the parameter's version)."""
     return torch.ops.torch_lstm_grad.pack_recurrent_weight(w, int(gates))
 
 
@@ -125,6 +126,7 @@ def block_lstm_inference(
     wco: torch.Tensor | None = None,
     w_proj: torch.Tensor | None = None,
     packed_w: torch.Tensor | None = None,
+    packed_x: torch.Tensor | None = None,
     sequence_length: torch.Tensor | None = None,
     forget_bias: float = 1.0,
     cell_clip: float = 0.0,
@@ -139,9 +141,10 @@ def block_lstm_inference(
     gate activations and cell states of every step. Arguments as `block_lstm_ex`, plus:
     `sequence_length [B]` (ints, or None: every row runs T steps): the steps run to its
     largest value, each row's h is zero from its length on and its final state is the one at
-    its length (the initial state for length 0), as TF1's LSTMBlockFusedCell; `packed_w`:
-    `pack_recurrent_weight(w[I:])`, or None (the CPU kernels then prepare it per call where they
-    use it). The numbers are block_lstm_ex's. Not differentiable (its backward raises)."""
+    its length (the initial state for length 0), as TF1's LSTMBlockFusedCell; `packed_w`,
+    `packed_x`: `pack_recurrent_weight(w[I:])` and `pack_recurrent_weight(w[:I])`, or None (the
+    CPU kernels then prepare them per call where they use them; the numbers are the same). The
+    numbers are block_lstm_ex's. Not differentiable (its backward raises)."""
     for name, value in (("gate_order", gate_order), ("gate_activation", gate_activation),
                         ("activation", activation)):  # fmt: skip
         check_choice(value, name, LSTM_EX_CHOICES[name])
@@ -152,7 +155,7 @@ def block_lstm_inference(
     out = call_no_grad(
         torch.ops.torch_lstm_grad.block_lstm_inference.default, x, cs_prev, h_prev, w, wci, wcf,
         wco, b, w_proj, packed_w, sequence_length, float(forget_bias), float(cell_clip),
-        float(proj_clip), bool(use_peephole), gate_order, gate_activation, activation,
+        float(proj_clip), bool(use_peephole), gate_order, gate_activation, activation, packed_x,
     )  # fmt: skip
     return BlockLSTMInferenceOutput(*out)
 

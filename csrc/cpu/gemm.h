@@ -387,9 +387,10 @@ void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const 
 // float32 on AVX-512: b packed into gate panels (pack_panels) and each thread's unit blocks
 // multiplied by panel_gemm, rows kMatmulRowBlock at a time, at oneDNN's matmul speed on the LSTM
 // input projections (benchmarks/results/README.md) without oneDNN's result tensor and copy.
-// Anything else: matmul_out.
-inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b,
-                            int64_t G) {
+// Anything else: matmul_out. `packed`: pack_panels(b, G) prepared by the caller, or undefined
+// (packed here); the numbers are the same either way.
+inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, int64_t G,
+                            const at::Tensor& packed_b = at::Tensor()) {
   constexpr int64_t kMatmulRowBlock = 48;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   const bool panels = panels_available() && a.scalar_type() == at::kFloat &&
@@ -400,7 +401,13 @@ inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tens
     return;
   }
   const int64_t H = N / G;
-  const at::Tensor packed = pack_panels(b, G);
+  if (packed_b.defined()) {
+    TORCH_CHECK(packed_b.scalar_type() == at::kFloat && packed_b.is_contiguous() &&
+                    packed_b.sizes() == at::IntArrayRef({panel_blocks(H), G, K, kPanelWidth}),
+                "packed input weight: expected pack_panels of the [", K, ", ", N,
+                "] weight, got shape ", packed_b.sizes());
+  }
+  const at::Tensor packed = packed_b.defined() ? packed_b : pack_panels(b, G);
   const auto [A, lda] = row_major(a);
   const float* ap = A.const_data_ptr<float>();
   const float* pp = packed.const_data_ptr<float>();

@@ -142,7 +142,10 @@ struct CudaBackend {
     return recurrent_gemm(b, m, steps);
   }
 
-  static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
+  // The input projection of all steps: cuBLAS (a packed input weight is the CPU's layout).
+  static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b, const at::Tensor&) {
+    return at::mm(a, b);
+  }
 
   // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.
   static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
