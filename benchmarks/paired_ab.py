@@ -11,7 +11,8 @@ then run `python benchmarks/paired_ab.py block 50,32,256,256 20`. A (TLG_VARIANT
 call each, in a shuffled order (the pairing of `torch-lstm-grad bench`), for the given seconds
 each; the figure is the median of the per-round differences B - A with its quartiles. On a
 shared VM whose speed drifts by ±20% between minutes this resolves differences of a few tenths
-of a millisecond, where timing each variant in a process of its own did not resolve 2 ms. The switch is not part of any commit.
+of a millisecond, where timing each variant in a process of its own did not resolve 2 ms. The
+switch is not part of any commit.
 
 What is timed (the first argument), each against nn.LSTM doing the same:
 - `block`: the bench's BlockLSTM fwd+bwd (peepholes, clip, the grads of every input);

@@ -370,11 +370,12 @@ inline std::vector<int64_t> check_sequence_length(const at::Tensor& lengths, int
 
 // The inference form of the forward (block_lstm_inference): what a caller that records no
 // gradient needs, and nothing else. In: `packed`, `packed_x`, the recurrent and the input
-// weight prepared by pack_recurrent_weight (or undefined), `lengths` (empty, or B per-row lengths <= L). Out: h
-// [T, B, P] (zero for t >= L, and with lengths for t >= the row's length), the final state
-// cs_last [B, H], h_last [B, P] (with lengths: each row's at its own length, the initial state
-// for length 0). The gate activations and the cell states of the steps are not kept: each
-// step writes them to scratch rows that the next step reuses (in cache).
+// weight prepared by pack_recurrent_weight (or undefined), `lengths` (empty, or B per-row
+// lengths <= L). Out: h [T, B, P] (zero for t >= L, and with lengths for t >= the row's
+// length), the final state cs_last [B, H], h_last [B, P] (with lengths: each row's at its own
+// length, the initial state for length 0). The gate activations and the cell states of the
+// steps are not kept: each step writes them to scratch rows that the next step reuses (in
+// cache).
 struct Inference {
   at::Tensor packed, packed_x;
   std::vector<int64_t> lengths;

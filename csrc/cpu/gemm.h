@@ -401,12 +401,7 @@ inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tens
     return;
   }
   const int64_t H = N / G;
-  if (packed_b.defined()) {
-    TORCH_CHECK(packed_b.scalar_type() == at::kFloat && packed_b.is_contiguous() &&
-                    packed_b.sizes() == at::IntArrayRef({panel_blocks(H), G, K, kPanelWidth}),
-                "packed input weight: expected pack_panels of the [", K, ", ", N,
-                "] weight, got shape ", packed_b.sizes());
-  }
+  if (packed_b.defined()) check_panels(packed_b, K, H, G, "packed input weight");
   const at::Tensor packed = packed_b.defined() ? packed_b : pack_panels(b, G);
   const auto [A, lda] = row_major(a);
   const float* ap = A.const_data_ptr<float>();
@@ -456,11 +451,7 @@ class RecurrentGemm {
         steps >= kMinSteps) {
       const int64_t K = b.size(0), H = b.size(1) / panel_gates;
       if (packed.defined()) {
-        TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.is_contiguous() &&
-                        packed.sizes() == at::IntArrayRef({panel_blocks(H), panel_gates, K,
-                                                           kPanelWidth}),
-                    "packed recurrent weight: expected pack_panels of the [", K, ", ",
-                    b.size(1), "] weight, got shape ", packed.sizes());
+        check_panels(packed, K, H, panel_gates, "packed recurrent weight");
         panels_ = packed;
       } else {
         panels_ = pack_panels(b, panel_gates);

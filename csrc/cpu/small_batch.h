@@ -93,6 +93,16 @@ inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
   return out;
 }
 
+// Checks that `packed` is pack_panels of a [K, G·H] weight (`what` names it in the message):
+// the kernels read it unchecked.
+inline void check_panels(const at::Tensor& packed, int64_t K, int64_t H, int64_t G,
+                         const char* what) {
+  TORCH_CHECK(packed.scalar_type() == at::kFloat && packed.is_contiguous() &&
+                  packed.sizes() == at::IntArrayRef({panel_blocks(H), G, K, kPanelWidth}),
+              what, ": expected pack_panels of the [", K, ", ", G * H, "] weight, got shape ",
+              packed.sizes());
+}
+
 #if defined(TLG_HAVE_AVX512_PANELS)
 namespace detail {
 
