@@ -50,4 +50,21 @@ inline void check_packed_recurrent(const RNNConfig& c, at::TensorList packed,
   }
 }
 
+// cudnn_rnn_inference's packed_x: none, or one per pseudo-layer: pack_recurrent_weight(Wᵀ, G)
+// of its input matrix W [G·H, in_l]. Under skip_input layer 0 has no W: none.
+inline void check_packed_input(const RNNConfig& c, at::TensorList packed,
+                               const at::Tensor& input) {
+  if (packed.empty()) return;
+  TORCH_CHECK_VALUE(!c.skip_input,
+                    "packed_x: expected none with input_mode skip_input (layer 0 has no input "
+                    "weights), got ", packed.size(), " tensors");
+  TORCH_CHECK_VALUE(static_cast<int64_t>(packed.size()) == c.L * c.D,
+                    "packed_x: expected none or one tensor per layer and direction (",
+                    c.L * c.D, "), got ", packed.size());
+  for (int64_t k = 0; k < c.L * c.D; ++k) {
+    check_packed(packed[k], "packed_x", input, "input", c.layer_input(k / c.D), c.H, c.G,
+                 "[ceil(H / 16), G, in_l, 16] (pack_recurrent_weight of Wᵀ)");
+  }
+}
+
 }  // namespace torch_lstm_grad

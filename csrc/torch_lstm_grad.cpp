@@ -145,11 +145,13 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   // / inference_mode): cudnn_rnn with is_training=False (no dropout), without reserve_space and
   // host_reserved. packed_r: empty, or per pseudo-layer (layer-major, then direction)
   // pack_recurrent_weight(Rᵀ, G) of its recurrent matrix R [G·H, P], which the CPU kernel's
-  // small-batch LSTM steps read (the modules keep them per weight version).
+  // small-batch LSTM steps read; packed_x: empty, or likewise pack_recurrent_weight(Wᵀ, G) of
+  // its input matrix W [G·H, in_l] (not under skip_input, where layer 0 has none), which the
+  // CPU kernel's input projection reads (the modules keep both per weight version).
   m.def("cudnn_rnn_inference(Tensor input, Tensor input_h, Tensor input_c, Tensor params, "
-        "Tensor? sequence_lengths, Tensor[] packed_r, str rnn_mode, str input_mode, "
-        "str direction, int num_proj, bool time_major) -> (Tensor output, Tensor output_h, "
-        "Tensor output_c)");
+        "Tensor? sequence_lengths, Tensor[] packed_r, Tensor[] packed_x, str rnn_mode, "
+        "str input_mode, str direction, int num_proj, bool time_major) -> (Tensor output, "
+        "Tensor output_h, Tensor output_c)");
   // The params layout, one list of ints, for the Python params ops and fake kernels:
   // [total, then per pseudo-layer: w, r, proj, bw, br offsets (-1 when absent), in_l].
   m.def("_cudnn_rnn_params_layout(str rnn_mode, str input_mode, str direction, int num_layers, "
@@ -176,16 +178,18 @@ at::Tensor pack_recurrent_weight(const at::Tensor& w, int64_t gates) {
 }
 
 // Where a device has no kernel of its own for cudnn_rnn_inference (CUDA: cuDNN's inference
-// forward is cudnn_rnn's with is_training=False), it is that op; packed_r is checked, not read.
+// forward is cudnn_rnn's with is_training=False), it is that op; packed_r and packed_x are
+// checked, not read.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
-    at::TensorList packed_r, c10::string_view rnn_mode, c10::string_view input_mode,
-    c10::string_view direction, int64_t num_proj, bool time_major) {
+    at::TensorList packed_r, at::TensorList packed_x, c10::string_view rnn_mode,
+    c10::string_view input_mode, c10::string_view direction, int64_t num_proj, bool time_major) {
   const auto call = check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths,
                                          rnn_mode, input_mode, direction, 0.0, num_proj,
                                          time_major);
   check_packed_recurrent(call.config, packed_r, input);
+  check_packed_input(call.config, packed_x, input);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("torch_lstm_grad::cudnn_rnn", "")
                              .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,

@@ -182,18 +182,39 @@ def test_cudnn_inference_equals_training_forward(case):
     assert out[0].shape == want[0].shape
 
 
-def test_cudnn_inference_op_with_and_without_packed():
-    m = modules.CudnnLSTM(2, 48, 5, direction="bidirectional")
-    x, h0, c0 = torch.randn(8, 3, 5), torch.randn(4, 3, 48), torch.randn(4, 3, 48)
-    want = ops.cudnn_rnn(x, h0, c0, m.opaque_kernel.detach(), None, "lstm", "linear_input",
-                         "bidirectional", 0.0, 0, 0, 0, False, True)[:3]  # fmt: skip
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_cudnn_inference_op_with_and_without_packed(mode):
+    """packed_r (LSTM) and packed_x, each given or not (packed per call): the same bits, which
+    are cudnn_rnn's (the training forward's); the input weights of another model, given as
+    packed_x, show (the kernel reads them: AVX-512 CPUs)."""
+    cls = {"lstm": modules.CudnnLSTM, "gru": modules.CudnnGRU}[mode]
+    m = cls(2, 48, 5, direction="bidirectional")
+    x, h0 = torch.randn(8, 3, 5), torch.randn(4, 3, 48)
+    c0 = torch.randn(4, 3, 48) if mode == "lstm" else torch.zeros(())
+    params = m.opaque_kernel.detach()
+    attrs = (mode, "linear_input", "bidirectional", 0)
+    want = ops.cudnn_rnn(x, h0, c0, params, None, *attrs[:3], 0.0, 0, 0, 0, False, True)[:3]
     with torch.no_grad():
-        packed = m._prepared_recurrent(x, 3)
-    assert len(packed) == 4
-    for p in ([], packed):
-        got = ops.cudnn_rnn_inference(x, h0, c0, m.opaque_kernel.detach(), None, p, "lstm",
-                                      "linear_input", "bidirectional", 0, True)  # fmt: skip
+        packed_r, packed_x = m._prepared(x, 3)
+    assert len(packed_r) == (4 if mode == "lstm" else 0) and len(packed_x) == 4
+    for pr, pw in (([], []), (packed_r, []), ([], packed_x), (packed_r, packed_x)):
+        got = ops.cudnn_rnn_inference(x, h0, c0, params, None, pr, pw, *attrs, True)
         _assert_equal(got, want)
+    with torch.no_grad():
+        _, other = cls(2, 48, 5, direction="bidirectional")._prepared(x, 3)
+    got = ops.cudnn_rnn_inference(x, h0, c0, params, None, packed_r, other, *attrs, True)
+    uses_panels = not torch.equal(got[0], want[0])
+    assert uses_panels or not torch.backends.cpu.get_cpu_capability().startswith("AVX512")
+
+
+def test_cudnn_module_packs_no_input_weight_under_skip_input():
+    m = modules.CudnnLSTM(2, 16, 16, input_mode="skip_input")
+    x = torch.randn(4, 2, 16)
+    with torch.no_grad():
+        packed_r, packed_x = m._prepared(x, 2)
+        got = m(x)
+    assert len(packed_r) == 2 and packed_x == []
+    _assert_equal(got, m(x))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,10 +336,10 @@ def _cudnn_args(mode="lstm", packed=False, lengths=False, time_major=True,
     h = torch.randn(D, 2, 20) if time_major else torch.randn(2, D, 20)
     c = h.clone() if mode == "lstm" else torch.zeros(())
     with torch.no_grad():
-        p = m._prepared_recurrent(x, 2) if packed else None
+        packed_r, packed_x = m._prepared(x, 2) if packed else ([], [])
     seq = torch.tensor([4, 1], dtype=torch.int32) if lengths else None
-    return (x, h, c, m.opaque_kernel.detach(), seq, p or [], mode, "linear_input", direction, 0,
-            time_major)  # fmt: skip
+    return (x, h, c, m.opaque_kernel.detach(), seq, packed_r, packed_x, mode, "linear_input",
+            direction, 0, time_major)  # fmt: skip
 
 
 def test_opcheck_cudnn_rnn_inference():
@@ -404,6 +425,29 @@ def test_bad_inputs_eager_and_fake():
     cargs[5] = [t[:, :3] for t in _cudnn_args(packed=True)[5]]
     _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
                  r"packed_r: expected shape \[ceil\(H / 16\), G, P, 16\]")  # fmt: skip
+    cargs = list(_cudnn_args(packed=True))
+    cargs[6] = cargs[6][1:]
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
+                 r"packed_x: expected none or one tensor per layer and direction \(2\), "
+                 "got 1")  # fmt: skip
+    cargs[6] = [t[:, :, :2] for t in _cudnn_args(packed=True)[6]]
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
+                 r"packed_x: expected shape \[ceil\(H / 16\), G, in_l, 16\] "
+                 r"\(pack_recurrent_weight of Wᵀ\) = \[2, 4, 3, 16\], "
+                 r"got \[2, 4, 2, 16\]")  # fmt: skip
+    cargs[6] = [t.double() for t in _cudnn_args(packed=True)[6]]
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), TypeError,
+                 "packed_x: expected dtype Float")  # fmt: skip
+    # Under skip_input layer 0 has no input weights to pack.
+    cargs = list(_cudnn_args(packed=True))
+    cargs[2] = cargs[1] = torch.randn(2, 2, 20)
+    cargs[0] = torch.randn(4, 2, 20)
+    skip = modules.CudnnLSTM(1, 20, 20, input_mode="skip_input", direction="bidirectional")
+    cargs[3] = skip.opaque_kernel.detach()
+    cargs[8] = "skip_input"
+    _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
+                 r"packed_x: expected none with input_mode skip_input \(layer 0 has no input "
+                 r"weights\), got 2 tensors")  # fmt: skip
 
 
 def test_compile_inference_module():

@@ -530,8 +530,8 @@ def test_grads_same_at_every_step_read_as_one_step(version, shape):
         h_g = _u(T, B, H) if h_kind == "dense" else _broadcast_grads(T, B, H, h_kind)
         assert cs_g.stride(0) == 0 and (h_kind == "dense" or h_g.stride(0) == 0)
         got = _ours_grad(version, inp, fwd, dict(cs_grad=cs_g, h_grad=h_g), True, L)
-        want = _ours_grad(version, inp, fwd,
-                          dict(cs_grad=cs_g.contiguous(), h_grad=h_g.contiguous()), True, L)  # fmt: skip
+        dense = dict(cs_grad=cs_g.contiguous(), h_grad=h_g.contiguous())
+        want = _ours_grad(version, inp, fwd, dense, True, L)
         for name, a, b in zip(BLOCK_GRAD_OUT, got, want, strict=True):
             assert torch.equal(a, b), (cs_kind, h_kind, name)
             assert a.abs().max() > 0, (cs_kind, h_kind, name)

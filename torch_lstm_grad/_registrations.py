@@ -205,24 +205,43 @@ torch.library.register_fake(_LIB + "cudnn_rnn_backprop", _cudnn.cudnn_rnn_backpr
 
 @torch.library.register_fake(_LIB + "cudnn_rnn_inference")
 def _cudnn_rnn_inference_fake(input, input_h, input_c, params, sequence_lengths, packed_r,
-                              rnn_mode, input_mode, direction, num_proj, time_major):  # fmt: skip
+                              packed_x, rnn_mode, input_mode, direction, num_proj,
+                              time_major):  # fmt: skip
     out = _cudnn.cudnn_rnn_fake(input, input_h, input_c, params, sequence_lengths, rnn_mode,
                                 input_mode, direction, 0.0, 0, 0, num_proj, False,
                                 time_major)  # fmt: skip
-    if packed_r:
+    if packed_r or packed_x:
         c = _cudnn.check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode,
                                           direction, num_proj, time_major)  # fmt: skip
-        torch._check_value(
-            len(packed_r) == c.L * c.D,
-            lambda: (
-                "packed_r: expected none or one tensor per layer and direction "
-                f"({c.L * c.D}), got {len(packed_r)}"
-            ),
-        )
+    if packed_r:
+        _check_packed_count(packed_r, "packed_r", c)
         for t in packed_r:
             _check_packed(t, "packed_r", input, "input", c.P, c.H, c.G,
                           "[ceil(H / 16), G, P, 16] (pack_recurrent_weight of Rᵀ)")  # fmt: skip
+    if packed_x:
+        torch._check_value(
+            not c.skip_input,
+            lambda: (
+                "packed_x: expected none with input_mode skip_input (layer 0 has no input "
+                f"weights), got {len(packed_x)} tensors"
+            ),
+        )
+        _check_packed_count(packed_x, "packed_x", c)
+        for k, t in enumerate(packed_x):
+            in_l = c.I if k < c.D else c.D * c.P
+            _check_packed(t, "packed_x", input, "input", in_l, c.H, c.G,
+                          "[ceil(H / 16), G, in_l, 16] (pack_recurrent_weight of Wᵀ)")  # fmt: skip
     return out[:3]
+
+
+def _check_packed_count(packed, name, c):
+    torch._check_value(
+        len(packed) == c.L * c.D,
+        lambda: (
+            f"{name}: expected none or one tensor per layer and direction "
+            f"({c.L * c.D}), got {len(packed)}"
+        ),
+    )
 
 
 # The forward ops differentiate through their Function's formula (written once, in autograd.py).

@@ -682,7 +682,7 @@ class _CudnnRNN(nn.Module):
     def _inference(self, inputs, h0, c0, sequence_lengths, time_major, batch):
         if sequence_lengths is not None and not isinstance(sequence_lengths, torch.Tensor):
             sequence_lengths = torch.as_tensor(sequence_lengths, dtype=torch.int32)
-        packed = self._prepared_recurrent(inputs, batch) if self._rnn_mode == "lstm" else None
+        packed_r, packed_x = self._prepared(inputs, batch)
         out = call_no_grad(
             torch.ops.torch_lstm_grad.cudnn_rnn_inference.default,
             inputs,
@@ -690,7 +690,8 @@ class _CudnnRNN(nn.Module):
             c0,
             self.opaque_kernel,
             sequence_lengths,
-            packed or [],
+            packed_r,
+            packed_x,
             self._rnn_mode,
             self.input_mode,
             self.direction,
@@ -702,21 +703,32 @@ class _CudnnRNN(nn.Module):
             return output, (output_h, output_c)
         return output, (output_h,)
 
-    def _prepared_recurrent(self, inputs, batch):
-        # Rᵀ of each pseudo-layer packed (pack_recurrent_weight), per version of opaque_kernel.
+    def _prepared(self, inputs, batch):
+        """(packed_r, packed_x) of cudnn_rnn_inference, per version of opaque_kernel: Rᵀ of each
+        pseudo-layer packed (pack_recurrent_weight) for the LSTM steps of batches the panels
+        take, and Wᵀ for the input projections (any batch: its rows are T·B; not under
+        skip_input, where layer 0 has no W); [] where not prepared."""
         found = self.__dict__.get("_packed")
         if found is None:
             found = self._packed = _PackedWeights()
+        recurrent = self._rnn_mode == "lstm" and batch <= _PANEL_MAX_ROWS
 
         def make(params):
             layout = _cudnn.params_layout(**self._attrs())
-            GH, P = layout.gates * self.num_units, layout.proj_units
+            G, GH, P = layout.gates, layout.gates * self.num_units, layout.proj_units
+
+            def packed(offset, cols):  # the [GH, cols] matrix at offset, transposed
+                matrix = params[offset : offset + GH * cols].view(GH, cols)
+                return ops.pack_recurrent_weight(matrix.t(), G)
+
+            skip_input = any(p.w is None for p in layout.layers)
             return [
-                ops.pack_recurrent_weight(params[p.r : p.r + GH * P].view(GH, P).t(), layout.gates)
-                for p in layout.layers
+                [packed(p.r, P) for p in layout.layers] if recurrent else [],
+                [] if skip_input else [packed(p.w, p.in_size) for p in layout.layers],
             ]
 
-        return None if batch > _PANEL_MAX_ROWS else found.lookup(self.opaque_kernel, make, inputs)
+        found = found.lookup(self.opaque_kernel, make, inputs, recurrent)
+        return ([], []) if found is None else tuple(found)
 
     def release_prepared_weights(self) -> None:
         """Drops the packed copy of the recurrent weights kept for calls without gradient

@@ -332,7 +332,7 @@ constexpr int64_t kStepChunk = 32;
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in]. `keep`: r
 // holds every step's activations (training), else one step's (make_inference_reserve).
-// `packed`: pack_recurrent_weight(Rᵀ, G), or undefined.
+// `packed`, `packed_x`: pack_recurrent_weight(Rᵀ, G) and (Wᵀ, G), or undefined.
 //
 // LSTM without a projection, float32: all steps run in one parallel region in which a thread
 // multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
@@ -344,7 +344,7 @@ constexpr int64_t kStepChunk = 32;
 template <typename acc_t>
 void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& X,
                        const LayerWeights& w, at::Tensor& h, at::Tensor& cst, DirState& r,
-                       bool keep, const at::Tensor& packed) {
+                       bool keep, const at::Tensor& packed, const at::Tensor& packed_x) {
   const int64_t T = c.T, B = c.B, H = c.H, P = c.P, G = c.G, GH = G * H;
   // LSTM adds R·h onto the step's products and bW + bR in its rows; GRU keeps R·h + bR apart
   // (reset gate), as do the plain RNNs.
@@ -360,7 +360,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   {
     at::Tensor sums = pre.view({T * B, GH});
     if (w.W.defined()) {
-      cpu::gate_matmul_out(sums, X, w.W.t(), G);
+      cpu::gate_matmul_out(sums, X, w.W.t(), G, packed_x);
     } else {
       sums.view({T * B, G, H}).copy_(X.reshape({T * B, 1, H}).expand({T * B, G, H}));
     }
@@ -703,7 +703,8 @@ template <typename acc_t>
 Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
                      const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
                      const at::Tensor& params, double dropout, int64_t seed, int64_t seed2,
-                     bool is_training, at::TensorList packed = {}) {
+                     bool is_training, at::TensorList packed = {},
+                     at::TensorList packed_x = {}) {
   const auto dtype = input.scalar_type();
   const auto acc = c10::CppTypeToScalarType<acc_t>::value;
   const Schedule s = make_schedule(lengths, c.T);
@@ -736,7 +737,8 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
       const at::Tensor xd = d == 0 ? x : x.index_select(0, s.rev);
       at::Tensor h = h_all[k], cst = c.lstm() ? c_all[k] : at::Tensor();
       forward_direction<acc_t>(c, s, xd, weights[k], h, cst, r.dirs[k], is_training,
-                               packed.empty() ? at::Tensor() : packed[k]);
+                               packed.empty() ? at::Tensor() : packed[k],
+                               packed_x.empty() ? at::Tensor() : packed_x[k]);
     }
   }
   at::Tensor out = layer_output(c, s, r, c.L - 1).view({c.T, c.B, c.D * c.P});
@@ -832,20 +834,23 @@ Outputs5 cudnn_rnn_cpu(const at::Tensor& input, const at::Tensor& input_h,
 }
 
 // cudnn_rnn_inference (schema in csrc/torch_lstm_grad.cpp): cudnn_rnn with is_training=False,
-// and the recurrent weights of the small-batch LSTM steps packed by the caller.
+// and the recurrent weights of the small-batch LSTM steps and the input weights packed by the
+// caller.
 std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference_cpu(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
-    at::TensorList packed_r, c10::string_view rnn_mode, c10::string_view input_mode,
-    c10::string_view direction, int64_t num_proj, bool time_major) {
+    at::TensorList packed_r, at::TensorList packed_x, c10::string_view rnn_mode,
+    c10::string_view input_mode, c10::string_view direction, int64_t num_proj, bool time_major) {
   const auto [c, lengths] =
       check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
                            input_mode, direction, 0.0, num_proj, time_major);
   check_packed_recurrent(c, packed_r, input);
+  check_packed_input(c, packed_x, input);
   const Outputs5 out = AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, input.scalar_type(), "cudnn_rnn_inference_cpu", [&] {
         return rnn_forward<at::opmath_type<scalar_t>>(c, lengths, input, input_h, input_c,
-                                                      params, 0.0, 0, 0, false, packed_r);
+                                                      params, 0.0, 0, 0, false, packed_r,
+                                                      packed_x);
       });
   return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
 }
