@@ -121,6 +121,10 @@ class RNNConfig:
     def proj(self) -> bool:
         return self.P != self.H
 
+    def layer_input(self, layer: int) -> int:
+        """in_l: the width of layer `layer`'s input."""
+        return self.I if layer == 0 else self.D * self.P
+
 
 def parse_rnn_mode(s: str) -> str:
     torch._check_value(

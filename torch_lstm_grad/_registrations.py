@@ -228,8 +228,7 @@ def _cudnn_rnn_inference_fake(input, input_h, input_c, params, sequence_lengths,
         )
         _check_packed_count(packed_x, "packed_x", c)
         for k, t in enumerate(packed_x):
-            in_l = c.I if k < c.D else c.D * c.P
-            _check_packed(t, "packed_x", input, "input", in_l, c.H, c.G,
+            _check_packed(t, "packed_x", input, "input", c.layer_input(k // c.D), c.H, c.G,
                           "[ceil(H / 16), G, in_l, 16] (pack_recurrent_weight of Wᵀ)")  # fmt: skip
     return out[:3]
 
