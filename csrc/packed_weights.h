@@ -36,14 +36,19 @@ inline void check_packed_input_weight(const at::Tensor& packed, const at::Tensor
                "[ceil(H / 16), 4, I, 16] (pack_recurrent_weight of w's input rows)");
 }
 
+// A list cudnn_rnn_inference takes, given: one tensor per pseudo-layer.
+inline void check_packed_count(const RNNConfig& c, at::TensorList packed, const char* name) {
+  TORCH_CHECK_VALUE(static_cast<int64_t>(packed.size()) == c.L * c.D, name,
+                    ": expected none or one tensor per layer and direction (", c.L * c.D,
+                    "), got ", packed.size());
+}
+
 // cudnn_rnn_inference's packed_r: none, or one per pseudo-layer (layer-major, then direction):
 // pack_recurrent_weight(Rᵀ, G) of its recurrent matrix R [G·H, P].
 inline void check_packed_recurrent(const RNNConfig& c, at::TensorList packed,
                                    const at::Tensor& input) {
   if (packed.empty()) return;
-  TORCH_CHECK_VALUE(static_cast<int64_t>(packed.size()) == c.L * c.D,
-                    "packed_r: expected none or one tensor per layer and direction (",
-                    c.L * c.D, "), got ", packed.size());
+  check_packed_count(c, packed, "packed_r");
   for (const at::Tensor& t : packed) {
     check_packed(t, "packed_r", input, "input", c.P, c.H, c.G,
                  "[ceil(H / 16), G, P, 16] (pack_recurrent_weight of Rᵀ)");
@@ -58,9 +63,7 @@ inline void check_packed_input(const RNNConfig& c, at::TensorList packed,
   TORCH_CHECK_VALUE(!c.skip_input,
                     "packed_x: expected none with input_mode skip_input (layer 0 has no input "
                     "weights), got ", packed.size(), " tensors");
-  TORCH_CHECK_VALUE(static_cast<int64_t>(packed.size()) == c.L * c.D,
-                    "packed_x: expected none or one tensor per layer and direction (",
-                    c.L * c.D, "), got ", packed.size());
+  check_packed_count(c, packed, "packed_x");
   for (int64_t k = 0; k < c.L * c.D; ++k) {
     check_packed(packed[k], "packed_x", input, "input", c.layer_input(k / c.D), c.H, c.G,
                  "[ceil(H / 16), G, in_l, 16] (pack_recurrent_weight of Wᵀ)");

@@ -169,7 +169,7 @@ class _LSTMBlockBase(nn.Module):
         return found
 
     def release_prepared_weights(self) -> None:
-        """Drops the packed copy of the recurrent weights kept for calls without gradient
+        """Drops the packed copies of the weights kept for calls without gradient
         (rebuilt on the next such call). Needed only after writing the parameters through
         `.data`, which does not advance their version; any other in-place write is seen."""
         self._prepared().clear()
@@ -731,7 +731,7 @@ class _CudnnRNN(nn.Module):
         return ([], []) if found is None else tuple(found)
 
     def release_prepared_weights(self) -> None:
-        """Drops the packed copy of the recurrent weights kept for calls without gradient
+        """Drops the packed copies of the weights kept for calls without gradient
         (rebuilt on the next such call). Needed only after writing `opaque_kernel` through
         `.data`, which does not advance its version; any other in-place write is seen."""
         found = self.__dict__.get("_packed")
