@@ -24,7 +24,9 @@ from .checkpoint import read_checkpoint
 from .describe_keras import describe_keras, keras_rnn_scopes
 from .describe_tf1 import describe_tf1
 from .description import LayerDescription, Refused
+from .frozen_graph import is_graph_def, read_graph_def
 from .keras_files import is_keras_file, read_keras, read_keras_config
+from .saved_model import is_saved_model, read_saved_model
 from .source import Source, Writer, keras_version_tuple
 from .statements import Statements
 
@@ -34,11 +36,21 @@ FORMAT = "torch_lstm_grad.convert/2"
 _OLD_FORMATS = ("torch_lstm_grad.convert/1",)
 
 
-def read_source(path, reader: str | None = None, config=None) -> Source:
+def read_source(path, reader: str | None = None, config=None, signature=None) -> Source:
     """The file's variables and what it says about its layers; `config`: a Keras model config
-    for a file that stores none (`read_keras_config`)."""
+    for a file that stores none (`read_keras_config`); `signature`: a SavedModel's signature
+    whose functions describe the layers (default: serving_default)."""
     path = os.fspath(path)
-    source = read_keras(path) if is_keras_file(path) else read_checkpoint(path, reader)
+    if signature is not None and not is_saved_model(path):
+        raise ValueError(f"--signature {signature}: {path} is not a SavedModel directory")
+    if is_saved_model(path):
+        source = read_saved_model(path, reader, signature)
+    elif is_keras_file(path):
+        source = read_keras(path)
+    elif is_graph_def(path):
+        source = read_graph_def(path)
+    else:
+        source = read_checkpoint(path, reader)
     if config is not None:
         layers, masks, version = read_keras_config(os.fspath(config))
         source.layers, source.mask_layers = layers, masks

@@ -27,11 +27,13 @@ Keras' defaults that changed, and matter here:
 
 from __future__ import annotations
 
+import re
+
 from .description import LayerDescription, Refusal
 from .source import KerasLayer, Source, keras_version_tuple
 from .statements import Statements
 
-__all__ = ["describe_keras", "keras_rnn_scopes"]
+__all__ = ["describe_keras", "keras_rnn_scopes", "layer_and_rest"]
 
 _WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _CELL_CLASS = {"lstm_cell": "LSTM", "gru_cell": "GRU", "simple_rnn_cell": "SimpleRNN"}
@@ -93,8 +95,18 @@ _NO_EFFECT = {
 }
 
 
-def _layer_and_rest(scope: str) -> tuple[str, list[str]]:
+_CELL_NAME = re.compile(r"(?:lstm|gru|simple_rnn)_cell(?:_\d+)?")
+
+
+def layer_and_rest(scope: str) -> tuple[str, list[str]]:
+    """`(layer, [sublayer/cell parts])` of a variable scope: the layer is the part before a
+    Bidirectional's `forward_*`/`backward_*` or before the cell, so the names of the models
+    around it (Keras 3 names variables `<model>/<layer>/<cell>/<weight>`) are not taken for
+    the layer's."""
     parts = scope.split("/")
+    for k in range(1, len(parts)):
+        if parts[k].startswith(("forward_", "backward_")) or _CELL_NAME.fullmatch(parts[k]):
+            return parts[k - 1], parts[k:]
     return parts[0], parts[1:]
 
 
@@ -191,6 +203,7 @@ class _Describer:
         self.source, self.statements = source, statements
         self.writer = _Writer(source, statements)
         self.refusals: list[Refusal] = []
+        self.origins: dict[str, str] = {}  # the layer being described: where its keys came from
 
     def refuse(self, layer, attr, value, reason, approximation=None):
         self.refusals.append(Refusal(layer, attr, value, reason, approximation))
@@ -200,7 +213,8 @@ class _Describer:
     def _config_value(self, names, config: dict | None, key: str):
         """`(found, value, origin, stored)` of a config key: the config, else `--set`."""
         if config is not None and key in config:
-            return True, config[key], self.source.config_origin or "the model config", True
+            origin = self.origins.get(key) or self.source.config_origin or "the model config"
+            return True, config[key], origin, True
         found, value = self.statements.take(names, key)
         return (True, value, "--set", False) if found else (False, None, "", False)
 
@@ -423,11 +437,15 @@ class _Describer:
         v, layers = self.source.variables, self.source.layers
         by_layer: dict[str, list[tuple[str, list[str], dict]]] = {}
         for scope, weights in sorted(keras_rnn_scopes(v).items()):
-            layer, rest = _layer_and_rest(scope)
+            layer, rest = layer_and_rest(scope)
             by_layer.setdefault(layer, []).append((scope, rest, weights))
         out = []
         for layer, scopes in by_layer.items():
             cfg = layers.get(layer)
+            self.origins = cfg.origins if cfg is not None else {}
+            if cfg is not None and cfg.problem:
+                self.refuse(layer, "graph", cfg.class_name or "(unread)", cfg.problem)
+                continue
             if layers and cfg is None:
                 self.refuse(
                     layer,

@@ -115,7 +115,7 @@ class _Describer:
                 d.name,
                 "graph",
                 cell.where,
-                f"the meta graph's ops around {scope} are not a cell this converter reads: "
+                f"the {self.graph.label}'s ops around {scope} are not a cell this converter reads: "
                 f"{cell.problem}",
             )
         return bool(cell.problem)
@@ -184,12 +184,16 @@ class _Describer:
                 d.kind = "tf1.LSTMBlockFusedCell"
             elif leaf.startswith("basic_lstm_cell"):
                 d.kind = "tf1.BasicLSTMCell"
-            why = self.no_graph if self.graph is None else (
-                f"the meta graph does not use {scope}/kernel"
+            why = (
+                self.no_graph
+                if self.graph is None
+                else (f"the {self.graph.label} does not use {scope}/kernel")
             )
             self._unstored(
-                d, [d.name, scope], unstored, f"{why}: checkpoints store weights, not the cell's "
-                "arguments"
+                d,
+                [d.name, scope],
+                unstored,
+                f"{why}: checkpoints store weights, not the cell's arguments",
             )
             if d.value("cell_clip") is not None:
                 found, rule = self.statements.take([d.name, scope], "clip_gradient")
@@ -211,8 +215,8 @@ class _Describer:
             return d
         if self._unread_cell(d, scope, cell):
             return None
-        where = f"meta graph, {cell.where}"
-        d.where = f"variables {scope}/* and the meta graph ({cell.where})"
+        where = f"{self.graph.label}, {cell.where}"
+        d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls in _FUSED_CLASS:
             d.kind = f"tf1.{_FUSED_CLASS[cell.cls]}"
             clip = cell.attrs.get("cell_clip", -1.0)
@@ -299,21 +303,23 @@ class _Describer:
             why = (
                 self.no_graph
                 if self.graph is None
-                else f"the meta graph does not use {scope}/gates/kernel"
+                else f"the {self.graph.label} does not use {scope}/gates/kernel"
             )
             self._unstored(
-                d, [d.name, scope], ["activation"], f"{why}: checkpoints store weights, not the "
-                "cell's arguments"
+                d,
+                [d.name, scope],
+                ["activation"],
+                f"{why}: checkpoints store weights, not the cell's arguments",
             )
             return d
         if self._unread_cell(d, scope, cell):
             return None
-        d.where = f"variables {scope}/* and the meta graph ({cell.where})"
+        d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls == "GRUBlockCell":
             d.kind = "tf1.GRUBlockCell"
             d.set("activation", "tanh", "GRUBlockCell computes tanh")
         else:
-            d.set("activation", cell.attrs["activation"], f"meta graph, {cell.where}")
+            d.set("activation", cell.attrs["activation"], f"{self.graph.label}, {cell.where}")
         return d
 
     # -- TF1 contrib CudnnLSTM / CudnnGRU canonical names ----------------------------------------

@@ -37,6 +37,7 @@ class GraphVariable:
     full_name: str  # the variable's own name ("" when TF stored none)
     path: str | None  # the model's path to it ("a/b/c"), None when only the optimizer holds it
     optimizer_state: bool  # a slot, moment or counter of an optimizer, not a model weight
+    node: int = -1  # the object's number in the graph (a SavedModel's object graph shares it)
 
 
 def _nodes(data: bytes):
@@ -98,6 +99,7 @@ def read_object_graph(data: bytes) -> list[GraphVariable]:
                     full_name=full_name,
                     path=path,
                     optimizer_state=path is None and (i in slots or not trained),
+                    node=i,
                 )
             )
     return out

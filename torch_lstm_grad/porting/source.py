@@ -58,6 +58,10 @@ class KerasLayer:
     class_name: str
     config: dict
     mask_from: str | None = None
+    # Where a config key came from when not from a stored config (a layer read back from a
+    # saved graph: `keras_graph.py`), and why the layer could not be read (then config is {}).
+    origins: dict[str, str] = field(default_factory=dict)
+    problem: str | None = None
 
 
 @dataclass
@@ -77,3 +81,4 @@ class Source:
     graph: object | None = None  # tf1_graph.TF1Graph
     ignored: dict[str, str] = field(default_factory=dict)
     mask_layers: list[str] = field(default_factory=list)  # layers that produce masks
+    signature: str | None = None  # a SavedModel's signature whose functions were read

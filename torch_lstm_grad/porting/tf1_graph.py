@@ -32,7 +32,7 @@ import numpy as np
 
 from . import proto
 
-__all__ = ["GraphCell", "TF1Graph", "read_meta_graph"]
+__all__ = ["GraphCell", "TF1Graph", "graph_from_graph_def", "meta_graph_parts", "read_meta_graph"]
 
 _PASS_THROUGH = {"Identity", "ReadVariableOp", "Enter", "RefEnter", "Snapshot"}
 _VARIABLES = {"VarHandleOp", "VariableV2", "Variable"}
@@ -146,8 +146,15 @@ class TF1Graph:
     """The nodes of a meta graph (main graph and function bodies; a body's node `n` of
     function `F` is keyed `F::n`), with function arguments resolved to their callers' inputs."""
 
-    def __init__(self, nodes: dict[str, _Node], tf_version: str):
-        self.nodes, self.tf_version = nodes, tf_version
+    def __init__(self, nodes: dict[str, _Node], tf_version: str, label: str = "meta graph"):
+        self.nodes, self.tf_version, self.label = nodes, tf_version, label
+        self.functions: dict[str, list[str]] = {}  # function -> its argument nodes, in order
+        self.returns: set[tuple[str, int]] = set()  # values a function returns
+        self.function_returns: dict[str, list[tuple[str, int]]] = {}  # in output order
+        # Variable name -> the nodes that hold it where those are named otherwise (a
+        # SavedModel's captured variables: `saved_model.py`).
+        self.aliases: dict[str, list[str]] = {}
+        self.signature_outputs: list[str] = []  # a SavedModel signature's output tensors
         self.consumers: dict[tuple[str, int], list[tuple[str, int]]] = {}
         for n in nodes.values():
             # The training graph reads the same values (and stores forward values for it: TF 2
@@ -201,7 +208,13 @@ class TF1Graph:
         return float(value) if value.size == 1 else None
 
     def variable(self, name: str) -> _Node | None:
+        """The variable node `name`, or in a frozen graph the float `Const` that replaced it
+        (`convert_variables_to_constants` keeps the variable's name)."""
         n = self.nodes.get(name)
+        if n is not None and n.op == "Const":
+            value = n.attrs.get("value")
+            frozen = isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim
+            return n if frozen else None
         return n if n is not None and n.op in _VARIABLES else None
 
     def input_node(self, n: _Node, pos: int) -> _Node | None:
@@ -425,18 +438,19 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         return GraphCell(None, where=matmul.name, problem=str(err))
 
 
-def read_meta_graph(path: str) -> TF1Graph:
-    with open(path, "rb") as fh:
-        data = fh.read()
-    meta = proto.fields(data)
-    info = proto.fields(proto.last(meta, 1, b""))
-    tf_version = proto.last(info, 5, b"").decode() or "?"
-    graph = proto.fields(proto.last(meta, 2, b""))
+def graph_from_graph_def(
+    graph_def: bytes, tf_version: str = "?", label: str = "meta graph"
+) -> TF1Graph:
+    """The nodes of a serialized GraphDef (node = 1, library = 2 {function = 1}), with every
+    function body's arguments linked to the inputs of the node that calls it."""
+    graph = proto.fields(graph_def)
     nodes: dict[str, _Node] = {}
     for buf in graph.get(1, []):
         n = _parse_node(buf, "", set())
         nodes[n.name] = n
     bodies: dict[str, list[str]] = {}  # function -> argument node keys, in order
+    returns: set[tuple[str, int]] = set()  # the values functions return
+    ordered: dict[str, list[tuple[str, int]]] = {}  # function -> its return values, in order
     for lib in graph.get(2, []):
         for fn in proto.fields(lib).get(1, []):
             ff = proto.fields(fn)
@@ -450,6 +464,17 @@ def read_meta_graph(path: str) -> TF1Graph:
                 n = _parse_node(buf, prefix, set(args))
                 nodes[n.name] = n
             bodies[fname] = [prefix + a for a in args]
+            ret = {}  # ret: map<output name, "node:out_arg:k" or an argument>
+            for entry in ff.get(4, []):
+                e = proto.fields(entry)
+                parts = proto.last(e, 2, b"").decode().split(":")
+                ret[proto.last(e, 1, b"").decode()] = (
+                    prefix + parts[0],
+                    int(parts[2]) if len(parts) == 3 else 0,
+                )
+            outputs = [proto.last(proto.fields(a), 1, b"").decode() for a in sig.get(3, [])]
+            ordered[fname] = [ret[o] for o in outputs if o in ret]
+            returns |= set(ret.values())
     # A loop or call passes its inputs to its function's arguments, in order.
     for n in list(nodes.values()):
         for key in ("body", "cond", "f"):
@@ -458,4 +483,21 @@ def read_meta_graph(path: str) -> TF1Graph:
                 for index, arg in enumerate(bodies[fn["func"]]):
                     if index < len(n.inputs):
                         nodes[arg].attrs["caller"] = (n.name, index)
-    return TF1Graph(nodes, tf_version)
+    g = TF1Graph(nodes, tf_version, label)
+    g.functions, g.returns = bodies, {g.resolve(r) for r in returns}
+    g.function_returns = ordered
+    return g
+
+
+def meta_graph_parts(data: bytes) -> tuple[bytes, str]:
+    """`(graph_def, tensorflow_version)` of a serialized MetaGraphDef (meta_info_def = 1
+    {tensorflow_version = 5}, graph_def = 2)."""
+    meta = proto.fields(data)
+    info = proto.fields(proto.last(meta, 1, b""))
+    return proto.last(meta, 2, b""), proto.last(info, 5, b"").decode() or "?"
+
+
+def read_meta_graph(path: str) -> TF1Graph:
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return graph_from_graph_def(*meta_graph_parts(data))

@@ -1,0 +1,610 @@
+"""Keras recurrent layers read back from a SavedModel's saved functions, for SavedModels that
+store no Keras config (Keras 3's `export()`, `tf.saved_model.save` of a Keras model).
+
+A Keras RNN layer runs its cell in a `While` loop (Keras 3's TF backend `rnn`, tf.keras'
+`backend.rnn`); the loop body is a function of the graph's library. For each layer's variables
+(`kernel`, `recurrent_kernel`, `bias`), the body that multiplies by the recurrent kernel, in the
+functions the chosen signature runs, is matched op by op against the cell Keras builds:
+
+* LSTM: `z = x·K + h·R (+ b)`, `Split` in 4; `i, f, o = ra(z0), ra(z1), ra(z3)`,
+  `c' = f·c + i·act(z2)`, `h' = o·act(c')`;
+* GRU (reset_after=True): `x·K (+ b0)` split in 3, `h·R (+ b1)` sliced in 3; `z, r = ra(..)`,
+  `hh = act(x_h + r·r_h)`, `h' = z·h + (1 − z)·hh`;
+* SimpleRNN: `h' = act(x·K (+ b) + h·R)`.
+
+`ra` and `act` are read from the ops applied: `Sigmoid`; Keras 3's hard sigmoid `relu6(x + 3) /
+6`; Keras 2's `clip(0.2·x + 0.5, 0, 1)`; `Tanh`, `Relu` and the other unary ops by name; none
+(linear). Every op of the body must be part of the cell or of the loop's bookkeeping (reading
+step t, writing the output, counting); any other op makes the layer unreadable and is named.
+Around the loop: `ReverseV2` of the time-major input is `go_backwards`; the output written at
+step t (not at 0) is `return_sequences`; the final states used after the loop (or returned) is
+`return_state`. A loop that selects between new and old values (a mask) is not read here yet.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .describe_keras import keras_rnn_scopes, layer_and_rest
+from .source import KerasLayer
+from .tf1_graph import TF1Graph, _Node
+
+__all__ = ["keras_layers_from_graph"]
+
+_ADDS = {"Add", "AddV2"}
+_UNARY = {
+    "Tanh": "tanh",
+    "Relu": "relu",
+    "Sigmoid": "sigmoid",
+    "Elu": "elu",
+    "Selu": "selu",
+    "Softsign": "softsign",
+    "Softplus": "softplus",
+    "Exp": "exponential",
+}
+_WHILE = {"While", "StatelessWhile"}
+# The loop's own ops: reading step t, writing the output, counting steps, passing values on.
+_BOOKKEEPING = {"TensorListGetItem", "TensorListSetItem", "Identity", "NoOp", "Const", "_Arg"}
+_VARIABLE_READS = {"ReadVariableOp", "Cast"}
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _fn(key: str) -> str:
+    return key.partition("::")[0] if "::" in key else ""
+
+
+class _Body:
+    """One loop body: its ops, whose of them the matcher has explained, and the variables'
+    reads in it."""
+
+    def __init__(self, g: TF1Graph, fn: str, variables: dict[str, set[str]]):
+        self.g, self.fn, self.seen = g, fn, set()
+        self.variables = variables  # role -> the nodes that hold that variable
+
+    def local(self, ref) -> tuple[str, int]:
+        """`ref` through the body's identities, stopping at its arguments (`TF1Graph.resolve`
+        would follow them out to the loop's inputs)."""
+        for _ in range(16):
+            n = self.g.nodes.get(ref[0])
+            if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
+                return ref
+            ref = n.inputs[0]
+        return ref
+
+    def node(self, ref) -> _Node:
+        return self.g.nodes[self.local(ref)[0]]
+
+    def users(self, ref) -> list[_Node]:
+        return [u for u in self.g.users(*ref) if _fn(u.name) == self.fn]
+
+    def is_var(self, ref, role: str) -> bool:
+        """`ref` reads the variable `role` (through ReadVariableOp / Cast)."""
+        for _ in range(4):
+            n = self.g.nodes.get(self.g.resolve(ref)[0])
+            if n is None:
+                return False
+            if n.name in self.variables.get(role, ()):
+                return True
+            if n.op not in _VARIABLE_READS or not n.inputs:
+                return False
+            self.seen.add(n.name)
+            ref = n.inputs[0]
+        return False
+
+    def one(self, ref, ops: set[str], what: str) -> _Node:
+        found = [u for u in self.users(ref) if u.op in ops]
+        if len(found) != 1:
+            raise _Unreadable(
+                f"expected one {what} ({'/'.join(sorted(ops))}) after {ref[0]}, found "
+                f"{[f'{u.name} ({u.op})' for u in self.users(ref)] or 'none'}"
+            )
+        self.seen.add(found[0].name)
+        return found[0]
+
+    def other_input(self, node: _Node, ref) -> tuple[str, int]:
+        ins = [self.local(r) for r in node.inputs[:2]]
+        mine = self.local(ref)
+        if len(ins) != 2 or mine not in ins:
+            raise _Unreadable(f"{node.name} ({node.op}) does not read {ref[0]}")
+        return ins[1] if ins[0] == mine else ins[0]
+
+    def const(self, ref) -> float | None:
+        """The value of a scalar constant of the body (not an argument's caller's)."""
+        n = self.g.nodes.get(self.local(ref)[0])
+        value = n.attrs.get("value") if n is not None and n.op == "Const" else None
+        return float(value) if isinstance(value, np.ndarray) and value.size == 1 else None
+
+    def const_input(self, node: _Node) -> float | None:
+        for r in node.inputs[:2]:
+            c = self.const(r)
+            if c is not None:
+                return c
+        return None
+
+    def activation(self, ref, what: str) -> tuple[str, tuple[str, int]]:
+        """`(name, output)` of the activation applied to `ref`: the function's ops are
+        followed and marked; "linear" (no op) leaves `ref` as the output."""
+        users = self.users(ref)
+        if len(users) != 1:
+            return "linear", ref
+        u = users[0]
+        c = self.const_input(u)
+        if u.op in _UNARY:
+            self.seen.add(u.name)
+            return _UNARY[u.op], (u.name, 0)
+        if u.op in _ADDS and c == 3.0:  # Keras 3: relu6(x + 3) / 6
+            r6 = self.one((u.name, 0), {"Relu6"}, f"{what}: Relu6 of x + 3")
+            div = self.one((r6.name, 0), {"RealDiv", "Mul", "Div"}, f"{what}: relu6(x + 3) / 6")
+            k = self.const_input(div)
+            if k is None or not np.isclose(k, 6.0 if div.op != "Mul" else 1 / 6, rtol=0, atol=1e-7):
+                raise _Unreadable(f"{what}: {div.name} divides relu6(x + 3) by {k}, not 6")
+            self.seen.add(u.name)
+            return "hard_sigmoid_keras3", (div.name, 0)
+        if u.op == "Mul" and c is not None and np.isclose(c, 0.2, rtol=0, atol=1e-7):
+            add = self.one((u.name, 0), _ADDS, f"{what}: 0.2·x + 0.5")
+            if self.const_input(add) != 0.5:
+                raise _Unreadable(f"{what}: {add.name} adds {self.const_input(add)}, not 0.5")
+            first = self.one((add.name, 0), {"Minimum", "Maximum", "ClipByValue"}, f"{what}: clip")
+            self.seen.add(u.name)
+            if first.op == "ClipByValue":
+                lo, hi = (self.const(first.inputs[k]) for k in (1, 2))
+                out = first
+            else:
+                other = "Maximum" if first.op == "Minimum" else "Minimum"
+                second = self.one((first.name, 0), {other}, f"{what}: clip")
+                bounds = {first.op: self.const_input(first), other: self.const_input(second)}
+                lo, hi, out = bounds["Maximum"], bounds["Minimum"], second
+            if (lo, hi) != (0.0, 1.0):
+                raise _Unreadable(f"{what}: clip to [{lo}, {hi}] after 0.2·x + 0.5, not [0, 1]")
+            return "hard_sigmoid_keras2", (out.name, 0)
+        return "linear", ref
+
+    def unexplained(self) -> list[str]:
+        """The body's ops that neither the cell nor the loop's bookkeeping explains."""
+        out = []
+        for key, n in self.g.nodes.items():
+            if _fn(key) != self.fn or key in self.seen or n.op in _BOOKKEEPING:
+                continue
+            if n.op in _ADDS and self.const_input(n) == 1.0:  # step and iteration counters
+                continue
+            if n.op in _VARIABLE_READS:
+                continue
+            out.append(f"{key.partition('::')[2]} ({n.op})")
+        return out
+
+
+def _add_of(b: _Body, left: tuple[str, int], right_check, what: str) -> _Node:
+    """The Add of `left` and another value that `right_check(ref)` accepts."""
+    for u in b.users(left):
+        if u.op in _ADDS and right_check(b.other_input(u, left)):
+            b.seen.add(u.name)
+            return u
+    raise _Unreadable(
+        f"no {what} after {left[0]} (it feeds {[f'{u.name} ({u.op})' for u in b.users(left)]})"
+    )
+
+
+def _bias_after(b: _Body, ref, has_bias: bool, what: str):
+    """The BiasAdd/Add of the bias after `ref` (the output after it), or `ref` without one."""
+    if not has_bias:
+        return ref
+    for u in b.users(ref):
+        if u.op in _ADDS | {"BiasAdd"} and _reads_bias(b, b.other_input(u, ref)):
+            b.seen.add(u.name)
+            return (u.name, 0)
+    raise _Unreadable(f"no bias added to {what} at {ref[0]}")
+
+
+def _reads_bias(b: _Body, ref) -> bool:
+    """The bias, or a row of a GRU's [2, 3U] bias (Split/Unpack/StridedSlice, Squeeze)."""
+    for _ in range(4):
+        if b.is_var(ref, "bias"):
+            return True
+        n = b.node(ref)
+        if n.op not in {"Squeeze", "Split", "Unpack", "StridedSlice", "GatherV2"}:
+            return False
+        b.seen.add(n.name)
+        ref = n.inputs[1] if n.op == "Split" else n.inputs[0]
+    return False
+
+
+def _mul(b: _Body, a, other_check, what: str) -> _Node:
+    for u in b.users(a):
+        if u.op == "Mul" and other_check(b.other_input(u, a)):
+            b.seen.add(u.name)
+            return u
+    raise _Unreadable(f"no {what} after {a[0]}")
+
+
+def _arg(b: _Body, ref) -> str | None:
+    n = b.node(ref)
+    return n.name if n.op == "_Arg" and _fn(n.name) == b.fn else None
+
+
+def _lstm(b: _Body, mh: _Node, has_bias: bool):
+    h_prev = b.local(mh.inputs[0])
+    add = _add_of(
+        b,
+        (mh.name, 0),
+        lambda r: b.node(r).op == "MatMul" and b.is_var(b.node(r).inputs[1], "kernel"),
+        "x·K + h·R",
+    )
+    mx = b.node(b.other_input(add, (mh.name, 0)))
+    b.seen.add(mx.name)
+    pre = _bias_after(b, (add.name, 0), has_bias, "the gates")
+    split = b.one(pre, {"Split"}, "Split of the gates")
+    if split.attrs.get("num_split") != 4:
+        raise _Unreadable(f"{split.name} splits the gates in {split.attrs.get('num_split')}, not 4")
+    acts = {}
+    for k, gate in enumerate(("i", "f", "c", "o")):
+        acts[gate] = b.activation((split.name, k), f"gate {gate}")
+    ra = {acts[g][0] for g in "ifo"}
+    if len(ra) != 1:
+        raise _Unreadable(f"the gates i, f, o apply different functions: {sorted(ra)}")
+    f_mul = _mul(b, acts["f"][1], lambda r: _arg(b, r) is not None, "f·c")
+    c_prev = b.local(b.other_input(f_mul, acts["f"][1]))
+    i_mul = _mul(b, acts["i"][1], lambda r: b.local(r) == b.local(acts["c"][1]), "i·act(z2)")
+    c_new = _add_of(b, (f_mul.name, 0), lambda r: b.local(r) == (i_mul.name, 0), "f·c + i·act(z2)")
+    act_c, act_c_out = b.activation((c_new.name, 0), "act(c)")
+    if act_c != acts["c"][0] and not (act_c == "linear" and acts["c"][0] == "linear"):
+        raise _Unreadable(f"act(z2) is {acts['c'][0]} but act(c) is {act_c}")
+    h_new = _mul(b, acts["o"][1], lambda r: b.local(r) == b.local(act_c_out), "o·act(c)")
+    return {
+        "class": "LSTM",
+        "activation": acts["c"][0],
+        "recurrent_activation": ra.pop(),
+        "h_prev": h_prev,
+        "states_prev": [h_prev, c_prev],
+        "h_new": (h_new.name, 0),
+        "states_new": [(h_new.name, 0), (c_new.name, 0)],
+        "x_read": b.local(mx.inputs[0]),
+    }
+
+
+def _slices(b: _Body, ref, what: str) -> list[tuple[str, int]]:
+    """The three column blocks of `ref`: a Split/SplitV's outputs or three StridedSlices
+    (ordered by where they begin)."""
+    users = b.users(ref)
+    split = [u for u in users if u.op in ("Split", "SplitV")]
+    if len(split) == 1 and split[0].attrs.get("num_split") == 3:
+        b.seen.add(split[0].name)
+        return [(split[0].name, k) for k in range(3)]
+    slices = [u for u in users if u.op == "StridedSlice"]
+    if len(slices) == 3 and len(users) == 3:
+        bounds = []
+        for s in slices:
+            begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
+            begin, end = (n.attrs.get("value") if n is not None else None for n in (begin, end))
+            if not all(isinstance(v, np.ndarray) and v.size == 2 for v in (begin, end)):
+                raise _Unreadable(f"{s.name}: a slice of {what} whose bounds are not constants")
+            open_end = bool(int(s.attrs.get("end_mask") or 0) & 2)
+            bounds.append((int(begin[-1]), None if open_end else int(end[-1]), s))
+            b.seen.add(s.name)
+        bounds.sort(key=lambda t: t[0])
+        a = bounds[1][0]
+        if [(lo, hi) for lo, hi, _ in bounds] != [(0, a), (a, 2 * a), (2 * a, None)] or a <= 0:
+            raise _Unreadable(
+                f"{what} is sliced at {[(lo, hi) for lo, hi, _ in bounds]}, not in three blocks"
+            )
+        return [(s.name, 0) for _, _, s in bounds]
+    feeds = [f"{u.name} ({u.op})" for u in users]
+    raise _Unreadable(f"{what} at {ref[0]} is not split in three (it feeds {feeds})")
+
+
+def _gru(b: _Body, mh: _Node, has_bias: bool):
+    h_prev = b.local(mh.inputs[0])
+    inner = _bias_after(b, (mh.name, 0), has_bias, "h·R")
+    r_z, r_r, r_h = _slices(b, inner, "h·R")
+    # the input side: x·K (+ b0), split in three
+    mx = None
+    for key, n in b.g.nodes.items():
+        if _fn(key) == b.fn and n.op == "MatMul" and b.is_var(n.inputs[1], "kernel"):
+            if mx is not None:
+                raise _Unreadable(f"two products with the kernel: {mx.name}, {n.name}")
+            mx = n
+    if mx is None:
+        raise _Unreadable("no product x·K in the loop body")
+    b.seen.add(mx.name)
+    x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
+    z_add = _add_of(b, x_z, lambda r: b.local(r) == b.local(r_z), "x_z + r_z")
+    r_add = _add_of(b, x_r, lambda r: b.local(r) == b.local(r_r), "x_r + r_r")
+    ra_z, z = b.activation((z_add.name, 0), "gate z")
+    ra_r, r = b.activation((r_add.name, 0), "gate r")
+    if ra_z != ra_r:
+        raise _Unreadable(f"the gates z and r apply different functions: {ra_z}, {ra_r}")
+    rh = _mul(b, r, lambda q: b.local(q) == b.local(r_h), "r·r_h")
+    hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (rh.name, 0), "x_h + r·r_h")
+    act, hh = b.activation((hh_pre.name, 0), "candidate")
+    zh = _mul(b, z, lambda q: b.local(q) == h_prev, "z·h")
+    one_minus = [u for u in b.users(z) if u.op == "Sub" and b.const(u.inputs[0]) == 1.0]
+    if len(one_minus) != 1:
+        raise _Unreadable(f"no 1 − z after {z[0]}")
+    b.seen.add(one_minus[0].name)
+    zhh = _mul(b, (one_minus[0].name, 0), lambda q: b.local(q) == b.local(hh), "(1 − z)·hh")
+    h_new = _add_of(b, (zh.name, 0), lambda q: b.local(q) == (zhh.name, 0), "z·h + (1 − z)·hh")
+    return {
+        "class": "GRU",
+        "activation": act,
+        "recurrent_activation": ra_z,
+        "reset_after": True,
+        "h_prev": h_prev,
+        "states_prev": [h_prev],
+        "h_new": (h_new.name, 0),
+        "states_new": [(h_new.name, 0)],
+        "x_read": b.local(mx.inputs[0]),
+    }
+
+
+def _simple_rnn(b: _Body, mh: _Node, has_bias: bool):
+    h_prev = b.local(mh.inputs[0])
+
+    def x_side(r):
+        n = b.node(r)
+        if n.op == "MatMul" and b.is_var(n.inputs[1], "kernel"):
+            return True
+        if n.op in _ADDS | {"BiasAdd"} and has_bias:
+            ins = n.inputs[:2]
+            mm = [
+                q
+                for q in ins
+                if b.node(q).op == "MatMul" and b.is_var(b.node(q).inputs[1], "kernel")
+            ]
+            return len(mm) == 1 and _reads_bias(b, [q for q in ins if q is not mm[0]][0])
+        return False
+
+    add = _add_of(b, (mh.name, 0), x_side, "x·K (+ b) + h·R")
+    xs = b.node(b.other_input(add, (mh.name, 0)))
+    b.seen.add(xs.name)
+    mx = (
+        xs
+        if xs.op == "MatMul"
+        else next(b.node(q) for q in xs.inputs[:2] if b.node(q).op == "MatMul")
+    )
+    b.seen.add(mx.name)
+    act, h_new = b.activation((add.name, 0), "activation")
+    return {
+        "class": "SimpleRNN",
+        "activation": act,
+        "h_prev": h_prev,
+        "states_prev": [h_prev],
+        "h_new": h_new,
+        "states_new": [h_new],
+        "x_read": b.local(mx.inputs[0]),
+    }
+
+
+def _reachable_functions(g: TF1Graph) -> set[str] | None:
+    """The functions the signature's outputs are computed by (calls, loops, branches), or None
+    where the graph names no signature outputs (then every function counts)."""
+    if not g.signature_outputs:
+        return None
+    seen: set[str] = set()
+    todo = [o.split(":")[0] for o in g.signature_outputs]
+    visited_nodes: set[str] = set()
+    while todo:
+        key = todo.pop()
+        if key in visited_nodes or key not in g.nodes:
+            continue
+        visited_nodes.add(key)
+        n = g.nodes[key]
+        for ref in n.inputs:
+            todo.append(ref[0])
+        for attr in ("f", "body", "cond", "then_branch", "else_branch"):
+            fn = n.attrs.get(attr)
+            if isinstance(fn, dict) and fn.get("func") in g.functions and fn["func"] not in seen:
+                seen.add(fn["func"])
+                todo += [k for k in g.nodes if _fn(k) == fn["func"]]
+    return seen
+
+
+def _loops(g: TF1Graph) -> dict[str, _Node]:
+    """Loop body function -> the While node that runs it."""
+    out = {}
+    for n in g.nodes.values():
+        body = n.attrs.get("body")
+        if n.op in _WHILE and isinstance(body, dict):
+            out[body.get("func")] = n
+    return out
+
+
+def _index(b: _Body, loop: _Node, ref) -> int | None:
+    """The position of the loop variable `ref` (an argument of the body) among the loop's."""
+    args = b.g.functions.get(b.fn, [])
+    return args.index(ref[0]) if ref[0] in args and ref[1] == 0 else None
+
+
+def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
+    """go_backwards, return_sequences, return_state and the initial state, from the loop's
+    inputs, its output writes and what reads its outputs."""
+    out = {}
+    # the step input: TensorListGetItem(list, t) of a list made from the (reversed) input
+    get = b.node(cell["x_read"])
+    if get.op != "TensorListGetItem":
+        raise _Unreadable(f"the step input {get.name} is a {get.op}, not a TensorListGetItem")
+    k = _index(b, loop, b.local(get.inputs[0]))
+    t_arg = b.local(get.inputs[1])
+    if k is None or k >= len(loop.inputs):
+        raise _Unreadable(f"the step input's list {get.inputs[0][0]} is not a loop variable")
+    made = g.nodes.get(g.resolve(loop.inputs[k])[0])
+    if made is None or made.op != "TensorListFromTensor":
+        raise _Unreadable(
+            f"the loop's input list comes from {getattr(made, 'op', '?')}, not TensorListFromTensor"
+        )
+    src = g.nodes.get(g.resolve(made.inputs[0])[0])
+    if src is not None and src.op == "ReverseV2":
+        axis = g.nodes.get(g.resolve(src.inputs[1])[0])
+        value = axis.attrs.get("value") if axis is not None else None
+        if not isinstance(value, np.ndarray) or value.reshape(-1).tolist() != [0]:
+            raise _Unreadable(f"{src.name} reverses axes {value}, not time (0)")
+        out["go_backwards"] = (True, f"{src.name} (ReverseV2 of the time-major input)")
+        src = g.nodes.get(g.resolve(src.inputs[0])[0])
+    else:
+        out["go_backwards"] = (False, f"the loop reads {made.name}'s steps in order")
+    if src is None or src.op != "Transpose":
+        raise _Unreadable(
+            f"the loop's input is {getattr(src, 'name', '?')} ({getattr(src, 'op', '?')}), "
+            "not the batch-major input transposed"
+        )
+    out["time_major"] = (False, f"{src.name} transposes the batch-major input")
+    # the output: written at step t (every step) or at 0 (the last one only)
+    writes = [u for u in b.users(cell["h_new"]) if u.op == "TensorListSetItem"]
+    if len(writes) != 1:
+        raise _Unreadable(f"the new h is written to {len(writes)} output lists, not one")
+    w = writes[0]
+    b.seen.add(w.name)
+    where = b.local(w.inputs[1])
+    if where == t_arg:
+        out["return_sequences"] = (True, f"{w.name} writes the output of every step")
+    elif b.const(w.inputs[1]) == 0.0:
+        out["return_sequences"] = (False, f"{w.name} keeps the last step's output only")
+    else:
+        raise _Unreadable(f"{w.name} writes the output at {w.inputs[1][0]}, neither t nor 0")
+    # the final states: the loop's outputs at the states' positions, read after it or returned
+    used = []
+    for ref in cell["states_new"]:
+        returns = g.function_returns.get(b.fn, [])
+        returned = [i for i, r in enumerate(returns) if b.local(r) == b.local(ref)]
+        for i in returned:
+            if g.users(loop.name, i) or (loop.name, i) in g.returns:
+                used.append(i)
+    out["return_state"] = (
+        bool(used),
+        f"the loop's final states (outputs {used}) are read after it"
+        if used
+        else "the loop's final states are not read after it",
+    )
+    # the initial state: zeros (Fill / zeros) or given by the model
+    k = _index(b, loop, cell["h_prev"])
+    init = g.nodes.get(g.resolve(loop.inputs[k])[0]) if k is not None else None
+    if init is not None and init.op in ("ReadVariableOp", "VarHandleOp"):
+        raise _Unreadable(
+            f"the initial state comes from a variable ({init.name}): a stateful layer"
+        )
+    out["initial_state"] = init.op in ("Fill", "ZerosLike", "Zeros", "Const") if init else True
+    return out
+
+
+def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops):
+    """`(config, origins)` of the layer whose variables are `weights` (role -> name)."""
+    variables = {role: set(g.aliases.get(name, [])) for role, name in weights.items()}
+    if not variables.get("recurrent_kernel"):
+        raise _Unreadable(f"the saved functions do not capture {weights['recurrent_kernel']}")
+    uses = []
+    for key in variables["recurrent_kernel"]:
+        for u in g.users(key):
+            if reachable is not None and _fn(u.name) not in reachable:
+                continue
+            uses.append(u)
+    in_loops = [u for u in uses if _fn(u.name) in loops]
+    if not in_loops:
+        where = sorted({f"{u.name} ({u.op})" for u in uses})[:4]
+        raise _Unreadable(
+            f"no While loop of the signature's functions reads {weights['recurrent_kernel']} "
+            f"(read by {where or 'nothing'}): an unrolled layer (unroll=True) or not a Keras RNN"
+        )
+    results = []
+    for mh in in_loops:
+        fn = _fn(mh.name)
+        b = _Body(g, fn, variables)
+        if mh.op != "MatMul" or not b.is_var(mh.inputs[1], "recurrent_kernel"):
+            raise _Unreadable(
+                f"{mh.name} ({mh.op}) reads the recurrent kernel in the loop: not the product "
+                "h·R a Keras cell computes (e.g. a GRU with reset_after=False, not read here)"
+            )
+        b.seen.add(mh.name)
+        matcher = {"LSTM": _lstm, "GRU": _gru, "SimpleRNN": _simple_rnn}[cls]
+        cell = matcher(b, mh, "bias" in weights)
+        around = _around(g, b, loops[fn], cell)
+        extra = b.unexplained()
+        if extra:
+            raise _Unreadable(
+                f"the loop body {fn} computes ops that are not a Keras {cell['class']} cell's: "
+                + ", ".join(extra[:8])
+                + (" ..." if len(extra) > 8 else "")
+            )
+        results.append((fn, cell, around))
+    fn, cell, around = results[0]
+    for other_fn, other, other_around in results[1:]:
+        keys = ("class", "activation", "recurrent_activation")
+        if [cell.get(k) for k in keys] != [other.get(k) for k in keys] or {
+            k: v[0] for k, v in around.items()
+        } != {k: v[0] for k, v in other_around.items()}:
+            raise _Unreadable(f"the loops {fn} and {other_fn} run the layer differently")
+    where = f"the SavedModel's loop {fn}"
+    config = {
+        "activation": cell["activation"],
+        "go_backwards": around["go_backwards"][0],
+        "return_sequences": around["return_sequences"][0],
+        "return_state": around["return_state"][0],
+        "time_major": around["time_major"][0],
+        "stateful": False,
+    }
+    origins = {
+        "activation": f"{where}: the candidate's function",
+        "go_backwards": f"{where}: {around['go_backwards'][1]}",
+        "return_sequences": f"{where}: {around['return_sequences'][1]}",
+        "return_state": f"{where}: {around['return_state'][1]}",
+        "time_major": f"{where}: {around['time_major'][1]}",
+        "stateful": f"{where}: the initial state is not a variable",
+    }
+    if "recurrent_activation" in cell:
+        config["recurrent_activation"] = cell["recurrent_activation"]
+        origins["recurrent_activation"] = f"{where}: the gates' function"
+    if cell.get("reset_after") is not None:
+        config["reset_after"] = cell["reset_after"]
+        origins["reset_after"] = f"{where}: the reset gate multiplies h·R's block"
+    config["_class"] = cell["class"]
+    config["_initial_state"] = around["initial_state"]
+    return config, origins
+
+
+_GATES_BY_SHAPE = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
+
+
+def keras_layers_from_graph(g: TF1Graph, variables: dict) -> dict[str, KerasLayer]:
+    """A KerasLayer per recurrent layer whose variables `variables` holds, its config read from
+    the saved loop that computes it; a layer that cannot be read carries `problem`."""
+    reachable = _reachable_functions(g)
+    loops = _loops(g)
+    if reachable is not None:
+        loops = {fn: n for fn, n in loops.items() if fn in reachable}
+    out: dict[str, KerasLayer] = {}
+    for scope, weights in sorted(keras_rnn_scopes(variables).items()):
+        layer, rest = layer_and_rest(scope)
+        if rest and rest[0].startswith(("forward_", "backward_")):
+            out.setdefault(
+                layer,
+                KerasLayer(
+                    layer,
+                    "Bidirectional",
+                    {},
+                    problem="a Bidirectional layer read from a saved graph (its merge of the "
+                    "two directions) is not read yet: convert a .keras/.h5 file of the model",
+                ),
+            )
+            continue
+        rk = np.shape(variables[weights["recurrent_kernel"]])
+        gates = rk[1] // rk[0] if len(rk) == 2 and rk[0] and rk[1] % rk[0] == 0 else None
+        if gates not in _GATES_BY_SHAPE:
+            out[layer] = KerasLayer(
+                layer, "", {}, problem=f"a recurrent kernel of shape {list(rk)}"
+            )
+            continue
+        try:
+            config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, reachable, loops)
+        except _Unreadable as err:
+            out[layer] = KerasLayer(
+                layer,
+                _GATES_BY_SHAPE[gates],
+                {},
+                problem=f"its saved loop is not a Keras {_GATES_BY_SHAPE[gates]} this converter "
+                f"reads: {err}",
+            )
+            continue
+        cls = config.pop("_class")
+        config.pop("_initial_state")
+        out[layer] = KerasLayer(layer, cls, config, origins=origins)
+    return out
