@@ -82,3 +82,39 @@ def torch_loss(outs, rs) -> torch.Tensor:
 
 def module_params(module: torch.nn.Module, prefix: str = "") -> dict[str, torch.nn.Parameter]:
     return {f"{prefix}{n}": p for n, p in module.named_parameters()}
+
+
+_NO_TF = (
+    "import sys\n"
+    "for name in ('tensorflow', 'tf_keras', 'keras'):\n"
+    "    sys.modules[name] = None  # `import tensorflow` raises ImportError, as where it is absent\n"
+    "from torch_lstm_grad import cli\n"
+    "sys.exit(cli.main(sys.argv[1:]))\n"
+)
+
+
+def convert_without_tf(src, out, *extra) -> str:
+    """`torch-lstm-grad convert SRC -o OUT` in a fresh interpreter where TensorFlow, Keras and
+    tf_keras cannot be imported; returns its log, and fails with it when the exit code is not 0."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_TF, "convert", str(src), "-o", str(out), *map(str, extra)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def same_modules(a: dict, b: dict) -> None:
+    """Two conversions' modules: the same names, classes and parameters, bit for bit."""
+    assert sorted(a) == sorted(b)
+    for name in a:
+        assert type(a[name]) is type(b[name]), name
+        sa, sb = a[name].state_dict(), b[name].state_dict()
+        assert sorted(sa) == sorted(sb), name
+        for k in sa:
+            assert torch.equal(sa[k], sb[k]), f"{name}.{k}"

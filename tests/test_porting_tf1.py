@@ -5,10 +5,12 @@ variables) and `static_rnn`, graphs of the fused raw ops, and TF1 CudnnLSTM/Cudn
 names (against TF's CudnnCompatible cells' math, run by TF). Outputs, final states and the
 gradients of one loss using all of them, with respect to the inputs and every variable."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
-from porting_oracle import assert_close, loss_weights
+from porting_oracle import assert_close, convert_without_tf, loss_weights, same_modules
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
@@ -48,6 +50,7 @@ class _TF1Run:
         ref_vars=False,
         meta=True,
         adam=False,
+        frozen=None,
     ):
         tf = tf_module()
         r = np.random.default_rng(seed + 100)
@@ -94,9 +97,35 @@ class _TF1Run:
                     self.prefix = tf.compat.v1.train.Saver().save(
                         sess, str(path), write_meta_graph=meta
                     )
+                    if frozen:
+                        self._freeze(tf, sess, g, fetch, xs, path, frozen)
         finally:
             if v1_loops:
                 tf.compat.v1.enable_control_flow_v2()
+
+    def _freeze(self, tf, sess, g, fetch, xs, path, form):
+        """The graph frozen by TF1's convert_variables_to_constants (every variable a Const of
+        its name), written as `<path>.pb` or `.pbtxt`; TF runs the frozen graph and must give
+        the values of the graph it was frozen from (the gradients were taken there: a Const's
+        gradient is its variable's)."""
+        names = sorted({t.op.name for t in fetch})
+        frozen = tf.compat.v1.graph_util.convert_variables_to_constants(
+            sess, g.as_graph_def(), names
+        )
+        assert not [n.name for n in frozen.node if "Variable" in n.op or n.op == "VarHandleOp"]
+        self.frozen = f"{path}.{form}"
+        if form == "pb":
+            with open(self.frozen, "wb") as fh:
+                fh.write(frozen.SerializeToString())
+        else:
+            tf.io.write_graph(frozen, str(path.parent), path.name + ".pbtxt", as_text=True)
+        again = tf.Graph()
+        with again.as_default():
+            tf.import_graph_def(frozen, name="")
+            with tf.compat.v1.Session(graph=again) as s:
+                values = s.run([t.name for t in fetch], {xs.name: self.x})
+        for ours, theirs in zip(values, self.values, strict=True):
+            np.testing.assert_array_equal(ours, theirs)
 
     def compare(self, ours_outs, ours_states, x_t, params: dict):
         """`params`: TF variable name -> our parameter holding it."""
@@ -112,33 +141,41 @@ class _TF1Run:
         assert_close(pairs)
 
 
-def _step_lstm(cell, x_t, lengths, proj=False):
-    """dynamic_rnn with sequence_length, one LSTMBlockCell step at a time: past a row's length
-    the state is carried and the output is zero."""
-    c = x_t.new_zeros(B, cell.num_units)
-    h = x_t.new_zeros(B, getattr(cell, "num_proj", None) or cell.num_units)
+def _step_cells(cells, x_t, lengths, initial=None):
+    """dynamic_rnn over a MultiRNNCell of LSTMBlockCell / GRUBlockCell steps: each step runs the
+    cells in turn on the one below's output; past a row's length every state is carried and the
+    output is zero. Returns (outputs, the states flattened as tf.nest does: (c, h) per LSTM, h
+    per GRU); `initial`: that flat list (default zeros)."""
+    states, flat = [], list(initial) if initial is not None else None
+    for cell in cells:
+        lstm = isinstance(cell, modules.LSTMBlockCell)
+        widths = [cell.num_units] + ([getattr(cell, "num_proj", None) or cell.num_units] if lstm else [])
+        if flat is None:
+            states.append(tuple(x_t.new_zeros(B, w) for w in widths))
+        else:
+            states.append(tuple(flat.pop(0) for _ in widths))
     outs = []
     for t in range(T):
-        o, (c_new, h_new) = cell(x_t[t], (c, h))
         keep = (
             torch.ones(B, 1, dtype=torch.bool)
             if lengths is None
             else torch.from_numpy((t < lengths)[:, None])
         )
-        c, h = torch.where(keep, c_new, c), torch.where(keep, h_new, h)
-        outs.append(o * keep)
-    return torch.stack(outs), (c, h)
+        y = x_t[t]
+        for k, cell in enumerate(cells):
+            y, new = cell(y, states[k] if len(states[k]) == 2 else states[k][0])
+            new = tuple(new) if isinstance(new, (tuple, list)) else (new,)
+            states[k] = tuple(torch.where(keep, a, b) for a, b in zip(new, states[k], strict=True))
+        outs.append(y * keep)
+    return torch.stack(outs), tuple(s for state in states for s in state)
+
+
+def _step_lstm(cell, x_t, lengths):
+    return _step_cells([cell], x_t, lengths)
 
 
 def _step_gru(cell, x_t, lengths):
-    h = x_t.new_zeros(B, cell.num_units)
-    outs = []
-    for t in range(T):
-        o, h_new = cell(x_t[t], h)
-        keep = torch.from_numpy((t < lengths)[:, None])
-        h = torch.where(keep, h_new, h)
-        outs.append(o * keep)
-    return torch.stack(outs), (h,)
+    return _step_cells([cell], x_t, lengths)
 
 
 def _convert(src, tmp_path, capsys, *extra, code=0):
@@ -262,6 +299,126 @@ def test_gru_cell_relu(tmp_path, capsys):
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_gru(cell, x_t, run.lengths)
     run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
+
+
+@pytest.mark.parametrize("form", ["pb", "pbtxt"])
+def test_frozen_lstm_cell_peepholes_clip(tmp_path, capsys, form):
+    """LSTMCell(use_peepholes=True, cell_clip=0.7) under dynamic_rnn(sequence_length), frozen by
+    TF1's convert_variables_to_constants, binary and text: the Consts are the weights, the ops
+    reading them the cell; exact, forward and every gradient (the clip active)."""
+    rci = _rci()
+    run = _TF1Run(
+        tmp_path / "m",
+        lambda: rci.LSTMCell(3, use_peepholes=True, cell_clip=0.7),
+        seed=21,
+        frozen=form,
+    )
+    mods, log = _convert(run.frozen, tmp_path, capsys)
+    assert f"frozen GraphDef ({'binary' if form == 'pb' else 'text'}," in log
+    assert "cell_clip       = 0.699999988079071  <- frozen graph" in log  # TF's float32 0.7
+    assert "dynamic_rnn (rnn) takes sequence_length" in log
+    assert np.abs(run.values[1]).max() == pytest.approx(0.7)
+    cell = mods["rnn.lstm_cell"]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+
+
+def _stacked_grus(tf, rci):
+    """The layout of cutkum's published graph (tests/data/cutkum): GRUCells, each in a
+    DropoutWrapper (keep probability fed, 1 by default), in a MultiRNNCell."""
+    keep = tf.compat.v1.placeholder_with_default(1.0, [], name="keep_prob")
+    return rci.MultiRNNCell(
+        [rci.DropoutWrapper(rci.GRUCell(n), output_keep_prob=keep) for n in (4, 3, 2)]
+    )
+
+
+@pytest.mark.parametrize("v1_loops", [False, True])
+def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
+    """Three GRUCells in DropoutWrappers in a MultiRNNCell, dynamic_rnn(time_major,
+    sequence_length), frozen (TF 2's While functions and TF 1's loops): three GRU cells, the
+    dropout noted and not ported, exact against TF."""
+    rci = _rci()
+    tf = tf_module()
+    run = _TF1Run(
+        tmp_path / "m", lambda: _stacked_grus(tf, rci), seed=23, v1_loops=v1_loops, frozen="pb"
+    )
+    mods, log = _convert(run.frozen, tmp_path, capsys)
+    assert log.count("note: not ported: a DropoutWrapper around the cell") == 3
+    scopes = [f"rnn/multi_rnn_cell/cell_{k}/gru_cell" for k in range(3)]
+    cells = [mods[s.replace("/", ".")] for s in scopes]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_cells(cells, x_t, run.lengths)
+    params = {}
+    for scope, cell in zip(scopes, cells, strict=True):
+        params |= {n: getattr(cell, _GRU_PARAMS[n[len(scope) + 1 :]]) for n in run.dvars if n.startswith(scope + "/")}
+    run.compare(outs, state, x_t, params)
+
+
+def test_frozen_graph_unreadable_pattern_is_refused(tmp_path, capsys):
+    """A cell whose candidate is 2·tanh (no TF1 cell computes it) is refused naming the op that
+    breaks the pattern; a file that is no GraphDef is exit 2 with one line."""
+    rci = _rci()
+    tf = tf_module()
+    run = _TF1Run(
+        tmp_path / "m",
+        lambda: rci.LSTMCell(3, activation=lambda v: 2.0 * tf.tanh(v)),
+        seed=24,
+        frozen="pb",
+    )
+    err = _convert(run.frozen, tmp_path, capsys, code=2)
+    assert "rnn.lstm_cell: graph = " in err and "the frozen graph's ops around rnn/lstm_cell" in err
+    bad = tmp_path / "junk.pb"
+    bad.write_bytes(b"\x0a\x05hello not a graph")
+    err = _convert(bad, tmp_path, capsys, code=2)
+    assert err.count("\n") == 1 and "junk.pb: not a GraphDef" in err
+
+
+CUTKUM = os.path.join(os.path.dirname(__file__), "data", "cutkum", "frozen_model.pb")
+
+
+def test_published_frozen_graph_cutkum(tmp_path, capsys):
+    """A published frozen TF1 graph nobody here wrote (cutkum 2.4's, tests/data/cutkum, MIT):
+    three GRUCells in DropoutWrappers in a MultiRNNCell under dynamic_rnn(time_major,
+    sequence_length), TF1 loops, an initial state fed in. Converted with no flags, with and
+    without TensorFlow (the same modules); stepped as dynamic_rnn steps them, they give what TF
+    computes running the graph itself. TF cannot differentiate this imported TF1 loop
+    (tf.gradients: 'NoneType' object has no attribute 'outer_context'); the same cells'
+    gradients are checked against TF on the graphs written above."""
+    mods, log = _convert(CUTKUM, tmp_path, capsys)
+    assert "frozen GraphDef (binary, 309 nodes" in log
+    assert log.count("note: not ported: a DropoutWrapper") == 3
+    assert log.count("dynamic_rnn (rnn) takes sequence_length") == 3
+    convert_without_tf(CUTKUM, tmp_path / "no_tf.pt")
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
+    cells = [mods[f"rnn.multi_rnn_cell.cell_{k}.gru_cell"] for k in range(3)]
+    assert [c.num_units for c in cells] == [512, 256, 128]
+    tf = tf_module()
+    r = np.random.default_rng(31)
+    x = r.standard_normal((T, B, 80)).astype(np.float32)
+    state = (0.5 * r.standard_normal((1, B, 896))).astype(np.float32)
+    graph_def = tf.compat.v1.GraphDef()
+    with open(CUTKUM, "rb") as fh:
+        graph_def.ParseFromString(fh.read())
+    g = tf.Graph()
+    with g.as_default():
+        tf.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=g) as sess:
+            want = sess.run(
+                "rnn/TensorArrayStack/TensorArrayGatherV3:0",
+                {
+                    "placeholder/inputs:0": x,
+                    "placeholder/seq_lengths:0": LENGTHS,
+                    "placeholder/fw_state:0": state,
+                    "placeholder/keep_prob:0": 1.0,
+                },
+            )
+    h0 = torch.from_numpy(state[0])
+    initial = [h0[:, :512], h0[:, 512:768], h0[:, 768:]]
+    with torch.no_grad():
+        outs, _ = _step_cells(cells, torch.from_numpy(x), LENGTHS, initial)
+    assert np.abs(want).max() > 0.5 and (want[:, 1][LENGTHS[1] :] == 0).all()
+    assert_close({"outputs": (outs, want)})
 
 
 def test_cell_activation_not_computed_is_refused(tmp_path, capsys):
@@ -391,7 +548,7 @@ def test_gru_block_cell_graph(tmp_path, capsys):
 # -- TF1 contrib CudnnLSTM / CudnnGRU canonical names -------------------------------------------
 
 
-def _cudnn_graph(kind, L, bidi, separate):
+def _cudnn_graph(kind, L, bidi, separate, outer="cudnn", forget_bias=0.0):
     """A graph computing what TF1's CudnnCompatible cells compute on canonical variables: LSTM
     with tf.raw_ops.BlockLSTM (forget_bias 0, no clip; bias = bW + bR), GRU with TF ops
     (r, u = σ([x, h]·K + b), c = tanh(x·Wᵢ + bᵢ + r ⊙ (h·Wₕ + bₕ))). Bidirectional layers run
@@ -404,15 +561,15 @@ def _cudnn_graph(kind, L, bidi, separate):
             outs = []
             for d in range(2 if bidi else 1):
                 p = (
-                    f"cudnn/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fb'[d]}w/"
+                    f"{outer}/stack_bidirectional_rnn/cell_{layer}/bidirectional_rnn/{'fb'[d]}w/"
                     if bidi
-                    else f"cudnn/rnn/multi_rnn_cell/cell_{layer}/"
+                    else f"{outer}/rnn/multi_rnn_cell/cell_{layer}/"
                 )
                 seq = y if d == 0 else tf.reverse(y, [0])
                 n_in = seq.shape[-1]
                 with tf.compat.v1.variable_scope(p + f"cudnn_compatible_{kind}_cell"):
                     h_seq, h_last = (_cudnn_lstm if kind == "lstm" else _cudnn_gru)(
-                        tf, seq, n_in, H, separate
+                        tf, seq, n_in, H, separate, forget_bias
                     )
                 outs.append(h_seq if d == 0 else tf.reverse(h_seq, [0]))
                 finals.append(h_last)
@@ -422,7 +579,7 @@ def _cudnn_graph(kind, L, bidi, separate):
     return graph
 
 
-def _cudnn_lstm(tf, seq, n_in, H, separate):
+def _cudnn_lstm(tf, seq, n_in, H, separate, forget_bias):
     get = tf.compat.v1.get_variable
     k = get("kernel", [n_in + H, 4 * H])
     b = get("bias", [4 * H])
@@ -439,14 +596,14 @@ def _cudnn_lstm(tf, seq, n_in, H, separate):
         wcf=tf.zeros([H]),
         wco=tf.zeros([H]),
         b=b,
-        forget_bias=0.0,
+        forget_bias=forget_bias,
         cell_clip=-1.0,
         use_peephole=False,
     )
     return out.h, out.h[-1]
 
 
-def _cudnn_gru(tf, seq, n_in, H, separate):
+def _cudnn_gru(tf, seq, n_in, H, separate, forget_bias):
     get = tf.compat.v1.get_variable
     gk = get("gates/kernel", [n_in + H, 2 * H])
     gb = get("gates/bias", [2 * H])
@@ -492,7 +649,12 @@ def test_cudnn_canonical_names(tmp_path, capsys, kind, L, bidi, separate):
         prefix = _rewrite_checkpoint(run.prefix, str(tmp_path / "renamed"), rename)
         run.dvars = {rename[n]: g for n, g in run.dvars.items()}
     mods, log = _convert(prefix, tmp_path, capsys)
-    m = mods["cudnn"]
+    _check_cudnn(run, mods["cudnn"], kind, L, bidi, separate)
+    assert "bias_layout" in log
+
+
+def _check_cudnn(run, m, kind, L, bidi, separate):
+    """A converted CudnnLSTM / CudnnGRU against the run's outputs and gradients."""
     assert isinstance(m, modules.CudnnLSTM if kind == "lstm" else modules.CudnnGRU)
     assert m.num_layers == L and m.num_dirs == (2 if bidi else 1)
     x_t = torch.from_numpy(run.x).requires_grad_()
@@ -517,7 +679,34 @@ def test_cudnn_canonical_names(tmp_path, capsys, kind, L, bidi, separate):
         w, b = gw[k * nw : (k + 1) * nw], gb[k * nw : (k + 1) * nw]
         pairs[f"d {name}"] = (_canonical_grad(kind, leaf, w, b, separate), tf_grad)
     assert_close(pairs)
-    assert "bias_layout" in log
+
+
+def test_frozen_deepspeech_block_lstm(tmp_path, capsys):
+    """DeepSpeech's frozen graph: LSTMBlockFusedCell(forget_bias=0) named
+    `cudnn_compatible_lstm_cell` under `cudnn_lstm/rnn/multi_rnn_cell/cell_0`, i.e. the BlockLSTM
+    op reading Const weights: a canonical cuDNN LSTM, which the graph's op confirms; the same op
+    with forget_bias 1 under those names is refused by name."""
+    run = _TF1Run(
+        tmp_path / "m",
+        None,
+        driver=_cudnn_graph("lstm", 1, False, False, outer="cudnn_lstm"),
+        lengths=False,
+        seed=22,
+        frozen="pb",
+    )
+    mods, log = _convert(run.frozen, tmp_path, capsys)
+    assert "the frozen graph runs BlockLSTM" in log
+    _check_cudnn(run, mods["cudnn_lstm"], "lstm", 1, False, False)
+    bad = _TF1Run(
+        tmp_path / "b",
+        None,
+        driver=_cudnn_graph("lstm", 1, False, False, outer="cudnn_lstm", forget_bias=1.0),
+        lengths=False,
+        seed=22,
+        frozen="pb",
+    )
+    err = _convert(bad.frozen, tmp_path, capsys, code=2)
+    assert "cudnn_lstm: graph = 'BlockLSTM at op" in err and "'forget_bias': 1.0" in err
 
 
 def _rewrite_checkpoint(prefix: str, new: str, rename: dict) -> str:

@@ -215,6 +215,7 @@ class _Describer:
             return d
         if self._unread_cell(d, scope, cell):
             return None
+        d.notes += self.graph.cell_notes(scope, cell)
         where = f"{self.graph.label}, {cell.where}"
         d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls in _FUSED_CLASS:
@@ -314,6 +315,7 @@ class _Describer:
             return d
         if self._unread_cell(d, scope, cell):
             return None
+        d.notes += self.graph.cell_notes(scope, cell)
         d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls == "GRUBlockCell":
             d.kind = "tf1.GRUBlockCell"
@@ -376,12 +378,45 @@ class _Describer:
         )
         d.set("input_mode", "linear_input", "the layer-0 kernel has input rows")
         d.set("activation", "tanh", f"cuDNN's {kind.upper()}")
+        if kind == "lstm" and self.graph is not None and not self._cudnn_lstm_graph(d, cells):
+            return None
         d.weights = {
             f"cell_{lay}_{dd}/{leaf}": n
             for (lay, dd), leaves in sorted(cells.items())
             for leaf, n in sorted(leaves.items())
         }
         return d
+
+    def _cudnn_lstm_graph(self, d: LayerDescription, cells) -> bool:
+        """The graph's op for each canonical LSTM cell, where the graph uses it, must compute
+        what a CudnnCompatibleLSTMCell does: forget bias 0, no clip, no peepholes (DeepSpeech's
+        LSTMBlockFusedCell(forget_bias=0) under these names does). False after a refusal."""
+        for leaves in cells.values():
+            scope = leaves["kernel"].rpartition("/")[0]
+            cell = self.graph.cell_at(scope, "lstm")
+            if cell is None:
+                continue
+            if self._unread_cell(d, scope, cell):
+                return False
+            clip = cell.attrs.get("cell_clip")
+            got = {
+                "forget_bias": float(cell.attrs.get("forget_bias", 0.0)),
+                "cell_clip": None if clip is None or clip <= 0 else clip,
+                "peepholes": bool(cell.attrs.get("use_peephole", False)),
+                "activation": cell.attrs.get("activation", "tanh"),
+            }
+            want = {"forget_bias": 0.0, "cell_clip": None, "peepholes": False}
+            if got != {**want, "activation": "tanh"}:
+                self.refuse(
+                    d.name,
+                    "graph",
+                    f"{cell.cls} at {cell.where}",
+                    f"the {self.graph.label} computes {scope} with {got}: not the canonical "
+                    "cuDNN LSTM (forget bias 0, no clip, no peepholes) its names promise",
+                )
+                return False
+            d.where = f"{d.where}; the {self.graph.label} runs {cell.cls} ({cell.where})"
+        return True
 
     # -- the whole checkpoint ----------------------------------------------------------------------
 

@@ -101,6 +101,7 @@ class GraphCell:
     attrs: dict = field(default_factory=dict)
     where: str = ""
     problem: str | None = None
+    anchor: str = ""  # the op that reads the kernel (a MatMul or the fused op)
 
 
 def _attr_value(buf: bytes):
@@ -272,7 +273,52 @@ class TF1Graph:
                     problem=f"the {len(cells)} uses of {var.name} disagree: "
                     f"{first.attrs} at {first.where}, {c.attrs} at {c.where}",
                 )
-        return next((c for c in cells if c.problem), first)
+        found = next((c for c in cells if c.problem), first)
+        found.anchor = matmuls[0].name
+        return found
+
+    def _outermost_name(self, key: str) -> str:
+        """A node's name in the main graph: its own, or that of the node (a While loop, a call)
+        running the function that holds it."""
+        for _ in range(16):
+            fn, sep, _ = key.rpartition("::")
+            if not sep:
+                return key
+            args = self.functions.get(fn, [])
+            caller = self.nodes[args[0]].attrs.get("caller") if args else None
+            if caller is None:
+                return key.rpartition("::")[2]
+            key = caller[0]
+        return key
+
+    def cell_notes(self, scope: str, cell: GraphCell) -> list[str]:
+        """What the graph does around the cell that a cell module leaves to its caller: a
+        DropoutWrapper's dropout, dynamic_rnn's sequence_length."""
+        notes = []
+        parent = scope.rpartition("/")[0]
+        dropout = sorted(
+            n.name.rpartition("::")[2]
+            for n in self.nodes.values()
+            if n.op in ("RandomUniform", "StatelessRandomUniformV2")
+            and parent
+            and any(f"{parent}{mid}/dropout" in n.name for mid in ("", "/while"))
+        )
+        if dropout:
+            notes.append(
+                f"not ported: a DropoutWrapper around the cell ({dropout[0].rsplit('/', 1)[0]}):"
+                " dropout is training-time noise; the module computes keep_prob = 1"
+            )
+        anchor = self._outermost_name(cell.anchor)
+        if "/while" in anchor:
+            rnn = anchor.split("/while")[0]
+            # dynamic_rnn names its sequence_length check `sequence_length` (TF >= 1.5) or
+            # `CheckSeqLen`
+            if {f"{rnn}/sequence_length", f"{rnn}/CheckSeqLen"} & self.nodes.keys():
+                notes.append(
+                    f"the graph's dynamic_rnn ({rnn}) takes sequence_length: past a row's "
+                    "length it keeps the state and outputs zeros; step the module so"
+                )
+        return notes
 
 
 def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
@@ -295,7 +341,7 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     attrs = {k: u.attrs[k] for k in ("forget_bias", "cell_clip", "use_peephole") if k in u.attrs}
     if u.op == "BlockLSTMV2":
         attrs["forget_bias"] = 0.0
-    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})")
+    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})", anchor=u.name)
 
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
