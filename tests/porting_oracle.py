@@ -87,7 +87,7 @@ def module_params(module: torch.nn.Module, prefix: str = "") -> dict[str, torch.
 _NO_TF = (
     "import sys\n"
     "for name in ('tensorflow', 'tf_keras', 'keras'):\n"
-    "    sys.modules[name] = None  # `import tensorflow` raises ImportError, as where it is absent\n"
+    "    sys.modules[name] = None  # `import tensorflow` raises ImportError, as if absent\n"
     "from torch_lstm_grad import cli\n"
     "sys.exit(cli.main(sys.argv[1:]))\n"
 )

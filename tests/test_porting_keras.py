@@ -15,6 +15,7 @@ from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 from torch_lstm_grad import cli, keras_layers, porting
+from torch_lstm_grad.porting.describe_keras import layer_and_rest
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, B, I = 6, 3, 4  # noqa: E741
@@ -65,20 +66,22 @@ def _run_ours(mods, names, x, mask):
 def _param_for(mods, path: str):
     """The module parameter holding Keras' weight `path` (`lstm/lstm_cell/kernel`,
     `bidirectional/forward_lstm/lstm_cell/kernel`)."""
-    parts = path.split("/")
-    module, leaf = mods[parts[0]], parts[-1]
+    layer, rest = layer_and_rest(path.rpartition("/")[0])
+    module, leaf = mods[layer], path.rpartition("/")[2]
     if isinstance(module, keras_layers.KerasBidirectional):
-        sub = "forward_layer" if parts[1].startswith("forward_") else "backward_layer"
+        sub = "forward_layer" if rest[0].startswith("forward_") else "backward_layer"
         module = getattr(module, sub)
     return getattr(module, leaf)
 
 
-def _compare(model, names, mods, seed, mask: bool):
+def _compare(model, names, mods, seed, mask: bool, last_only: bool = False):
+    """`last_only`: the model's output is the last layer's (a Sequential model)."""
     r = np.random.default_rng(seed)
     x = r.standard_normal((B, T, I)).astype(np.float32)
     inputs = [x, MASK] if mask else [x]
     want, rs, (dx,), dw = keras_run(model, inputs, seed)
     x_t, outs = _run_ours(mods, names, x, MASK if mask else None)
+    outs = outs[-1:] if last_only else outs
     assert len(outs) == len(want)
     params = {path: _param_for(mods, path) for path in dw}
     grads = torch.autograd.grad(torch_loss(outs, rs), [x_t, *params.values()])
@@ -135,6 +138,26 @@ def test_keras3_every_layer_kind(tmp_path, capsys, fmt, mask):
     assert set(mods) == set(names)
     assert "gate_activation      = 'sigmoid'  <- " in log
     _compare(model, names, mods, seed=2, mask=mask)
+
+
+def test_keras3_legacy_h5_sequential(tmp_path, capsys):
+    """Keras 3's legacy `.h5` of a Sequential model names the weights under the model
+    (`sequential_1/lstm_2/lstm_cell/kernel`): each belongs to the layer before its cell."""
+    keras = _keras()
+    model = keras.Sequential(
+        [
+            keras.Input((T, I)),
+            keras.layers.LSTM(5, recurrent_activation="hard_sigmoid", return_sequences=True),
+            keras.layers.GRU(3),
+        ]
+    )
+    randomize(model.trainable_weights, 8)
+    model.save(tmp_path / "m.h5")
+    mods, log = _convert(tmp_path / "m.h5", tmp_path, capsys)
+    names = [layer.name for layer in model.layers]
+    assert f"{model.name}/{names[0]}/lstm_cell/kernel" in log and sorted(mods) == sorted(names)
+    assert "gate_activation      = 'hard_sigmoid_keras3'" in log
+    _compare(model, names, mods, seed=9, mask=False, last_only=True)
 
 
 def test_keras3_weights_only_uses_keras3_defaults(tmp_path, capsys):
@@ -220,11 +243,11 @@ def test_keras3_tf2_checkpoint_after_fit_with_optimizer(tmp_path, capsys):
         assert any("momentum" in why for why in src.ignored.values())
     mods, log = _convert(prefix, tmp_path, capsys, "--config", str(config))
     assert "stored as optimizer/_trainable_variables/" in log and "optimizer state" in log
-    _compare(model, names, mods, seed=9, mask=False)
+    _compare(model, names, mods, seed=9, mask=False, last_only=True)
     model.save(tmp_path / "fitted.keras")  # the archive keeps the optimizer's variables too
     mods, log = _convert(tmp_path / "fitted.keras", tmp_path, capsys)
     assert "adam" not in log
-    _compare(model, names, mods, seed=9, mask=False)
+    _compare(model, names, mods, seed=9, mask=False, last_only=True)
     del keras
 
 

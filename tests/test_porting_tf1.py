@@ -149,7 +149,8 @@ def _step_cells(cells, x_t, lengths, initial=None):
     states, flat = [], list(initial) if initial is not None else None
     for cell in cells:
         lstm = isinstance(cell, modules.LSTMBlockCell)
-        widths = [cell.num_units] + ([getattr(cell, "num_proj", None) or cell.num_units] if lstm else [])
+        h_width = getattr(cell, "num_proj", None) or cell.num_units
+        widths = [cell.num_units, h_width] if lstm else [cell.num_units]
         if flat is None:
             states.append(tuple(x_t.new_zeros(B, w) for w in widths))
         else:
@@ -351,7 +352,8 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     outs, state = _step_cells(cells, x_t, run.lengths)
     params = {}
     for scope, cell in zip(scopes, cells, strict=True):
-        params |= {n: getattr(cell, _GRU_PARAMS[n[len(scope) + 1 :]]) for n in run.dvars if n.startswith(scope + "/")}
+        mine = [n for n in run.dvars if n.startswith(scope + "/")]
+        params |= {n: getattr(cell, _GRU_PARAMS[n[len(scope) + 1 :]]) for n in mine}
     run.compare(outs, state, x_t, params)
 
 

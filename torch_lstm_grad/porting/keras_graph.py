@@ -127,7 +127,12 @@ class _Body:
     def activation(self, ref, what: str) -> tuple[str, tuple[str, int]]:
         """`(name, output)` of the activation applied to `ref`: the function's ops are
         followed and marked; "linear" (no op) leaves `ref` as the output."""
-        users = self.users(ref)
+        # A mask's select and the loop's output write read the value too: not the function.
+        users = [
+            u
+            for u in self.users(ref)
+            if u.op not in ("SelectV2", "Select", "TensorListSetItem", "Identity")
+        ]
         if len(users) != 1:
             return "linear", ref
         u = users[0]
@@ -449,33 +454,65 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
             "not the batch-major input transposed"
         )
     out["time_major"] = (False, f"{src.name} transposes the batch-major input")
-    # the output: written at step t (every step) or at 0 (the last one only)
-    writes = [u for u in b.users(cell["h_new"]) if u.op == "TensorListSetItem"]
+    # the output: written at step t (every step) or at 0 (the last one only); with a mask,
+    # Keras writes select(mask_t, h', previous output or zeros)
+    writes = [n for k, n in g.nodes.items() if _fn(k) == b.fn and n.op == "TensorListSetItem"]
     if len(writes) != 1:
-        raise _Unreadable(f"the new h is written to {len(writes)} output lists, not one")
+        raise _Unreadable(f"the loop body writes {len(writes)} output lists, not one")
     w = writes[0]
-    b.seen.add(w.name)
     where = b.local(w.inputs[1])
     if where == t_arg:
-        out["return_sequences"] = (True, f"{w.name} writes the output of every step")
+        out["return_sequences"] = (True, f"{_short(w.name)} writes the output of every step")
     elif b.const(w.inputs[1]) == 0.0:
-        out["return_sequences"] = (False, f"{w.name} keeps the last step's output only")
+        out["return_sequences"] = (False, f"{_short(w.name)} keeps the last step's output only")
     else:
-        raise _Unreadable(f"{w.name} writes the output at {w.inputs[1][0]}, neither t nor 0")
-    # the final states: the loop's outputs at the states' positions, read after it or returned
+        raise _Unreadable(f"{_short(w.name)} writes the output at {w.inputs[1][0]}, not t or 0")
+    returns = g.function_returns.get(b.fn, [])
+    written = b.local(w.inputs[2])
+    masks = []  # the mask reads (Tile / TensorListGetItem) of each select
+    if written == cell["h_new"]:
+        out["zero_output_for_mask"] = (False, "the loop takes no mask")
+    else:
+        other, mask_ref = _select(b, written, cell["h_new"], "the written output")
+        masks.append(mask_ref)
+        k = _index(b, loop, other)
+        if k is not None and k < len(returns) and b.local(returns[k]) == written:
+            out["zero_output_for_mask"] = (False, "a masked step repeats the previous output")
+        elif k is not None and b.local(returns[k]) == other:  # a loop constant
+            init = g.nodes.get(g.resolve(loop.inputs[k])[0])
+            if init is None or init.op not in ("ZerosLike", "Fill", "Const"):
+                raise _Unreadable(f"a masked step outputs {getattr(init, 'name', '?')}, not zeros")
+            out["zero_output_for_mask"] = (True, "a masked step outputs zeros")
+        else:
+            raise _Unreadable(
+                f"a masked step outputs {other[0]}: neither zeros nor the last output"
+            )
+    # the states: each carried as the new value, or with a mask select(mask_t, new, previous)
     used = []
-    for ref in cell["states_new"]:
-        returns = g.function_returns.get(b.fn, [])
-        returned = [i for i, r in enumerate(returns) if b.local(r) == b.local(ref)]
-        for i in returned:
-            if g.users(loop.name, i) or (loop.name, i) in g.returns:
-                used.append(i)
+    for prev, new in zip(cell["states_prev"], cell["states_new"], strict=True):
+        k = _index(b, loop, prev)
+        if k is None or k >= len(returns):
+            raise _Unreadable(f"the state {prev[0]} is not a loop variable")
+        carried = b.local(returns[k])
+        if carried != new:
+            if not masks:
+                raise _Unreadable(f"the loop carries {carried[0]} as a state, not {new[0]}")
+            other, mask_ref = _select(b, carried, new, "a state")
+            if other != prev:
+                raise _Unreadable(f"a masked step keeps {other[0]}, not the state {prev[0]}")
+            masks.append(mask_ref)
+        elif masks:
+            raise _Unreadable(f"the output is masked but the state {new[0]} is not")
+        if g.users(loop.name, k) or (loop.name, k) in g.returns:
+            used.append(k)
     out["return_state"] = (
         bool(used),
         f"the loop's final states (outputs {used}) are read after it"
         if used
         else "the loop's final states are not read after it",
     )
+    if masks:
+        out["mask_from"] = _mask_source(g, b, loop, masks, t_arg)
     # the initial state: zeros (Fill / zeros) or given by the model
     k = _index(b, loop, cell["h_prev"])
     init = g.nodes.get(g.resolve(loop.inputs[k])[0]) if k is not None else None
@@ -483,8 +520,51 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
         raise _Unreadable(
             f"the initial state comes from a variable ({init.name}): a stateful layer"
         )
-    out["initial_state"] = init.op in ("Fill", "ZerosLike", "Zeros", "Const") if init else True
     return out
+
+
+def _short(key: str) -> str:
+    return key.rpartition("::")[2]
+
+
+def _select(b: _Body, sel_ref, new, what: str):
+    """`(the other value, the mask read)` of `select(mask_t, new, other)` at `sel_ref`."""
+    sel = b.node(sel_ref)
+    if sel.op not in ("SelectV2", "Select") or b.local(sel.inputs[1]) != new:
+        raise _Unreadable(f"{what} is {_short(sel.name)} ({sel.op}), not select(mask, new, old)")
+    b.seen.add(sel.name)
+    cond = b.node(sel.inputs[0])
+    if cond.op == "Tile":
+        b.seen.add(cond.name)
+        cond = b.node(cond.inputs[0])
+    if cond.op != "TensorListGetItem":
+        raise _Unreadable(
+            f"{_short(sel.name)} selects by {_short(cond.name)} ({cond.op}), not a mask"
+        )
+    return b.local(sel.inputs[2]), (cond.name, 0)
+
+
+def _mask_source(g: TF1Graph, b: _Body, loop: _Node, masks, t_arg) -> str:
+    """Where the mask the loop reads at step t comes from (one list for every select): the
+    function's input or the op computing it (a Masking layer's `NotEqual`/`Any`)."""
+    lists = {b.local(b.node(m).inputs[0]) for m in masks}
+    steps = {b.local(b.node(m).inputs[1]) for m in masks}
+    if len(lists) != 1 or steps != {t_arg}:
+        raise _Unreadable("the selects read different masks, or not the mask of step t")
+    k = _index(b, loop, lists.pop())
+    made = g.nodes.get(g.resolve(loop.inputs[k])[0]) if k is not None else None
+    if made is None or made.op != "TensorListFromTensor":
+        raise _Unreadable("the mask is not a loop list of the time-major mask")
+    outer = _Body(g, _fn(loop.name), {})  # the function running the loop
+    src = outer.node(made.inputs[0])
+    for op in ("ReverseV2", "Transpose", "ExpandDims", "Cast"):
+        if src.op == op:
+            src = outer.node(src.inputs[0])
+    return (
+        f"the signature's input {_short(src.name)}"
+        if src.op in ("_Arg", "Placeholder")
+        else (f"{_short(src.name)} ({src.op})")
+    )
 
 
 def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops):
@@ -517,7 +597,16 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         b.seen.add(mh.name)
         matcher = {"LSTM": _lstm, "GRU": _gru, "SimpleRNN": _simple_rnn}[cls]
         cell = matcher(b, mh, "bias" in weights)
-        around = _around(g, b, loops[fn], cell)
+        try:
+            around = _around(g, b, loops[fn], cell)
+        except _Unreadable as err:
+            extra = b.unexplained()
+            if extra:  # the cell computes more than the matcher read: that is the reason
+                raise _Unreadable(
+                    f"the loop body {fn} computes ops that are not a Keras {cell['class']} "
+                    "cell's: " + ", ".join(extra[:8]) + (" ..." if len(extra) > 8 else "")
+                ) from err
+            raise
         extra = b.unexplained()
         if extra:
             raise _Unreadable(
@@ -541,6 +630,7 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         "return_state": around["return_state"][0],
         "time_major": around["time_major"][0],
         "stateful": False,
+        "zero_output_for_mask": around["zero_output_for_mask"][0],
     }
     origins = {
         "activation": f"{where}: the candidate's function",
@@ -549,6 +639,7 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         "return_state": f"{where}: {around['return_state'][1]}",
         "time_major": f"{where}: {around['time_major'][1]}",
         "stateful": f"{where}: the initial state is not a variable",
+        "zero_output_for_mask": f"{where}: {around['zero_output_for_mask'][1]}",
     }
     if "recurrent_activation" in cell:
         config["recurrent_activation"] = cell["recurrent_activation"]
@@ -557,7 +648,7 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         config["reset_after"] = cell["reset_after"]
         origins["reset_after"] = f"{where}: the reset gate multiplies h·R's block"
     config["_class"] = cell["class"]
-    config["_initial_state"] = around["initial_state"]
+    config["_mask_from"] = around.get("mask_from")
     return config, origins
 
 
@@ -605,6 +696,6 @@ def keras_layers_from_graph(g: TF1Graph, variables: dict) -> dict[str, KerasLaye
             )
             continue
         cls = config.pop("_class")
-        config.pop("_initial_state")
-        out[layer] = KerasLayer(layer, cls, config, origins=origins)
+        mask_from = config.pop("_mask_from")
+        out[layer] = KerasLayer(layer, cls, config, mask_from=mask_from, origins=origins)
     return out

@@ -1,0 +1,114 @@
+"""Ports of SavedModel directories, checked against Keras / TF themselves: Keras 3's `export()`
+and `tf.saved_model.save` (no Keras config stored: each layer read back from the loop that
+computes it), tf_keras 2.21's `save_format="tf"` (its keras_metadata.pb: a committed fixture,
+tests/data/keras2), each converted with TensorFlow and without (the same modules); what the
+saved functions compute that the converter does not read is refused by name."""
+
+import os
+
+import pytest
+from porting_oracle import convert_without_tf, randomize, same_modules
+from test_porting_keras import I, T, _chain_model, _compare, _convert, _keras
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import porting
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+K2 = os.path.join(os.path.dirname(__file__), "data", "keras2")
+
+
+def _save(model, path, how: str) -> str:
+    tf = tf_module()
+    if how == "export":
+        model.export(str(path), verbose=False)
+    else:
+        tf.saved_model.save(model, str(path))
+    return str(path)
+
+
+def _issue_model(keras):
+    """The model of issue 28: LSTM(hard_sigmoid, return_sequences) -> GRU, Sequential."""
+    model = keras.Sequential(
+        [
+            keras.Input((T, I)),
+            keras.layers.LSTM(5, recurrent_activation="hard_sigmoid", return_sequences=True),
+            keras.layers.GRU(3),
+        ]
+    )
+    randomize(model.trainable_weights, 11)
+    return model
+
+
+@pytest.mark.parametrize("how", ["export", "tf.saved_model.save"])
+def test_keras3_saved_model(tmp_path, capsys, how):
+    """Keras 3's SavedModels store no config: the loops give Keras 3's hard sigmoid, the
+    sequence and last-step outputs; exact against Keras' tape, with TF and without."""
+    keras = _keras()
+    model = _issue_model(keras)
+    src = _save(model, tmp_path / "sm", how)
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "TF2 SavedModel (tags serve; TF 2.21" in log and "signature serving_default" in log
+    assert "layers read from its saved functions" in log
+    assert "gate_activation      = 'hard_sigmoid_keras3'  <- the SavedModel's loop" in log
+    assert "return_sequences     = True  <- the SavedModel's loop" in log
+    names = [layer.name for layer in model.layers]
+    _compare(model, names, mods, seed=12, mask=False, last_only=True)
+    log = convert_without_tf(src, tmp_path / "no_tf.pt")
+    assert "layers read from its saved functions" in log
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
+
+
+def _graph_readable_kinds(keras):
+    return [
+        keras.layers.LSTM(5, return_sequences=True, go_backwards=True, name="lstm_back"),
+        keras.layers.GRU(4, return_sequences=True, activation="relu", name="gru_relu"),
+        keras.layers.SimpleRNN(
+            4, activation="relu", return_sequences=True, zero_output_for_mask=True, name="rnn"
+        ),
+        keras.layers.LSTM(3, return_state=True, use_bias=False, name="lstm_state"),
+    ]
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
+def test_keras3_export_every_readable_kind(tmp_path, capsys, mask):
+    """LSTM (go_backwards; no bias, return_state), GRU (relu), SimpleRNN (relu, zeros for
+    masked steps) in a functional model whose outputs are every layer's, states included, read
+    from the exported loops; with a mask input that skips steps anywhere, and without."""
+    model, names = _chain_model(_graph_readable_kinds, mask=mask, seed=13)
+    src = _save(model, tmp_path / "sm", "export")
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "go_backwards         = True  <- the SavedModel's loop" in log
+    assert "return_state         = True  <- the SavedModel's loop" in log
+    if mask:
+        assert "zero_output_for_mask = True  <- the SavedModel's loop" in log
+        assert "a masked step repeats the previous output" in log
+        assert "called with a mask (from \"the signature's input" in log
+    _compare(model, names, mods, seed=14, mask=mask)
+
+
+def _refused(keras, case):
+    x_in = keras.Input((T, I))
+    if case == "bidirectional":
+        y = keras.layers.Bidirectional(keras.layers.LSTM(3))(x_in)
+    elif case == "unroll":
+        y = keras.layers.LSTM(3, unroll=True)(x_in)
+    elif case == "reset_before":
+        y = keras.layers.GRU(3, reset_after=False)(x_in)
+    else:  # an activation the loop matcher does not know: gelu's ops
+        y = keras.layers.SimpleRNN(3, activation="gelu")(x_in)
+    model = keras.Model(x_in, y)
+    randomize(model.trainable_weights, 15)
+    return model
+
+
+@pytest.mark.parametrize("case", ["bidirectional", "unroll", "reset_before", "gelu"])
+def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
+    """What the loop matcher does not read is refused by name, nothing written: a Bidirectional,
+    an unrolled layer, a GRU with reset_after=False, an activation made of several ops (gelu)."""
+    model = _refused(_keras(), case)
+    src = _save(model, tmp_path / "sm", "export")
+    err = _convert(src, tmp_path, capsys, code=2)
+    assert "cannot reproduce exactly (nothing was written)" in err and "graph = " in err
+    assert not (tmp_path / "out.pt").exists()
+    print(err)
