@@ -11,7 +11,7 @@ import os
 import numpy as np
 import pytest
 import torch
-from porting_oracle import assert_close, loss_weights
+from porting_oracle import assert_close, convert_without_tf, loss_weights, same_modules
 from tf_oracle import available as _tf_available
 
 from torch_lstm_grad import cli, keras_layers, porting
@@ -30,7 +30,8 @@ def _convert(src, tmp_path, capsys, *extra, code=0):
 
 
 def _expected(prefix):
-    data = np.load(os.path.join(K2, "expected.npz"))
+    name = "expected_saved_model.npz" if prefix == "savedmodel" else "expected.npz"
+    data = np.load(os.path.join(K2, name))
     return {k[len(prefix) + 1 :]: data[k] for k in data.files if k.startswith(prefix + "/")}
 
 
@@ -42,7 +43,8 @@ def _param(mods, path):
     return getattr(module, parts[-1])
 
 
-def _compare_with_tf_keras(mods, prefix, names, mask: bool):
+def _compare_with_tf_keras(mods, prefix, names, mask: bool, last_only: bool = False):
+    """`last_only`: the model's output is the last layer's (a Sequential model)."""
     e = _expected(prefix)
     x = torch.from_numpy(e["x"]).requires_grad_()
     m = torch.from_numpy(e["mask"]) if mask else None
@@ -52,6 +54,7 @@ def _compare_with_tf_keras(mods, prefix, names, mask: bool):
         out = list(out) if isinstance(out, (list, tuple)) else [out]
         outs += out
         y = out[0]
+    outs = outs[-1:] if last_only else outs
     rs = [e[f"r{k}"] for k in range(len(outs))]
     assert f"out{len(outs)}" not in e
     grads_want = {k[2:]: v for k, v in e.items() if k.startswith("d/")}
@@ -104,6 +107,22 @@ def test_keras2_tf_checkpoint(tmp_path, capsys):
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
     mods, _ = _convert(src, tmp_path, capsys, "--config", os.path.join(K2, "model.json"))
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
+
+
+def test_keras2_saved_model(tmp_path, capsys):
+    """tf_keras' `model.save(dir, save_format="tf")` of issue 28's model (LSTM(hard_sigmoid,
+    return_sequences) -> GRU(reset_after=False)): the config and the Keras version from
+    keras_metadata.pb, the variables by their SavedVariable names; exact against tf_keras' own
+    numbers, converted with TensorFlow (where installed) and in a process that cannot import it."""
+    src = os.path.join(K2, "saved_model")
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "TF2 SavedModel (tags serve; TF 2.21.0; signature serving_default) with the " in log
+    assert "written by: Keras 2.21.0 (keras_metadata.pb)" in log
+    assert "gate_activation      = 'hard_sigmoid_keras2'  <- keras_metadata.pb" in log
+    assert "reset_after          = False  <- the bias shape" in log
+    _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
+    convert_without_tf(src, tmp_path / "no_tf.pt")
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
 
 
 def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):

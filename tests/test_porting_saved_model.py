@@ -1,13 +1,13 @@
-"""Ports of SavedModel directories, checked against Keras / TF themselves: Keras 3's `export()`
-and `tf.saved_model.save` (no Keras config stored: each layer read back from the loop that
-computes it), tf_keras 2.21's `save_format="tf"` (its keras_metadata.pb: a committed fixture,
-tests/data/keras2), each converted with TensorFlow and without (the same modules); what the
-saved functions compute that the converter does not read is refused by name."""
+"""Ports of Keras 3's SavedModel directories, checked against Keras itself: `export()` and
+`tf.saved_model.save` store no Keras config, so each layer is read back from the loop that
+computes it; converted with TensorFlow and without (the same modules); what the saved functions
+compute that the converter does not read is refused by name. (tf_keras' SavedModels:
+test_porting_keras2.py; TF1's: test_porting_tf1.py.)"""
 
-import os
-
+import numpy as np
 import pytest
-from porting_oracle import convert_without_tf, randomize, same_modules
+import torch
+from porting_oracle import assert_close, convert_without_tf, randomize, same_modules
 from test_porting_keras import I, T, _chain_model, _compare, _convert, _keras
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
@@ -15,7 +15,6 @@ from tf_oracle import tf_module
 from torch_lstm_grad import porting
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
-K2 = os.path.join(os.path.dirname(__file__), "data", "keras2")
 
 
 def _save(model, path, how: str) -> str:
@@ -112,3 +111,30 @@ def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
     assert "cannot reproduce exactly (nothing was written)" in err and "graph = " in err
     assert not (tmp_path / "out.pt").exists()
     print(err)
+
+
+def test_keras3_export_signatures(tmp_path, capsys):
+    """Several signatures: serving_default by default; --signature NAME reads the functions of
+    that one (a layer it does not run is left out, said so); an unknown name is exit 2 listing
+    the signatures."""
+    keras = _keras()
+    tf = tf_module()
+    model = _issue_model(keras)
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    spec = [tf.TensorSpec([None, T, I], tf.float32)]
+    archive.add_endpoint("serve", model.call, input_signature=spec)
+    archive.add_endpoint("encode", model.layers[0].call, input_signature=spec)
+    archive.write_out(str(tmp_path / "sm"), verbose=False)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys)
+    assert sorted(mods) == sorted(layer.name for layer in model.layers)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--signature", "encode")
+    lstm, gru = (layer.name for layer in model.layers)
+    assert list(mods) == [lstm] and "is not run by signature encode" in log
+    x = np.random.default_rng(16).standard_normal((2, T, I)).astype(np.float32)
+    with torch.no_grad():
+        got = mods[lstm](torch.from_numpy(x))
+    assert_close({"encode": (got, model.layers[0](x).numpy())})
+    err = _convert(tmp_path / "sm", tmp_path, capsys, "--signature", "nope", code=2)
+    assert "--signature nope: " in err and "(it has: encode, serve, serving_default)" in err
+    assert err.count("\n") == 1

@@ -51,6 +51,7 @@ class _TF1Run:
         meta=True,
         adam=False,
         frozen=None,
+        saved_model=False,
     ):
         tf = tf_module()
         r = np.random.default_rng(seed + 100)
@@ -99,6 +100,12 @@ class _TF1Run:
                     )
                     if frozen:
                         self._freeze(tf, sess, g, fetch, xs, path, frozen)
+                    if saved_model:  # TF1's SavedModelBuilder, through simple_save
+                        self.saved_model = f"{path}_saved_model"
+                        outputs = {f"out{k}": t for k, t in enumerate(fetch)}
+                        tf.compat.v1.saved_model.simple_save(
+                            sess, self.saved_model, {"x": xs}, outputs
+                        )
         finally:
             if v1_loops:
                 tf.compat.v1.enable_control_flow_v2()
@@ -300,6 +307,28 @@ def test_gru_cell_relu(tmp_path, capsys):
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_gru(cell, x_t, run.lengths)
     run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
+
+
+def test_tf1_saved_model(tmp_path, capsys):
+    """A TF1 SavedModel (SavedModelBuilder via simple_save): the variables keep their TF1 names
+    (no object graph), the cells are read from the meta graph in saved_model.pb; exact, and the
+    same modules from a process that cannot import TensorFlow."""
+    rci = _rci()
+    run = _TF1Run(
+        tmp_path / "m",
+        lambda: rci.LSTMCell(3, forget_bias=0.5, use_peepholes=True),
+        seed=25,
+        saved_model=True,
+    )
+    mods, log = _convert(run.saved_model, tmp_path, capsys)
+    assert "TF1 SavedModel (tags serve; TF 2.21" in log
+    assert "forget_bias     = 0.5  <- SavedModel's meta graph" in log
+    cell = mods["rnn.lstm_cell"]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+    convert_without_tf(run.saved_model, tmp_path / "no_tf.pt")
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
 
 
 @pytest.mark.parametrize("form", ["pb", "pbtxt"])

@@ -122,6 +122,7 @@ def _convert(args: argparse.Namespace) -> int:
             assume_defaults=args.assume_defaults,
             approximate=args.approximate,
             forget_bias=args.forget_bias,
+            signature=args.signature,
         )
     except (ValueError, NotImplementedError, OSError) as err:
         print(f"torch-lstm-grad convert: {err}", file=sys.stderr)
@@ -166,16 +167,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     convert = sub.add_parser(
         "convert",
-        help="TF checkpoint or Keras file to PyTorch, exactly or not at all",
-        description="Reads a Keras .keras/.weights.h5/.h5 file or a TF1/TF2 checkpoint prefix, "
+        help="TF/Keras file to PyTorch, exactly or not at all",
+        description="Reads a Keras .keras/.weights.h5/.h5 file, a TF1/TF2 checkpoint prefix, a "
+        "SavedModel directory or a frozen GraphDef (.pb/.pbtxt), prints the format it found, "
         "describes each recurrent layer from what the file stores (Keras config, keras_version, "
-        "TF2 object graph, TF1 meta graph), prints every attribute with its origin, and writes "
+        "TF2 object graph, TF1 meta graph, the saved functions' ops, the frozen graph's ops), "
+        "prints every attribute with its origin, and writes "
         "modules that compute exactly what TF/Keras computed to OUT.pt (torch_lstm_grad.load "
         "reads it). What the modules cannot reproduce exactly, or what the file does not store "
         "and you did not state, stops the conversion with exit code 2 and a message naming the "
         "layer, the attribute and the value.",
     )
-    convert.add_argument("src", help="TF checkpoint prefix, .weights.h5, .h5 or .keras file")
+    convert.add_argument(
+        "src",
+        help="a SavedModel directory, a frozen GraphDef (.pb, .pbtxt), a TF checkpoint prefix, "
+        "or a .keras, .h5 or .weights.h5 file",
+    )
     convert.add_argument("-o", "--output", help="the .pt file to write (required)")
     convert.add_argument(
         "--set",
@@ -217,6 +224,12 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="shorthand for --set forget_bias=F (TF1 LSTM cells: not stored in checkpoints)",
+    )
+    convert.add_argument(
+        "--signature",
+        metavar="NAME",
+        help="a SavedModel's signature whose functions describe the layers (default: "
+        "serving_default, or the only one)",
     )
     convert.set_defaults(func=_convert)
 

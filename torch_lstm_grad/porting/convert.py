@@ -116,6 +116,7 @@ def convert(
     approximate: bool = False,
     forget_bias: float | None = None,
     reader: str | None = None,
+    signature: str | None = None,
     log=print,
     warn=_stderr,
 ) -> dict:
@@ -124,11 +125,13 @@ def convert(
     what the file does not store (`--set`); `keras_version`: the Keras that wrote a file that
     does not say; `config`: a Keras model config for a weights-only file; `assume_defaults`:
     take the class defaults for whatever a TF1 checkpoint without its meta graph does not store;
-    `forget_bias`: shorthand for `sets=["forget_bias=..."]`. Raises `Refused` (a ValueError)
+    `forget_bias`: shorthand for `sets=["forget_bias=..."]`; `signature`: a SavedModel's
+    signature whose functions describe the layers (default serving_default). Raises
+    `Refused` (a ValueError)
     listing every attribute it cannot reproduce, and writes nothing then. Returns the saved
     dict."""
     statements = Statements.from_args(sets, keras_version, assume_defaults, forget_bias)
-    source = read_source(src, reader, config)
+    source = read_source(src, reader, config, signature)
     log(f"read {source.path}: {source.format}")
     log(f"written by: {source.writer.describe()}")
     log(f"found {len(source.variables)} weight variables:")

@@ -52,6 +52,10 @@ class _Unreadable(Exception):
     pass
 
 
+class _NotRun(Exception):
+    """The layer's variables are read by no function the chosen signature runs."""
+
+
 def _fn(key: str) -> str:
     return key.partition("::")[0] if "::" in key else ""
 
@@ -578,6 +582,8 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
             if reachable is not None and _fn(u.name) not in reachable:
                 continue
             uses.append(u)
+    if not uses and reachable is not None:
+        raise _NotRun()
     in_loops = [u for u in uses if _fn(u.name) in loops]
     if not in_loops:
         where = sorted({f"{u.name} ({u.op})" for u in uses})[:4]
@@ -655,9 +661,11 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
 _GATES_BY_SHAPE = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
 
 
-def keras_layers_from_graph(g: TF1Graph, variables: dict) -> dict[str, KerasLayer]:
-    """A KerasLayer per recurrent layer whose variables `variables` holds, its config read from
-    the saved loop that computes it; a layer that cannot be read carries `problem`."""
+def keras_layers_from_graph(g: TF1Graph, variables: dict):
+    """`(layers, not_run)`: a KerasLayer per recurrent layer whose variables `variables` holds,
+    its config read from the saved loop that computes it (a layer that cannot be read carries
+    `problem`); and the layers the chosen signature does not run, with their variables."""
+    not_run: dict[str, list[str]] = {}
     reachable = _reachable_functions(g)
     loops = _loops(g)
     if reachable is not None:
@@ -686,6 +694,9 @@ def keras_layers_from_graph(g: TF1Graph, variables: dict) -> dict[str, KerasLaye
             continue
         try:
             config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, reachable, loops)
+        except _NotRun:
+            not_run[layer] = list(weights.values())
+            continue
         except _Unreadable as err:
             out[layer] = KerasLayer(
                 layer,
@@ -698,4 +709,4 @@ def keras_layers_from_graph(g: TF1Graph, variables: dict) -> dict[str, KerasLaye
         cls = config.pop("_class")
         mask_from = config.pop("_mask_from")
         out[layer] = KerasLayer(layer, cls, config, mask_from=mask_from, origins=origins)
-    return out
+    return out, not_run

@@ -345,7 +345,11 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
             if tf_keras
             else "Keras variable names without tf.keras' layer objects (Keras 3)",
         )
-        source.layers = keras_layers_from_graph(graph, variables)
+        source.layers, not_run = keras_layers_from_graph(graph, variables)
+        for layer, names in not_run.items():
+            for name in names:
+                del variables[name]
+                source.ignored[name] = f"layer {layer} is not run by signature {chosen}"
         source.config_origin = "the SavedModel's saved functions"
         source.format += ", layers read from its saved functions (no Keras config stored)"
     return source

@@ -19,6 +19,11 @@ Files (all small; weights randomised, biases included):
 * expected.npz: inputs, tf_keras' outputs and gradients (loss Σ out_k · R_k) for model.h5's
   model, hard.h5's and the CuDNN model's twin, keyed `<model>/...` (the CuDNN twin's weight
   gradients are with respect to the converted weights).
+
+`python tests/data/keras2/make_fixtures.py saved_model` writes only:
+* saved_model/: `model.save(dir, save_format="tf")` (a SavedModel with keras_metadata.pb) of
+  issue 28's model, Sequential LSTM(hard_sigmoid, return_sequences) -> GRU(reset_after=False);
+* expected_saved_model.npz: what tf_keras computes on it, keyed `savedmodel/...`.
 """
 
 import os
@@ -107,5 +112,24 @@ def main():
     print("wrote", sorted(os.listdir(HERE)), "with tf_keras", keras.__version__)
 
 
+def saved_model():
+    model = keras.Sequential([
+        keras.Input((T, I)),
+        keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True,
+                          name="lstm"),
+        keras.layers.GRU(3, reset_after=False, name="gru"),
+    ])
+    r = np.random.default_rng(21)
+    for w in model.trainable_weights:
+        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
+    model.save(os.path.join(HERE, "saved_model"), save_format="tf")
+    out = {}
+    run(model, "savedmodel", False, out)
+    np.savez_compressed(os.path.join(HERE, "expected_saved_model.npz"), **out)
+    print("wrote saved_model/ with tf_keras", keras.__version__)
+
+
 if __name__ == "__main__":
-    main()
+    import sys
+
+    saved_model() if sys.argv[1:] == ["saved_model"] else main()
