@@ -125,6 +125,32 @@ def test_keras2_saved_model(tmp_path, capsys):
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
 
 
+def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
+    """tf.keras before TF 2.5 kept each object's metadata JSON in the object graph
+    (`user_object.metadata`) and wrote no keras_metadata.pb: the fixture rewritten so by TF's
+    own protobuf classes ports the same modules."""
+    pytest.importorskip("tensorflow")
+    import shutil
+
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    from torch_lstm_grad.porting import proto
+
+    src = tmp_path / "old"
+    shutil.copytree(os.path.join(K2, "saved_model"), src)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((src / "saved_model.pb").read_bytes())
+    nodes = sm.meta_graphs[0].object_graph_def.nodes
+    for entry in proto.fields((src / "keras_metadata.pb").read_bytes())[1]:
+        f = proto.fields(entry)  # SavedObject {node_id = 2, metadata = 5}
+        nodes[proto.last(f, 2)].user_object.metadata = proto.last(f, 5).decode()
+    (src / "saved_model.pb").write_bytes(sm.SerializeToString())
+    (src / "keras_metadata.pb").unlink()
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "with the Keras model config (the object graph's user_object.metadata)" in log
+    same_modules(mods, _convert(os.path.join(K2, "saved_model"), tmp_path, capsys)[0])
+
+
 def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):
     """A Keras 2 config's "hard_sigmoid" is Keras 2's clip(0.2x + 0.5, 0, 1), not Keras 3's
     relu6(x + 3) / 6: described so, and exact against tf_keras' own run."""

@@ -220,9 +220,9 @@ def test_tensorbundle_reader_slices_and_errors(tmp_path):
     with pytest.raises(NotImplementedError, match="snappy"):
         TensorBundleReader(tmp_path / "s")
     (tmp_path / "bad.index").write_bytes(index[:-1] + b"\x00")
-    with pytest.raises(ValueError, match="not a Keras file.*bad magic"):
+    with pytest.raises(ValueError, match="a Keras file.*bad magic"):
         porting.read_variables(tmp_path / "bad", reader="tensorbundle")
-    with pytest.raises(ValueError, match="not a Keras file.*no such file"):
+    with pytest.raises(ValueError, match="a Keras file.*no such file"):
         porting.read_variables(tmp_path / "nothing", reader="tensorbundle")
 
 

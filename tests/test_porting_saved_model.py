@@ -138,3 +138,44 @@ def test_keras3_export_signatures(tmp_path, capsys):
     err = _convert(tmp_path / "sm", tmp_path, capsys, "--signature", "nope", code=2)
     assert "--signature nope: " in err and "(it has: encode, serve, serving_default)" in err
     assert err.count("\n") == 1
+
+
+def test_keras3_export_traced_with_cudnn_is_refused(tmp_path, capsys, monkeypatch):
+    """Saved where a GPU was visible, Keras 3's LSTM runs cuDNN's CudnnRNNV3 op instead of a
+    loop (here: Keras told a GPU is there while it traces; nothing runs the op): refused,
+    naming the op and what to do."""
+    import importlib
+
+    rnn = importlib.import_module("keras.src.backend.tensorflow.rnn")
+
+    keras = _keras()
+    model = keras.Sequential([keras.Input((T, I)), keras.layers.LSTM(3)])
+    randomize(model.trainable_weights, 17)
+    monkeypatch.setattr(rnn, "_is_gpu_available", lambda: True)
+    src = _save(model, tmp_path / "sm", "export")
+    err = _convert(src, tmp_path, capsys, code=2)
+    assert "(CudnnRNNV3): the layer was saved where a GPU was visible" in err
+
+
+def test_unreadable_directories_and_files(tmp_path, capsys):
+    """A directory or file convert cannot read is exit 2 with one line naming it and why."""
+    keras = _keras()
+    good = _save(_issue_model(keras), tmp_path / "good", "export")
+    (tmp_path / "empty").mkdir()
+    cut = tmp_path / "cut"
+    cut.mkdir()
+    data = open(f"{good}/saved_model.pb", "rb").read()
+    (cut / "saved_model.pb").write_bytes(data[: len(data) // 3])
+    novars = tmp_path / "novars"
+    novars.mkdir()
+    (novars / "saved_model.pb").write_bytes(data)
+    (tmp_path / "g.pbtxt").write_text("node { name: 'a' op: 'Const' attr { key: 'v' value {")
+    cases = {
+        tmp_path / "empty": "not a SavedModel directory, a frozen GraphDef",
+        cut: "saved_model.pb: not a readable SavedModel (truncated",
+        novars: "no variables/variables.index",
+        tmp_path / "g.pbtxt": "g.pbtxt: not a GraphDef in text form (text format: missing '}')",
+    }
+    for src, why in cases.items():
+        err = _convert(src, tmp_path, capsys, code=2)
+        assert why in err and err.count("\n") == 1, err

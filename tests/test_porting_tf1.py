@@ -818,7 +818,8 @@ def test_incomplete_unknown_and_opaque(tmp_path, capsys):
     assert "an opaque cuDNN buffer alone" in _convert(p, tmp_path, capsys, code=2)
     p = save("c", {"dense/weights": z((3, 3), np.float32)})
     assert "no recurrent layer" in _convert(p, tmp_path, capsys, code=2)
-    assert "not a Keras file" in _convert(tmp_path / "nothing", tmp_path, capsys, code=2)
+    err = _convert(tmp_path / "nothing", tmp_path, capsys, code=2)
+    assert "not a SavedModel directory, a frozen GraphDef" in err
     torch.save({"x": torch.zeros(1)}, tmp_path / "other.pt")
     with pytest.raises(ValueError, match="not a torch-lstm-grad convert file"):
         porting.load(tmp_path / "other.pt")

@@ -16,6 +16,7 @@ Subcommands:
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 __all__ = ["main"]
@@ -107,6 +108,9 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _convert(args: argparse.Namespace) -> int:
+    # TF's C++ log lines (a checkpoint reader's "Could not open ...") would come on top of the
+    # one-line message a file that cannot be read gets; the user's own setting wins.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     from . import porting
 
     if args.output is None:

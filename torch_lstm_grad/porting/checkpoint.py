@@ -30,6 +30,11 @@ _READERS = ("auto", "tensorflow", "tensorbundle")
 _KERAS3_OBJECTS = ("_operations", "_functional", "_tracked", "_layers")
 _TF_KERAS_OBJECTS = ("layer_with_weights-", "layer-")
 _TF1_COUNTERS = {"beta1_power", "beta2_power", "global_step"}
+# What convert tried before the checkpoint reader (convert.read_source).
+_NOT_READ = (
+    "not a SavedModel directory, a frozen GraphDef (.pb, .pbtxt), a Keras file (.keras, .h5) "
+    "nor a readable TF checkpoint prefix"
+)
 
 
 class _Reader:
@@ -45,8 +50,7 @@ class _Reader:
             except (tf.errors.OpError, ValueError) as err:
                 first = str(err).splitlines()[0] if str(err) else ""
                 raise ValueError(
-                    f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
-                    f"checkpoint prefix ({type(err).__name__}: {first})"
+                    f"{path}: {_NOT_READ} ({type(err).__name__}: {first})"
                 ) from err
             self.shapes = self.r.get_variable_to_shape_map()
         else:
@@ -56,9 +60,7 @@ class _Reader:
                 self.r = TensorBundleReader(path)
             except (OSError, ValueError) as err:
                 raise ValueError(
-                    f"{path}: not a Keras file (.keras, .h5) nor a readable TF "
-                    f"checkpoint prefix (TF-free reader: {type(err).__name__}: "
-                    f"{err})"
+                    f"{path}: {_NOT_READ} (TF-free reader: {type(err).__name__}: {err})"
                 ) from err
             self.shapes = self.r.get_variable_to_shape_map()
             self.dtypes = self.r.get_variable_to_dtype_map()

@@ -54,7 +54,10 @@ def _load(path: str) -> tuple[bytes, str]:
             text = data.decode()
         except UnicodeDecodeError as err:
             raise ValueError(f"{path}: a .pbtxt that is not UTF-8 text ({err})") from err
-        return textproto.to_wire(text, "GraphDef"), "text"
+        try:
+            return textproto.to_wire(text, "GraphDef"), "text"
+        except ValueError as err:
+            raise ValueError(f"{path}: not a GraphDef in text form ({err})") from err
     return data, "binary"
 
 

@@ -571,6 +571,26 @@ def _mask_source(g: TF1Graph, b: _Body, loop: _Node, masks, t_arg) -> str:
     )
 
 
+def _cudnn_ops(g: TF1Graph, uses: list[_Node]) -> list[str]:
+    """The cuDNN RNN ops the weights reach within a few ops (Keras' `_cudnn_lstm` packs them
+    with splits, transposes and a concat into the op's params)."""
+    found, frontier, seen = [], list(uses), set()
+    for _ in range(8):
+        nxt = []
+        for n in frontier:
+            if n.name in seen:
+                continue
+            seen.add(n.name)
+            if n.op.startswith("CudnnRNN"):
+                found.append(f"{_short(n.name)} ({n.op})")
+            else:
+                nxt += g.users(n.name, 0)
+                if n.op in ("Split", "SplitV", "Unpack"):
+                    nxt += [u for k in range(1, 8) for u in g.users(n.name, k)]
+        frontier = nxt
+    return sorted(set(found))
+
+
 def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops):
     """`(config, origins)` of the layer whose variables are `weights` (role -> name)."""
     variables = {role: set(g.aliases.get(name, [])) for role, name in weights.items()}
@@ -585,6 +605,13 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
     if not uses and reachable is not None:
         raise _NotRun()
     in_loops = [u for u in uses if _fn(u.name) in loops]
+    cudnn = _cudnn_ops(g, uses)
+    if cudnn:
+        raise _Unreadable(
+            f"it runs {cudnn[0]}: the layer was saved where a GPU was visible and Keras chose "
+            "cuDNN's kernel, whose saved form this converter does not read yet; save the model "
+            "on a machine without a GPU (CUDA_VISIBLE_DEVICES=), or convert its .keras/.h5 file"
+        )
     if not in_loops:
         where = sorted({f"{u.name} ({u.op})" for u in uses})[:4]
         raise _Unreadable(
