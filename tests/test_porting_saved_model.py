@@ -61,24 +61,35 @@ def test_keras3_saved_model(tmp_path, capsys, how):
 def _graph_readable_kinds(keras):
     return [
         keras.layers.LSTM(5, return_sequences=True, go_backwards=True, name="lstm_back"),
+        keras.layers.LSTM(4, return_sequences=True, return_state=True, use_bias=False),
         keras.layers.GRU(4, return_sequences=True, activation="relu", name="gru_relu"),
         keras.layers.SimpleRNN(
             4, activation="relu", return_sequences=True, zero_output_for_mask=True, name="rnn"
         ),
-        keras.layers.LSTM(3, return_state=True, use_bias=False, name="lstm_state"),
+        keras.layers.GRU(3, return_sequences=True, reset_after=False, name="gru_before"),
+        keras.layers.Bidirectional(
+            keras.layers.LSTM(3, return_sequences=True), merge_mode="ave", name="bi_ave"
+        ),
+        keras.layers.Bidirectional(
+            keras.layers.GRU(2, return_sequences=True), merge_mode="mul", name="bi_mul"
+        ),
+        keras.layers.Bidirectional(keras.layers.GRU(2, return_state=True), name="bi_concat"),
     ]
 
 
 @pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
 def test_keras3_export_every_readable_kind(tmp_path, capsys, mask):
-    """LSTM (go_backwards; no bias, return_state), GRU (relu), SimpleRNN (relu, zeros for
-    masked steps) in a functional model whose outputs are every layer's, states included, read
-    from the exported loops; with a mask input that skips steps anywhere, and without."""
+    """LSTM (go_backwards; no bias, return_state), GRU (relu; reset_after=False), SimpleRNN
+    (relu, zeros for masked steps), Bidirectional (ave, mul, concat with states) in a functional
+    model whose outputs are every layer's, states included, read from the exported loops and
+    the ops that merge them; with a mask input that skips steps anywhere, and without."""
     model, names = _chain_model(_graph_readable_kinds, mask=mask, seed=13)
     src = _save(model, tmp_path / "sm", "export")
     mods, log = _convert(src, tmp_path, capsys)
     assert "go_backwards         = True  <- the SavedModel's loop" in log
     assert "return_state         = True  <- the SavedModel's loop" in log
+    for mode in ("ave", "mul", "concat"):
+        assert f"merge_mode = '{mode}'  <- the SavedModel's graph" in log
     if mask:
         assert "zero_output_for_mask = True  <- the SavedModel's loop" in log
         assert "a masked step repeats the previous output" in log
@@ -88,12 +99,10 @@ def test_keras3_export_every_readable_kind(tmp_path, capsys, mask):
 
 def _refused(keras, case):
     x_in = keras.Input((T, I))
-    if case == "bidirectional":
-        y = keras.layers.Bidirectional(keras.layers.LSTM(3))(x_in)
-    elif case == "unroll":
+    if case == "unroll":
         y = keras.layers.LSTM(3, unroll=True)(x_in)
-    elif case == "reset_before":
-        y = keras.layers.GRU(3, reset_after=False)(x_in)
+    elif case == "tanh_gates":  # read, but no kernel computes tanh gates: the builder refuses
+        y = keras.layers.LSTM(3, recurrent_activation="tanh")(x_in)
     else:  # an activation the loop matcher does not know: gelu's ops
         y = keras.layers.SimpleRNN(3, activation="gelu")(x_in)
     model = keras.Model(x_in, y)
@@ -101,16 +110,22 @@ def _refused(keras, case):
     return model
 
 
-@pytest.mark.parametrize("case", ["bidirectional", "unroll", "reset_before", "gelu"])
+@pytest.mark.parametrize("case", ["unroll", "gelu", "tanh_gates"])
 def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
-    """What the loop matcher does not read is refused by name, nothing written: a Bidirectional,
-    an unrolled layer, a GRU with reset_after=False, an activation made of several ops (gelu)."""
+    """What the loop matcher does not read is refused by name, nothing written: an unrolled
+    layer, an activation made of several ops (gelu, naming them); a function it reads but no
+    kernel computes (tanh gates) is refused by the builder, as from a config."""
     model = _refused(_keras(), case)
     src = _save(model, tmp_path / "sm", "export")
     err = _convert(src, tmp_path, capsys, code=2)
-    assert "cannot reproduce exactly (nothing was written)" in err and "graph = " in err
+    assert "cannot reproduce exactly (nothing was written)" in err
     assert not (tmp_path / "out.pt").exists()
-    print(err)
+    want = {
+        "unroll": "no While loop of the signature's functions reads",
+        "gelu": "Gelu/Erfc (Erfc)",
+        "tanh_gates": "recurrent_activation = 'tanh'",
+    }
+    assert want[case] in err
 
 
 def test_keras3_export_signatures(tmp_path, capsys):

@@ -548,6 +548,7 @@ class _Describer:
             if cls is None:
                 return None
             sub_config = dict(sub.config) if sub else None
+            outer_origins, self.origins = self.origins, (sub.origins if sub else {})
             if (
                 sub_config is not None
                 and role == "backward"
@@ -563,6 +564,7 @@ class _Describer:
                 sub.name if sub else None,
                 go_backwards_by_structure=(role == "backward"),
             )
+            self.origins = outer_origins
             # Keras' Bidirectional forces zero_output_for_mask = return_sequences.
             if child.value("zero_output_for_mask", False) is not None:
                 child.set(

@@ -307,16 +307,7 @@ def _gru(b: _Body, mh: _Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
     inner = _bias_after(b, (mh.name, 0), has_bias, "h·R")
     r_z, r_r, r_h = _slices(b, inner, "h·R")
-    # the input side: x·K (+ b0), split in three
-    mx = None
-    for key, n in b.g.nodes.items():
-        if _fn(key) == b.fn and n.op == "MatMul" and b.is_var(n.inputs[1], "kernel"):
-            if mx is not None:
-                raise _Unreadable(f"two products with the kernel: {mx.name}, {n.name}")
-            mx = n
-    if mx is None:
-        raise _Unreadable("no product x·K in the loop body")
-    b.seen.add(mx.name)
+    mx = _x_product(b)  # the input side: x·K (+ b0), split in three
     x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
     z_add = _add_of(b, x_z, lambda r: b.local(r) == b.local(r_z), "x_z + r_z")
     r_add = _add_of(b, x_r, lambda r: b.local(r) == b.local(r_r), "x_r + r_r")
@@ -327,13 +318,7 @@ def _gru(b: _Body, mh: _Node, has_bias: bool):
     rh = _mul(b, r, lambda q: b.local(q) == b.local(r_h), "r·r_h")
     hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (rh.name, 0), "x_h + r·r_h")
     act, hh = b.activation((hh_pre.name, 0), "candidate")
-    zh = _mul(b, z, lambda q: b.local(q) == h_prev, "z·h")
-    one_minus = [u for u in b.users(z) if u.op == "Sub" and b.const(u.inputs[0]) == 1.0]
-    if len(one_minus) != 1:
-        raise _Unreadable(f"no 1 − z after {z[0]}")
-    b.seen.add(one_minus[0].name)
-    zhh = _mul(b, (one_minus[0].name, 0), lambda q: b.local(q) == b.local(hh), "(1 − z)·hh")
-    h_new = _add_of(b, (zh.name, 0), lambda q: b.local(q) == (zhh.name, 0), "z·h + (1 − z)·hh")
+    h_new = _gru_update(b, z, h_prev, hh)
     return {
         "class": "GRU",
         "activation": act,
@@ -341,10 +326,104 @@ def _gru(b: _Body, mh: _Node, has_bias: bool):
         "reset_after": True,
         "h_prev": h_prev,
         "states_prev": [h_prev],
-        "h_new": (h_new.name, 0),
-        "states_new": [(h_new.name, 0)],
+        "h_new": h_new,
+        "states_new": [h_new],
         "x_read": b.local(mx.inputs[0]),
     }
+
+
+def _column_blocks(b: _Body, slices: list[_Node], what: str) -> list[tuple[int, int | None, _Node]]:
+    """The live ones of column slices: `(start, end or None, node)` by start; a slice nothing
+    reads (Keras 3 computes an empty third block of h·R[:, :2U]) is left out."""
+    out = []
+    for s in slices:
+        if s.op != "StridedSlice":
+            raise _Unreadable(f"{what} is read by {_short(s.name)} ({s.op}), not a column slice")
+        begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
+        begin, end = (n.attrs.get("value") if n is not None else None for n in (begin, end))
+        if not all(isinstance(v, np.ndarray) and v.size == 2 for v in (begin, end)):
+            raise _Unreadable(f"{_short(s.name)}: a slice of {what} whose bounds are not constants")
+        if not b.users((s.name, 0)):
+            b.seen.add(s.name)
+            continue
+        open_end = bool(int(s.attrs.get("end_mask") or 0) & 2)
+        out.append((int(begin[-1]), None if open_end else int(end[-1]), s))
+    return sorted(out, key=lambda t: t[0])
+
+
+def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
+    """Keras' GRU(reset_after=False): `h·R[:, :2U]` sliced into r_z, r_r;
+    `hh = act(x_h + (r·h)·R[:, 2U:])`; the rest as reset_after=True."""
+    rk_slices = _column_blocks(b, uses, "the recurrent kernel")
+    bounds = [(lo, hi) for lo, hi, _ in rk_slices]
+    if len(bounds) != 2 or bounds[0][0] != 0 or bounds[1] != (bounds[0][1], None):
+        raise _Unreadable(
+            f"the recurrent kernel is sliced at {bounds}, not into R[:, :2U] and R[:, 2U:]"
+        )
+    (_, two_u, s1), (_, _, s2) = rk_slices
+    b.seen |= {s1.name, s2.name}
+    m1 = b.one((s1.name, 0), {"MatMul"}, "h·R[:, :2U]")
+    m2 = b.one((s2.name, 0), {"MatMul"}, "(r·h)·R[:, 2U:]")
+    if b.local(m1.inputs[1]) != (s1.name, 0) or b.local(m2.inputs[1]) != (s2.name, 0):
+        raise _Unreadable("the recurrent kernel's blocks are not the right-hand factors")
+    h_prev = b.local(m1.inputs[0])
+    blocks = _column_blocks(b, b.users((m1.name, 0)), "h·R[:, :2U]")
+    units = two_u // 2
+    if [(lo, hi) for lo, hi, _ in blocks] != [(0, units), (units, two_u)]:
+        raise _Unreadable(f"h·R[:, :2U] is sliced at {[(lo, hi) for lo, hi, _ in blocks]}")
+    b.seen |= {blocks[0][2].name, blocks[1][2].name}
+    r_z, r_r = (blocks[0][2].name, 0), (blocks[1][2].name, 0)
+    mx = _x_product(b)
+    x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
+    z_add = _add_of(b, x_z, lambda r: b.local(r) == r_z, "x_z + r_z")
+    r_add = _add_of(b, x_r, lambda r: b.local(r) == r_r, "x_r + r_r")
+    ra_z, z = b.activation((z_add.name, 0), "gate z")
+    ra_r, r = b.activation((r_add.name, 0), "gate r")
+    if ra_z != ra_r:
+        raise _Unreadable(f"the gates z and r apply different functions: {ra_z}, {ra_r}")
+    rh = _mul(b, r, lambda q: b.local(q) == h_prev, "r·h")
+    if b.local(m2.inputs[0]) != (rh.name, 0):
+        raise _Unreadable(f"{_short(m2.name)} does not multiply r·h")
+    hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (m2.name, 0), "x_h + (r·h)·R_h")
+    act, hh = b.activation((hh_pre.name, 0), "candidate")
+    h_new = _gru_update(b, z, h_prev, hh)
+    return {
+        "class": "GRU",
+        "activation": act,
+        "recurrent_activation": ra_z,
+        "reset_after": False,
+        "h_prev": h_prev,
+        "states_prev": [h_prev],
+        "h_new": h_new,
+        "states_new": [h_new],
+        "x_read": b.local(mx.inputs[0]),
+    }
+
+
+def _x_product(b: _Body) -> _Node:
+    """The body's one product x·K."""
+    mx = None
+    for key, n in b.g.nodes.items():
+        if _fn(key) == b.fn and n.op == "MatMul" and b.is_var(n.inputs[1], "kernel"):
+            if mx is not None:
+                raise _Unreadable(f"two products with the kernel: {mx.name}, {n.name}")
+            mx = n
+    if mx is None:
+        raise _Unreadable("no product x·K in the loop body")
+    b.seen.add(mx.name)
+    return mx
+
+
+def _gru_update(b: _Body, z, h_prev, hh) -> tuple[str, int]:
+    """`h' = z·h + (1 − z)·hh`."""
+    zh = _mul(b, z, lambda q: b.local(q) == h_prev, "z·h")
+    one_minus = [u for u in b.users(z) if u.op == "Sub" and b.const(u.inputs[0]) == 1.0]
+    if len(one_minus) != 1:
+        raise _Unreadable(f"no 1 − z after {z[0]}")
+    b.seen.add(one_minus[0].name)
+    zhh = _mul(b, (one_minus[0].name, 0), lambda q: b.local(q) == b.local(hh), "(1 − z)·hh")
+    h_new = _add_of(b, (zh.name, 0), lambda q: b.local(q) == (zhh.name, 0), "z·h + (1 − z)·hh")
+    return (h_new.name, 0)
 
 
 def _simple_rnn(b: _Body, mh: _Node, has_bias: bool):
@@ -448,22 +527,24 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
         value = axis.attrs.get("value") if axis is not None else None
         if not isinstance(value, np.ndarray) or value.reshape(-1).tolist() != [0]:
             raise _Unreadable(f"{src.name} reverses axes {value}, not time (0)")
-        out["go_backwards"] = (True, f"{src.name} (ReverseV2 of the time-major input)")
+        out["go_backwards"] = (True, f"{_short(src.name)} (ReverseV2 of the time-major input)")
         src = g.nodes.get(g.resolve(src.inputs[0])[0])
     else:
-        out["go_backwards"] = (False, f"the loop reads {made.name}'s steps in order")
+        out["go_backwards"] = (False, f"the loop reads {_short(made.name)}'s steps in order")
     if src is None or src.op != "Transpose":
         raise _Unreadable(
             f"the loop's input is {getattr(src, 'name', '?')} ({getattr(src, 'op', '?')}), "
             "not the batch-major input transposed"
         )
-    out["time_major"] = (False, f"{src.name} transposes the batch-major input")
+    out["time_major"] = (False, f"{_short(src.name)} transposes the batch-major input")
     # the output: written at step t (every step) or at 0 (the last one only); with a mask,
     # Keras writes select(mask_t, h', previous output or zeros)
     writes = [n for k, n in g.nodes.items() if _fn(k) == b.fn and n.op == "TensorListSetItem"]
     if len(writes) != 1:
         raise _Unreadable(f"the loop body writes {len(writes)} output lists, not one")
     w = writes[0]
+    out["output_list"] = _index(b, loop, b.local(w.inputs[0]))
+    out["loop"] = loop
     where = b.local(w.inputs[1])
     if where == t_arg:
         out["return_sequences"] = (True, f"{_short(w.name)} writes the output of every step")
@@ -619,17 +700,28 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
             f"(read by {where or 'nothing'}): an unrolled layer (unroll=True) or not a Keras RNN"
         )
     results = []
-    for mh in in_loops:
-        fn = _fn(mh.name)
+    by_loop: dict[str, list[_Node]] = {}
+    for u in in_loops:
+        by_loop.setdefault(_fn(u.name), []).append(u)
+    for fn, loop_uses in by_loop.items():
         b = _Body(g, fn, variables)
-        if mh.op != "MatMul" or not b.is_var(mh.inputs[1], "recurrent_kernel"):
+        has_bias = "bias" in weights
+        mh = loop_uses[0]
+        if cls == "GRU" and all(u.op == "StridedSlice" for u in loop_uses):
+            cell = _gru_reset_before(b, loop_uses, has_bias)
+        elif (
+            len(loop_uses) != 1
+            or mh.op != "MatMul"
+            or not b.is_var(mh.inputs[1], "recurrent_kernel")
+        ):
             raise _Unreadable(
-                f"{mh.name} ({mh.op}) reads the recurrent kernel in the loop: not the product "
-                "h·R a Keras cell computes (e.g. a GRU with reset_after=False, not read here)"
+                f"{', '.join(f'{_short(u.name)} ({u.op})' for u in loop_uses)} read the "
+                "recurrent kernel in the loop: not the product h·R a Keras cell computes"
             )
-        b.seen.add(mh.name)
-        matcher = {"LSTM": _lstm, "GRU": _gru, "SimpleRNN": _simple_rnn}[cls]
-        cell = matcher(b, mh, "bias" in weights)
+        else:
+            b.seen.add(mh.name)
+            matcher = {"LSTM": _lstm, "GRU": _gru, "SimpleRNN": _simple_rnn}[cls]
+            cell = matcher(b, mh, has_bias)
         try:
             around = _around(g, b, loops[fn], cell)
         except _Unreadable as err:
@@ -651,9 +743,10 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
     fn, cell, around = results[0]
     for other_fn, other, other_around in results[1:]:
         keys = ("class", "activation", "recurrent_activation")
-        if [cell.get(k) for k in keys] != [other.get(k) for k in keys] or {
-            k: v[0] for k, v in around.items()
-        } != {k: v[0] for k, v in other_around.items()}:
+        semantics = ("go_backwards", "return_sequences", "return_state", "zero_output_for_mask")
+        if [cell.get(k) for k in keys] != [other.get(k) for k in keys] or [
+            around[k][0] for k in semantics
+        ] != [other_around[k][0] for k in semantics]:
             raise _Unreadable(f"the loops {fn} and {other_fn} run the layer differently")
     where = f"the SavedModel's loop {fn}"
     config = {
@@ -679,9 +772,14 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         origins["recurrent_activation"] = f"{where}: the gates' function"
     if cell.get("reset_after") is not None:
         config["reset_after"] = cell["reset_after"]
-        origins["reset_after"] = f"{where}: the reset gate multiplies h·R's block"
+        origins["reset_after"] = f"{where}: " + (
+            "the reset gate multiplies h·R's block"
+            if cell["reset_after"]
+            else "the reset gate multiplies h before R's block"
+        )
     config["_class"] = cell["class"]
     config["_mask_from"] = around.get("mask_from")
+    config["_outputs"] = [(r[2]["loop"], r[2]["output_list"]) for r in results]
     return config, origins
 
 
@@ -698,19 +796,11 @@ def keras_layers_from_graph(g: TF1Graph, variables: dict):
     if reachable is not None:
         loops = {fn: n for fn, n in loops.items() if fn in reachable}
     out: dict[str, KerasLayer] = {}
+    bidirectional: dict[str, dict[str, dict[str, str]]] = {}
     for scope, weights in sorted(keras_rnn_scopes(variables).items()):
         layer, rest = layer_and_rest(scope)
         if rest and rest[0].startswith(("forward_", "backward_")):
-            out.setdefault(
-                layer,
-                KerasLayer(
-                    layer,
-                    "Bidirectional",
-                    {},
-                    problem="a Bidirectional layer read from a saved graph (its merge of the "
-                    "two directions) is not read yet: convert a .keras/.h5 file of the model",
-                ),
-            )
+            bidirectional.setdefault(layer, {})[rest[0]] = weights
             continue
         rk = np.shape(variables[weights["recurrent_kernel"]])
         gates = rk[1] // rk[0] if len(rk) == 2 and rk[0] and rk[1] % rk[0] == 0 else None
@@ -733,7 +823,130 @@ def keras_layers_from_graph(g: TF1Graph, variables: dict):
                 f"reads: {err}",
             )
             continue
-        cls = config.pop("_class")
-        mask_from = config.pop("_mask_from")
-        out[layer] = KerasLayer(layer, cls, config, mask_from=mask_from, origins=origins)
+        out[layer] = _keras_layer(layer, config, origins)
+    for layer, directions in bidirectional.items():
+        try:
+            out |= _bidirectional(g, layer, directions, variables, reachable, loops)
+        except _NotRun:
+            not_run[layer] = [n for w in directions.values() for n in w.values()]
+        except _Unreadable as err:
+            out[layer] = KerasLayer(
+                layer,
+                "Bidirectional",
+                {},
+                problem="its saved loops are not a Keras Bidirectional this converter reads: "
+                f"{err}",
+            )
     return out, not_run
+
+
+def _keras_layer(name: str, config: dict, origins: dict) -> KerasLayer:
+    config = dict(config)
+    cls = config.pop("_class")
+    mask_from = config.pop("_mask_from")
+    config.pop("_outputs")
+    return KerasLayer(name, cls, config, mask_from=mask_from, origins=origins)
+
+
+def _direction_output(g: TF1Graph, loop: _Node, k: int, return_sequences: bool) -> tuple[str, int]:
+    """A direction's output after its loop: the stacked steps transposed to batch-major, or the
+    last step (Keras 3's `outputs[-1]`)."""
+    stacks = [u for u in g.users(loop.name, k) if u.op == "TensorListStack"]
+    if len(stacks) != 1:
+        raise _Unreadable(f"{_short(loop.name)}'s outputs are not stacked once")
+    want = "Transpose" if return_sequences else "StridedSlice"
+    after = [u for u in g.users(stacks[0].name, 0) if u.op == want]
+    if len(after) != 1:
+        raise _Unreadable(f"{_short(stacks[0].name)} is not followed by one {want}")
+    return (after[0].name, 0)
+
+
+def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[str, KerasLayer]:
+    """A Bidirectional: each direction read from its loop (the backward one runs backwards),
+    and the merge from the op that combines their outputs (the backward sequence flipped back
+    in time first): ConcatV2 (concat), AddV2 (sum), AddV2 then / 2 (ave), Mul (mul), none
+    (None: the two outputs returned apart)."""
+    if sorted(k.split("_")[0] for k in directions) != ["backward", "forward"]:
+        raise _Unreadable(f"directions {sorted(directions)}, not one forward and one backward")
+    read = {}
+    for sub, weights in directions.items():
+        rk = np.shape(variables[weights["recurrent_kernel"]])
+        gates = rk[1] // rk[0] if len(rk) == 2 and rk[0] and rk[1] % rk[0] == 0 else None
+        if gates not in _GATES_BY_SHAPE:
+            raise _Unreadable(f"{sub}: a recurrent kernel of shape {list(rk)}")
+        config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, reachable, loops)
+        role = "forward" if sub.startswith("forward_") else "backward"
+        if config["go_backwards"] != (role == "backward"):
+            raise _Unreadable(f"the {role} layer {sub} runs go_backwards={config['go_backwards']}")
+        if len(config["_outputs"]) != 1:
+            raise _Unreadable(f"{sub} runs in {len(config['_outputs'])} loops")
+        read[role] = (sub, config, origins)
+    ends = {}
+    for role, (_, config, _) in read.items():
+        ((loop, k),) = config["_outputs"]
+        ref = _direction_output(g, loop, k, config["return_sequences"])
+        if role == "backward" and config["return_sequences"]:
+            flips = [u for u in g.users(*ref) if u.op == "ReverseV2"]
+            if len(flips) != 1:
+                raise _Unreadable(f"the backward sequence {_short(ref[0])} is not flipped back")
+            ref = (flips[0].name, 0)
+        ends[role] = ref
+    # The merge is the Bidirectional's own op: in the name scope its forward layer's ops are
+    # under (an op of a later layer that combines the two outputs is not the merge).
+    fw_scope = _short(ends["forward"][0]).rpartition("/forward_")[0]
+    fw_users = {u.name: u for u in g.users(*ends["forward"])}
+    merged = [
+        u
+        for u in g.users(*ends["backward"])
+        if u.name in fw_users and _short(u.name).rpartition("/")[0] == fw_scope
+    ]
+    if not merged:
+        mode, how = None, "the two directions' outputs are not combined (merge_mode None)"
+    elif len(merged) != 1:
+        raise _Unreadable(f"both directions feed {[_short(u.name) for u in merged]}")
+    else:
+        m = merged[0]
+        where = f"{_short(m.name)} ({m.op})"
+        if m.op == "ConcatV2":
+            axis = g.const(m.inputs[2]) if len(m.inputs) == 3 else None
+            if [g.resolve(r) for r in m.inputs[:2]] != [
+                g.resolve(ends["forward"]),
+                g.resolve(ends["backward"]),
+            ] or axis not in (-1.0, 2.0 if read["forward"][1]["return_sequences"] else 1.0):
+                raise _Unreadable(
+                    f"{where} does not concatenate [forward, backward] on the last axis"
+                )
+            mode = "concat"
+        elif m.op == "Mul":
+            mode = "mul"
+        elif m.op in _ADDS:
+            halves = [
+                u
+                for u in g.users(m.name, 0)
+                if u.op in ("RealDiv", "Mul") and _short(u.name).rpartition("/")[0] == fw_scope
+            ]
+            consts = [c for u in halves for c in [g.const(u.inputs[1])] if c is not None]
+            if (
+                len(halves) == 1
+                and consts
+                and consts[0] == (2.0 if halves[0].op == "RealDiv" else 0.5)
+            ):
+                mode, where = "ave", f"{where} then {_short(halves[0].name)} ({halves[0].op})"
+            else:
+                mode = "sum"
+        else:
+            raise _Unreadable(f"the directions are combined by {where}, not a Keras merge")
+        how = f"{where} combines the two directions"
+    out = {
+        layer: KerasLayer(
+            layer,
+            "Bidirectional",
+            {"merge_mode": mode},
+            mask_from=read["forward"][1]["_mask_from"],
+            origins={"merge_mode": f"the SavedModel's graph: {how}"},
+        )
+    }
+    for role, key in (("forward", "layer"), ("backward", "backward_layer")):
+        sub, config, origins = read[role]
+        out[f"{layer}/{key}"] = _keras_layer(sub, config, origins)
+    return out
