@@ -209,8 +209,11 @@ _GRU_PARAMS = {
 }
 
 
-def _params(run, cell, scope, table):
-    return {n: getattr(cell, table[n[len(scope) + 1 :]]) for n in run.dvars}
+def _params(run, cell, scope, table, scoped=False):
+    """TF variable name -> the cell's parameter, for the run's variables (only those under
+    `scope` when `scoped`)."""
+    names = [n for n in run.dvars if not scoped or n.startswith(scope + "/")]
+    return {n: getattr(cell, table[n[len(scope) + 1 :]]) for n in names}
 
 
 @pytest.mark.parametrize("variant", ["v2_loops_resource", "v1_loops_refvars_adam"])
@@ -348,6 +351,8 @@ def test_frozen_lstm_cell_peepholes_clip(tmp_path, capsys, form):
     assert "cell_clip       = 0.699999988079071  <- frozen graph" in log  # TF's float32 0.7
     assert "dynamic_rnn (rnn) takes sequence_length" in log
     assert np.abs(run.values[1]).max() == pytest.approx(0.7)
+    convert_without_tf(run.frozen, tmp_path / "no_tf.pt")
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
     cell = mods["rnn.lstm_cell"]
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_lstm(cell, x_t, run.lengths)
@@ -381,9 +386,58 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     outs, state = _step_cells(cells, x_t, run.lengths)
     params = {}
     for scope, cell in zip(scopes, cells, strict=True):
-        mine = [n for n in run.dvars if n.startswith(scope + "/")]
-        params |= {n: getattr(cell, _GRU_PARAMS[n[len(scope) + 1 :]]) for n in mine}
+        params |= _params(run, cell, scope, _GRU_PARAMS, scoped=True)
     run.compare(outs, state, x_t, params)
+
+
+def _bidirectional_graph(tf, xs):
+    """foolnltk's layout (a published frozen graph, data/seg.pb): bidirectional_dynamic_rnn of
+    two BasicLSTMCells with sequence_length, TF1 loops."""
+    rci = _rci()
+    outs, states = tf.compat.v1.nn.bidirectional_dynamic_rnn(
+        rci.BasicLSTMCell(3, forget_bias=0.75),
+        rci.BasicLSTMCell(3),
+        xs,
+        sequence_length=LENGTHS,
+        time_major=True,
+        dtype=tf.float32,
+    )
+    return tf.concat(outs, -1), states
+
+
+def _reverse_rows(x, lengths):
+    """tf.reverse_sequence on time-major x: each row's first length steps reversed."""
+    idx = torch.arange(x.shape[0])[:, None].repeat(1, x.shape[1])
+    for b, n in enumerate(lengths):
+        idx[:n, b] = torch.arange(n - 1, -1, -1)
+    return torch.gather(x, 0, idx[:, :, None].expand_as(x))
+
+
+def test_frozen_bidirectional_dynamic_rnn(tmp_path, capsys):
+    """bidirectional_dynamic_rnn (TF1 loops), frozen: two cells, the backward one noted as run
+    on the reversed rows; stepped so, exact against TF, forward and every gradient; converted
+    the same in a process that cannot import TensorFlow."""
+    tf = tf_module()
+    tf.compat.v1.disable_control_flow_v2()
+    try:
+        run = _TF1Run(tmp_path / "m", None, driver=_bidirectional_graph, seed=26, frozen="pb")
+    finally:
+        tf.compat.v1.enable_control_flow_v2()
+    mods, log = _convert(run.frozen, tmp_path, capsys)
+    assert "reversed by bidirectional_rnn/bw/ReverseSequence" in log
+    convert_without_tf(run.frozen, tmp_path / "no_tf.pt")
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
+    fw, bw = (mods[f"bidirectional_rnn.{d}.basic_lstm_cell"] for d in ("fw", "bw"))
+    assert fw.forget_bias == 0.75 and bw.forget_bias == 1.0
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    out_f, state_f = _step_cells([fw], x_t, run.lengths)
+    out_b, state_b = _step_cells([bw], _reverse_rows(x_t, run.lengths), run.lengths)
+    outs = torch.cat([out_f, _reverse_rows(out_b, run.lengths)], -1)
+    params = {}
+    for d, cell in (("fw", fw), ("bw", bw)):
+        scope = f"bidirectional_rnn/{d}/basic_lstm_cell"
+        params |= _params(run, cell, scope, _LSTM_PARAMS, scoped=True)
+    run.compare(outs, (*state_f, *state_b), x_t, params)
 
 
 def test_frozen_graph_unreadable_pattern_is_refused(tmp_path, capsys):

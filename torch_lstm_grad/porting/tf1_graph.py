@@ -318,6 +318,20 @@ class TF1Graph:
                     f"the graph's dynamic_rnn ({rnn}) takes sequence_length: past a row's "
                     "length it keeps the state and outputs zeros; step the module so"
                 )
+            # bidirectional_dynamic_rnn's backward direction: `<scope>/bw/ReverseSequence`
+            # before its loop `<scope>/bw/bw`, and again on the outputs
+            outer = rnn.rpartition("/")[0]
+            flips = sorted(
+                name
+                for name, n in self.nodes.items()
+                if n.op in ("ReverseSequence", "ReverseV2") and name.rpartition("/")[0] == outer
+            )
+            if outer and flips:
+                notes.append(
+                    f"the graph runs it on the sequence reversed by {flips[0]} "
+                    "(bidirectional_dynamic_rnn's backward direction: each row's first "
+                    "sequence_length steps reversed) and reverses its outputs back"
+                )
         return notes
 
 
