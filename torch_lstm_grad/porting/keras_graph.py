@@ -309,21 +309,33 @@ def _gru(b: _Body, mh: _Node, has_bias: bool):
     r_z, r_r, r_h = _slices(b, inner, "h·R")
     mx = _x_product(b)  # the input side: x·K (+ b0), split in three
     x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
-    z_add = _add_of(b, x_z, lambda r: b.local(r) == b.local(r_z), "x_z + r_z")
-    r_add = _add_of(b, x_r, lambda r: b.local(r) == b.local(r_r), "x_r + r_r")
+    ra, z, r = _gru_gates(b, x_z, x_r, b.local(r_z), b.local(r_r))
+    rh = _mul(b, r, lambda q: b.local(q) == b.local(r_h), "r·r_h")
+    hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (rh.name, 0), "x_h + r·r_h")
+    return _gru_cell(b, ra, True, hh_pre, z, h_prev, mx)
+
+
+def _gru_gates(b: _Body, x_z, x_r, r_z, r_r):
+    """`(function, z, r)`: `z = ra(x_z + r_z)`, `r = ra(x_r + r_r)`, one function for both."""
+    z_add = _add_of(b, x_z, lambda q: b.local(q) == r_z, "x_z + r_z")
+    r_add = _add_of(b, x_r, lambda q: b.local(q) == r_r, "x_r + r_r")
     ra_z, z = b.activation((z_add.name, 0), "gate z")
     ra_r, r = b.activation((r_add.name, 0), "gate r")
     if ra_z != ra_r:
         raise _Unreadable(f"the gates z and r apply different functions: {ra_z}, {ra_r}")
-    rh = _mul(b, r, lambda q: b.local(q) == b.local(r_h), "r·r_h")
-    hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (rh.name, 0), "x_h + r·r_h")
+    return ra_z, z, r
+
+
+def _gru_cell(b: _Body, ra: str, reset_after: bool, hh_pre: _Node, z, h_prev, mx: _Node):
+    """The GRU from the candidate's pre-activation on: `hh = act(...)`, `h' = z·h + (1 −
+    z)·hh`, as the matchers describe a cell."""
     act, hh = b.activation((hh_pre.name, 0), "candidate")
     h_new = _gru_update(b, z, h_prev, hh)
     return {
         "class": "GRU",
         "activation": act,
-        "recurrent_activation": ra_z,
-        "reset_after": True,
+        "recurrent_activation": ra,
+        "reset_after": reset_after,
         "h_prev": h_prev,
         "states_prev": [h_prev],
         "h_new": h_new,
@@ -375,29 +387,12 @@ def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
     r_z, r_r = (blocks[0][2].name, 0), (blocks[1][2].name, 0)
     mx = _x_product(b)
     x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
-    z_add = _add_of(b, x_z, lambda r: b.local(r) == r_z, "x_z + r_z")
-    r_add = _add_of(b, x_r, lambda r: b.local(r) == r_r, "x_r + r_r")
-    ra_z, z = b.activation((z_add.name, 0), "gate z")
-    ra_r, r = b.activation((r_add.name, 0), "gate r")
-    if ra_z != ra_r:
-        raise _Unreadable(f"the gates z and r apply different functions: {ra_z}, {ra_r}")
+    ra, z, r = _gru_gates(b, x_z, x_r, r_z, r_r)
     rh = _mul(b, r, lambda q: b.local(q) == h_prev, "r·h")
     if b.local(m2.inputs[0]) != (rh.name, 0):
         raise _Unreadable(f"{_short(m2.name)} does not multiply r·h")
     hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (m2.name, 0), "x_h + (r·h)·R_h")
-    act, hh = b.activation((hh_pre.name, 0), "candidate")
-    h_new = _gru_update(b, z, h_prev, hh)
-    return {
-        "class": "GRU",
-        "activation": act,
-        "recurrent_activation": ra_z,
-        "reset_after": False,
-        "h_prev": h_prev,
-        "states_prev": [h_prev],
-        "h_new": h_new,
-        "states_new": [h_new],
-        "x_read": b.local(mx.inputs[0]),
-    }
+    return _gru_cell(b, ra, False, hh_pre, z, h_prev, mx)
 
 
 def _x_product(b: _Body) -> _Node:
