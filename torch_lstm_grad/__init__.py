@@ -36,7 +36,7 @@ from .modules import (  # noqa: E402
     LSTMBlockCell,
     LSTMBlockFusedCell,
 )
-from .porting import load  # noqa: E402
+from .porting import load, verify  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -68,6 +68,7 @@ __all__ = [
     "modules",
     "ops",
     "porting",
+    "verify",
     "raw_ops",
     "reference",
 ]

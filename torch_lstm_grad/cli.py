@@ -132,7 +132,22 @@ def _convert(args: argparse.Namespace) -> int:
         print(f"torch-lstm-grad convert: {err}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} (load with torch_lstm_grad.load)")
-    return 0
+    if not args.verify:
+        return 0
+    try:
+        report = porting.verify(
+            args.src,
+            args.output,
+            tol=args.verify_tol,
+            float64=args.verify_float64,
+            signature=args.signature,
+            config=args.config,
+        )
+    except porting.VerifyUnavailable as err:
+        print(f"torch-lstm-grad convert --verify: {err}", file=sys.stderr)
+        return 2
+    print(report)
+    return 0 if report.ok else 3
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -234,6 +249,27 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a SavedModel's signature whose functions describe the layers (default: "
         "serving_default, or the only one)",
+    )
+    convert.add_argument(
+        "--verify",
+        action="store_true",
+        help="after writing OUT.pt, run every ported layer and TensorFlow running SRC on the "
+        "same random inputs (batch sizes, lengths, masks, initial states) and print the max "
+        "scaled error of every output, state and gradient; exit 3 if one exceeds --verify-tol "
+        "(needs TensorFlow)",
+    )
+    convert.add_argument(
+        "--verify-tol",
+        type=float,
+        default=1e-5,
+        metavar="TOL",
+        help="the largest scaled error --verify accepts (default 1e-5)",
+    )
+    convert.add_argument(
+        "--verify-float64",
+        action="store_true",
+        help="with --verify, also print TF's and the port's errors against the port run in "
+        "float64",
     )
     convert.set_defaults(func=_convert)
 

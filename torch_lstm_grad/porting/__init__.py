@@ -9,6 +9,7 @@ The flow, one module each:
     (description.py, statements.py)      (description.py): every attribute with its origin
     builders.py, build_tf1.py           LayerDescription -> module, or Refused
     convert.py                          convert(): all of it, with the log; load()
+    verify.py                           verify(): a converted file against TF running the file
 
 `torch-lstm-grad convert` is `convert`; `torch_lstm_grad.load` is `load`.
 """
@@ -17,6 +18,7 @@ from .checkpoint import READER_ENV
 from .convert import FORMAT, convert, describe, load, read_source, read_variables
 from .description import Attr, LayerDescription, Refusal, Refused
 from .statements import Statements
+from .verify import VerifyReport, VerifyUnavailable, verify
 
 __all__ = [
     "FORMAT",
@@ -26,9 +28,12 @@ __all__ = [
     "Refusal",
     "Refused",
     "Statements",
+    "VerifyReport",
+    "VerifyUnavailable",
     "convert",
     "describe",
     "load",
     "read_source",
     "read_variables",
+    "verify",
 ]

@@ -592,7 +592,12 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
         else "the loop's final states are not read after it",
     )
     if masks:
-        out["mask_from"] = _mask_source(g, b, loop, masks, t_arg)
+        out["mask_from"], out["mask_ref"] = _mask_source(g, b, loop, masks, t_arg)
+    # What `verify` feeds and fetches, as tensors of the function running the loop: the
+    # layer's input (what the Transpose reads), its mask, its initial states, its final states.
+    out["input_ref"] = _Body(g, _fn(loop.name), {}).local(src.inputs[0])
+    out["initial_refs"] = [loop.inputs[_index(b, loop, p)] for p in cell["states_prev"]]
+    out["state_refs"] = [(loop.name, _index(b, loop, p)) for p in cell["states_prev"]]
     # the initial state: zeros (Fill / zeros) or given by the model
     k = _index(b, loop, cell["h_prev"])
     init = g.nodes.get(g.resolve(loop.inputs[k])[0]) if k is not None else None
@@ -636,15 +641,17 @@ def _mask_source(g: TF1Graph, b: _Body, loop: _Node, masks, t_arg) -> str:
     if made is None or made.op != "TensorListFromTensor":
         raise _Unreadable("the mask is not a loop list of the time-major mask")
     outer = _Body(g, _fn(loop.name), {})  # the function running the loop
-    src = outer.node(made.inputs[0])
+    ref = outer.local(made.inputs[0])
     for op in ("ReverseV2", "Transpose", "ExpandDims", "Cast"):
-        if src.op == op:
-            src = outer.node(src.inputs[0])
-    return (
+        if outer.node(ref).op == op:
+            ref = outer.local(outer.node(ref).inputs[0])
+    src = outer.node(ref)
+    text = (
         f"the signature's input {_short(src.name)}"
         if src.op in ("_Arg", "Placeholder")
         else (f"{_short(src.name)} ({src.op})")
     )
+    return text, ref
 
 
 def _cudnn_ops(g: TF1Graph, uses: list[_Node]) -> list[str]:
@@ -775,7 +782,23 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
     config["_class"] = cell["class"]
     config["_mask_from"] = around.get("mask_from")
     config["_outputs"] = [(r[2]["loop"], r[2]["output_list"]) for r in results]
+    loop = around["loop"]
+    output = _direction_output(g, loop, around["output_list"], config["return_sequences"])
+    config["_io"] = {
+        "function": _fn(loop.name),
+        "input": _tensor(around["input_ref"]),
+        "mask": _tensor(around["mask_ref"]) if "mask_ref" in around else None,
+        "initial": [_tensor(r) for r in around["initial_refs"]],
+        "outputs": [_tensor(output)]
+        + ([_tensor(r) for r in around["state_refs"]] if config["return_state"] else []),
+        "states": [_tensor(r) for r in around["state_refs"]],
+    }
     return config, origins
+
+
+def _tensor(ref: tuple[str, int]) -> str:
+    """A value as the tensor name TF gives it inside its function (`node:k`)."""
+    return f"{_short(ref[0])}:{ref[1]}"
 
 
 _GATES_BY_SHAPE = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
@@ -840,7 +863,10 @@ def _keras_layer(name: str, config: dict, origins: dict) -> KerasLayer:
     cls = config.pop("_class")
     mask_from = config.pop("_mask_from")
     config.pop("_outputs")
-    return KerasLayer(name, cls, config, mask_from=mask_from, origins=origins)
+    io = config.pop("_io")
+    layer = KerasLayer(name, cls, config, mask_from=mask_from, origins=origins)
+    layer.graph_io = io
+    return layer
 
 
 def _direction_output(g: TF1Graph, loop: _Node, k: int, return_sequences: bool) -> tuple[str, int]:
@@ -895,6 +921,7 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
         for u in g.users(*ends["backward"])
         if u.name in fw_users and _short(u.name).rpartition("/")[0] == fw_scope
     ]
+    merged_out = None
     if not merged:
         mode, how = None, "the two directions' outputs are not combined (merge_mode None)"
     elif len(merged) != 1:
@@ -911,9 +938,9 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
                 raise _Unreadable(
                     f"{where} does not concatenate [forward, backward] on the last axis"
                 )
-            mode = "concat"
+            mode, merged_out = "concat", (m.name, 0)
         elif m.op == "Mul":
-            mode = "mul"
+            mode, merged_out = "mul", (m.name, 0)
         elif m.op in _ADDS:
             halves = [
                 u
@@ -927,8 +954,9 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
                 and consts[0] == (2.0 if halves[0].op == "RealDiv" else 0.5)
             ):
                 mode, where = "ave", f"{where} then {_short(halves[0].name)} ({halves[0].op})"
+                merged_out = (halves[0].name, 0)
             else:
-                mode = "sum"
+                mode, merged_out = "sum", (m.name, 0)
         else:
             raise _Unreadable(f"the directions are combined by {where}, not a Keras merge")
         how = f"{where} combines the two directions"
@@ -944,4 +972,16 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
     for role, key in (("forward", "layer"), ("backward", "backward_layer")):
         sub, config, origins = read[role]
         out[f"{layer}/{key}"] = _keras_layer(sub, config, origins)
+    fw_io, bw_io = (read[r][1]["_io"] for r in ("forward", "backward"))
+    states = fw_io["states"] + bw_io["states"] if read["forward"][1]["return_state"] else []
+    out[layer].graph_io = {
+        **fw_io,
+        "initial": fw_io["initial"] + bw_io["initial"],
+        "outputs": (
+            [_tensor(merged_out)]
+            if merged_out
+            else [_tensor(ends["forward"]), _tensor(ends["backward"])]
+        )
+        + states,
+    }
     return out

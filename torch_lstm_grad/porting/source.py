@@ -62,6 +62,8 @@ class KerasLayer:
     # saved graph: `keras_graph.py`), and why the layer could not be read (then config is {}).
     origins: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
+    # A layer read from a saved graph: its tensors there, for `verify` (keras_graph.py).
+    graph_io: dict | None = None
 
 
 @dataclass

@@ -1,0 +1,192 @@
+"""`torch-lstm-grad convert --verify` / `torch_lstm_grad.verify`: the port against TF running the
+user's own file. It passes on correct ports of every Keras format and of SavedModels, fails
+(exit 3, naming the layer and the tensor) on ports with a planted defect, says why where it
+cannot verify, and needs TensorFlow (exit 2 without)."""
+
+import os
+
+import pytest
+import torch
+from porting_oracle import randomize
+from test_porting_keras import I, T, _chain_model, _keras
+from test_porting_saved_model import _graph_readable_kinds, _save
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+import torch_lstm_grad
+from torch_lstm_grad import cli
+from torch_lstm_grad.porting import builders
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+DATA = os.path.join(os.path.dirname(__file__), "data")
+
+
+def _verify_cli(src, tmp_path, capsys, *extra, code=0):
+    out = tmp_path / "out.pt"
+    rc = cli.main(["convert", str(src), "-o", str(out), "--verify", *map(str, extra)])
+    captured = capsys.readouterr()
+    assert rc == code, captured.out + captured.err
+    return captured.out, captured.err
+
+
+def _kinds(keras):
+    return [
+        keras.layers.LSTM(4, return_sequences=True, name="lstm"),
+        keras.layers.GRU(3, return_sequences=True, reset_after=False, go_backwards=True),
+        keras.layers.Bidirectional(keras.layers.GRU(2, return_sequences=True), name="bi"),
+        keras.layers.SimpleRNN(3, activation="relu", return_state=True, name="rnn"),
+    ]
+
+
+@pytest.mark.parametrize("fmt", [".keras", "legacy.h5", "weights.h5+config", "ckpt+config"])
+def test_verify_keras3_files(tmp_path, capsys, fmt):
+    """Each Keras 3 format, loaded by Keras and each layer run alone: every output, state and
+    gradient (input, initial states, weights) within 1e-5, over batch sizes, lengths, a mask
+    and initial states."""
+    tf = tf_module()
+    model, names = _chain_model(_kinds, mask=True, seed=31)
+    config = tmp_path / "model.json"
+    config.write_text(model.to_json())
+    extra = []
+    if fmt == ".keras":
+        src = tmp_path / "m.keras"
+        model.save(src)
+    elif fmt == "legacy.h5":
+        src = tmp_path / "m.h5"
+        model.save(src)
+    elif fmt == "weights.h5+config":
+        src, extra = tmp_path / "m.weights.h5", ["--config", config]
+        model.save_weights(src)
+    else:
+        src = tf.train.Checkpoint(model=model).write(str(tmp_path / "ckpt"))
+        extra = ["--config", config]
+    out, _ = _verify_cli(src, tmp_path, capsys, *extra)
+    assert "B=3 T=7, mask" in out and "d initial_state 1" in out
+    assert f"verified: every tensor of {', '.join(sorted(names))} within the tolerance" in out
+    for layer in ("lstm", "bi", "rnn"):
+        assert f"  {layer}:\n    output 0" in out
+    assert "d backward_layer.recurrent_kernel" in out
+
+
+@pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
+def test_verify_keras3_saved_model(tmp_path, capsys, mask):
+    """A Keras 3 export: each layer cut out of the signature's loaded function between its
+    input (mask, initial states) and its outputs, its weights the function's captured
+    variables; the traced length, two batch sizes."""
+    model, names = _chain_model(_graph_readable_kinds, mask=mask, seed=32)
+    src = _save(model, tmp_path / "sm", "export")
+    out, _ = _verify_cli(src, tmp_path, capsys, "--verify-float64")
+    assert f"over 2 cases (B=1 T={T}{', mask' if mask else ''}; B=3 T={T}" in out
+    assert f"verified: every tensor of {', '.join(sorted(names))} within the tolerance" in out
+    assert "vs float64: TF " in out and "d forward_layer.kernel" in out
+
+
+def test_verify_keras2_files(tmp_path, capsys):
+    """tf_keras' SavedModel fixture verifies (through tf_keras where it is installed, else its
+    saved functions); its legacy .h5 runs as Keras 2 only in tf_keras: without it, said so."""
+    out, _ = _verify_cli(os.path.join(DATA, "keras2", "saved_model"), tmp_path, capsys)
+    assert "verified: every tensor of gru, lstm within the tolerance" in out
+    out, _ = _verify_cli(os.path.join(DATA, "keras2", "model.h5"), tmp_path, capsys)
+    try:
+        import tf_keras  # noqa: F401
+    except ImportError:
+        assert "a Keras 2 file runs as Keras 2 in tf_keras, which is not installed" in out
+    else:
+        assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out
+
+
+def test_verify_says_what_it_cannot(tmp_path, capsys):
+    """A weights-only file without --config, a TF1 graph: exit 0, each layer 'not verified'
+    with the reason; cuDNN layers on a machine without a GPU: TF's missing kernel named."""
+    out, _ = _verify_cli(os.path.join(DATA, "chars2vec_eng_50", "weights.h5"), tmp_path, capsys,
+                         "--set", "lstm_1:return_sequences=true")  # fmt: skip
+    assert "not verified: the file stores no model config" in out and "give --config" in out
+    assert out.rstrip().endswith("nothing verified (see why above)")
+    out, _ = _verify_cli(os.path.join(DATA, "cutkum", "frozen_model.pb"), tmp_path, capsys)
+    assert "not verified: TF1 cells (checkpoints with their meta graph, frozen graphs" in out
+    out, _ = _verify_cli(os.path.join(DATA, "keras2", "cudnn.h5"), tmp_path, capsys)
+    assert "cuDNN layers run on a GPU only" in out or "verified: every tensor" in out
+
+
+def _planted(monkeypatch, defect: str, layer: str):
+    """The Keras builder with one defect in `layer`'s module: a flipped activation, the input
+    and forget gate blocks of the kernel swapped, or the bias dropped."""
+    build = builders._Build.keras_rnn
+
+    def planted(self, d):
+        made = build(self, d)
+        if made is None or not d.name.startswith(layer):
+            return made
+        module, config = made
+        with torch.no_grad():
+            if defect == "activation":
+                config = {**config, "activation": "relu"}
+            elif defect == "gate_blocks":
+                U = module.units
+                k = module.kernel.clone()
+                module.kernel[:, :U], module.kernel[:, U : 2 * U] = k[:, U : 2 * U], k[:, :U]
+            else:
+                module.bias.zero_()
+        return module, config
+
+    monkeypatch.setattr(builders._Build, "keras_rnn", planted)
+
+
+@pytest.mark.parametrize("defect", ["activation", "gate_blocks", "bias"])
+@pytest.mark.parametrize("fmt", [".keras", "export"])
+def test_verify_fails_on_planted_defects(tmp_path, capsys, monkeypatch, fmt, defect):
+    """A wrong module (tanh flipped to relu, the i and f blocks of the kernel swapped, the
+    bias dropped) is caught: exit 3, the layer and the tensor named."""
+    keras = _keras()
+    x = keras.Input((T, I))
+    y = keras.layers.LSTM(4, return_sequences=True, name="enc")(x)
+    y = keras.layers.GRU(3, name="dec")(y)
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 33)
+    if fmt == ".keras":
+        src = tmp_path / "m.keras"
+        model.save(src)
+    else:
+        src = _save(model, tmp_path / "sm", "export")
+    _planted(monkeypatch, defect, "enc")
+    out, _ = _verify_cli(src, tmp_path, capsys, code=3)
+    assert "FAILED:" in out and "enc output 0" in out.split("FAILED:")[1]
+    assert "dec" not in out.split("FAILED:")[1]  # the other layer is fine
+
+
+def test_verify_python_api(tmp_path):
+    """`torch_lstm_grad.verify(SRC, OUT)`: the report as an object, `.ok`, the table as str."""
+    keras = _keras()
+    model = keras.Sequential([keras.Input((T, I)), keras.layers.GRU(3, name="g")])
+    randomize(model.trainable_weights, 34)
+    model.save(tmp_path / "m.keras")
+    torch_lstm_grad.porting.convert(tmp_path / "m.keras", tmp_path / "m.pt", log=lambda s: None)
+    report = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt", tol=1e-5)
+    assert report.ok and set(report.errors) == {"g"}
+    assert max(report.errors["g"].values()) < 1e-5 and "d recurrent_kernel" in str(report)
+    strict = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt", tol=0.0)
+    assert not strict.ok or all(e == 0 for e in strict.errors["g"].values())
+
+
+def test_verify_needs_tensorflow(tmp_path):
+    """Without TensorFlow: exit 2 and one line saying so (the conversion itself still runs)."""
+    import subprocess
+    import sys
+
+    keras = _keras()
+    model = keras.Sequential([keras.Input((T, I)), keras.layers.LSTM(2)])
+    model.save(tmp_path / "m.keras")
+    code = (
+        "import sys\n"
+        "for n in ('tensorflow', 'tf_keras', 'keras'): sys.modules[n] = None\n"
+        "from torch_lstm_grad import cli\n"
+        "sys.exit(cli.main(sys.argv[1:]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "convert", str(tmp_path / "m.keras"), "-o",
+         str(tmp_path / "m.pt"), "--verify"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr == "torch-lstm-grad convert --verify: TensorFlow is needed for --verify\n"
+    assert (tmp_path / "m.pt").exists()

@@ -1,0 +1,533 @@
+"""`verify`: a converted file against TensorFlow running the original artifact, on random inputs
+(`torch-lstm-grad convert SRC -o OUT --verify`, `torch_lstm_grad.verify(SRC, OUT)`).
+
+For every ported layer and every case (batch sizes, lengths, a mask and initial states where
+the layer takes them) both sides compute the outputs (final states included) and the gradients
+of one loss `Σ_k Σ out_k · R_k` with respect to the input, the initial states and every weight;
+the report holds, per layer and tensor, the largest scaled error `max |ours − TF| / max(1,
+max |TF|)` over the cases.
+
+What TF runs is the artifact itself, never a layer rebuilt from the port's description (which
+could only agree with itself):
+
+* Keras files (`.keras`, legacy `.h5` with its config; weights-only files and TF2 checkpoints
+  with `--config`): the model loaded by the Keras that wrote it (Keras 3, or tf_keras for a
+  Keras 2 file), and each recurrent layer called on its own;
+* SavedModels: the layer's part of the chosen signature's loaded function, cut out by TF's
+  `prune` between the layer's input (and its mask and initial-state tensors) and its outputs,
+  the weights its captured variables (tf_keras' SavedModels through tf_keras where it imports);
+* TF1 cells (checkpoints with a meta graph, frozen graphs, TF1 SavedModels): not verified yet,
+  said so per layer.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from .convert import load, read_source
+
+__all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
+
+
+class VerifyUnavailable(RuntimeError):
+    """TensorFlow (or the Keras that wrote the file) is not importable here."""
+
+
+class _Unverifiable(Exception):
+    pass
+
+
+@dataclass
+class VerifyReport:
+    """`errors[layer][tensor]`: the largest scaled error over the cases; `not_verified[layer]`:
+    why a layer could not be run by TF; `ok`: no error above `tol`."""
+
+    source: str
+    tol: float
+    cases: list[str] = field(default_factory=list)
+    errors: dict[str, dict[str, float]] = field(default_factory=dict)
+    float64: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
+    not_verified: dict[str, str] = field(default_factory=dict)
+    notes: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(e <= self.tol for per in self.errors.values() for e in per.values())
+
+    def failures(self) -> list[tuple[str, str, float]]:
+        return [
+            (layer, tensor, e)
+            for layer, per in self.errors.items()
+            for tensor, e in per.items()
+            if not e <= self.tol
+        ]
+
+    def add(self, layer: str, tensor: str, error: float) -> None:
+        per = self.errors.setdefault(layer, {})
+        per[tensor] = max(per.get(tensor, 0.0), error)
+
+    def __str__(self) -> str:
+        lines = [
+            f"verify {self.source}: max scaled error |ours - TF| / max(1, |TF|) over "
+            f"{len(self.cases)} cases ({'; '.join(self.cases)}), tolerance {self.tol:g}"
+        ]
+        width = max([len(t) for per in self.errors.values() for t in per] + [6])
+        for layer in sorted(set(self.errors) | set(self.not_verified)):
+            lines.append(f"  {layer}:")
+            if layer in self.not_verified:
+                lines.append(f"    not verified: {self.not_verified[layer]}")
+            for tensor, e in self.errors.get(layer, {}).items():
+                mark = "ok" if e <= self.tol else "FAIL"
+                extra = ""
+                if layer in self.float64 and tensor in self.float64[layer]:
+                    tf64, ours64 = self.float64[layer][tensor]
+                    extra = f"   vs float64: TF {tf64:.2e}, ours {ours64:.2e}"
+                lines.append(f"    {tensor.ljust(width)}  {e:.2e}  {mark}{extra}")
+            for note in self.notes.get(layer, []):
+                lines.append(f"    note: {note}")
+        bad = self.failures()
+        if bad:
+            lines.append(
+                f"FAILED: {len(bad)} tensors above the tolerance: "
+                + ", ".join(f"{layer} {tensor} ({e:.2e})" for layer, tensor, e in bad)
+            )
+        elif not self.errors:
+            lines.append("nothing verified (see why above)")
+        else:
+            done = sorted(set(self.errors) - set(self.not_verified))
+            lines.append(
+                f"verified: every tensor of {', '.join(done)} within the tolerance"
+                + (
+                    f"; not verified: {', '.join(sorted(self.not_verified))}"
+                    if self.not_verified
+                    else ""
+                )
+            )
+        return "\n".join(lines)
+
+
+def _scaled(ours, theirs) -> float:
+    ours = ours.detach().double().cpu().numpy() if torch.is_tensor(ours) else np.asarray(ours)
+    theirs = np.asarray(theirs, np.float64)
+    if ours.shape != theirs.shape:
+        return float("inf")
+    if theirs.size == 0:
+        return 0.0
+    return float(np.abs(ours - theirs).max() / max(1.0, float(np.abs(theirs).max())))
+
+
+def _flat(out) -> list:
+    return list(out) if isinstance(out, (list, tuple)) else [out]
+
+
+# -- what TF runs ------------------------------------------------------------------------------
+
+
+@dataclass
+class _Case:
+    x: np.ndarray  # [B, T, I] (time-major layers: [T, B, I])
+    mask: np.ndarray | None
+    initial: list[np.ndarray] | None
+
+
+@dataclass
+class _TFResult:
+    outputs: list[np.ndarray]
+    d_input: np.ndarray
+    d_initial: list[np.ndarray]
+    d_weights: dict[str, np.ndarray]  # module parameter name -> gradient
+
+
+def _loss_weights(outputs, rng) -> list[np.ndarray]:
+    return [rng.standard_normal(np.shape(o)).astype(np.float32) for o in outputs]
+
+
+def _weight_param(path: str) -> str:
+    """The module parameter holding Keras' weight `path` (`bidirectional/forward_lstm/
+    lstm_cell/kernel:0` -> `forward_layer.kernel`)."""
+    parts = path.removesuffix(":0").split("/")
+    prefix = ""
+    if any(p.startswith("forward_") for p in parts):
+        prefix = "forward_layer."
+    elif any(p.startswith("backward_") for p in parts):
+        prefix = "backward_layer."
+    return prefix + parts[-1]
+
+
+class _KerasModel:
+    """The Keras model of a file, loaded by the Keras that wrote it; each layer run alone."""
+
+    def __init__(self, tf, model):
+        self.tf, self.model = tf, model
+
+    def time_steps(self, name: str) -> None:
+        return None  # a Keras layer runs any length
+
+    def layer(self, name: str):
+        todo = [self.model]
+        while todo:
+            m = todo.pop()
+            for layer in getattr(m, "layers", []):
+                if layer.name == name:
+                    return layer
+                todo.append(layer)
+        raise _Unverifiable(f"the loaded model has no layer named {name!r}")
+
+    def run(self, name: str, module, case: _Case, rng) -> _TFResult:
+        tf = self.tf
+        layer = self.layer(name)
+        if getattr(layer, "stateful", False) or getattr(
+            getattr(layer, "forward_layer", None), "stateful", False
+        ):
+            layer.reset_states()
+        xt = tf.constant(case.x)
+        inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
+        kwargs = {}
+        if case.mask is not None:
+            kwargs["mask"] = tf.constant(case.mask)
+        if inits:
+            kwargs["initial_state"] = inits
+        with tf.GradientTape() as tape:
+            tape.watch(xt)
+            for s in inits:
+                tape.watch(s)
+            outs = _flat(layer(xt, training=False, **kwargs))
+            rs = _loss_weights(outs, rng)
+            loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+        weights = list(layer.trainable_weights)
+        grads = tape.gradient(loss, [xt, *inits, *weights])
+        names = [_weight_param(getattr(w, "path", None) or w.name) for w in weights]
+        n = len(inits)
+        return (
+            _TFResult(
+                [o.numpy() for o in outs],
+                grads[0].numpy(),
+                [g.numpy() for g in grads[1 : 1 + n]],
+                {p: g.numpy() for p, g in zip(names, grads[1 + n :], strict=True)},
+            ),
+            rs,
+        )
+
+
+class _SavedFunctions:
+    """A SavedModel loaded by TF; a layer is the part of the signature's function between its
+    input (its mask, its initial states) and its outputs, cut out by `prune`."""
+
+    def __init__(self, tf, directory: str, source):
+        from tensorflow.python.eager import wrap_function
+
+        self.tf, self.source, self.wrap = tf, source, wrap_function
+        self.loaded = tf.saved_model.load(directory)
+        self.signature = self.loaded.signatures[source.signature]
+
+    def time_steps(self, name: str) -> int | None:
+        """The length the saved function was traced for (its loops run that many steps)."""
+        io = self.source.layers[name].graph_io
+        g = self._graph_with(io["outputs"][0].split(":")[0])
+        shape = g.get_tensor_by_name(io["input"]).shape
+        return shape[1] if shape.rank == 3 else None
+
+    def _graph_with(self, op_name: str):
+        todo, seen = [self.signature.graph], set()
+        while todo:
+            g = todo.pop()
+            try:
+                g.get_operation_by_name(op_name)
+                return g
+            except KeyError:
+                pass
+            for op in g.get_operations():
+                if op.type in ("StatefulPartitionedCall", "PartitionedCall"):
+                    fn = op.get_attr("f").name
+                    if fn not in seen:
+                        seen.add(fn)
+                        todo.append(g._get_function(fn).graph)
+        raise _Unverifiable(f"the loaded signature runs no op {op_name}")
+
+    def run(self, name: str, module, case: _Case, rng):
+        tf = self.tf
+        cfg = self.source.layers.get(name)
+        io = getattr(cfg, "graph_io", None) if cfg is not None else None
+        if io is None:
+            raise _Unverifiable("the layer was not read from the saved functions")
+        g = self._graph_with(io["outputs"][0].split(":")[0])
+        t = g.get_tensor_by_name
+        feeds = [t(io["input"])]
+        values = [tf.constant(case.x)]
+        if io["mask"] is not None:
+            feeds.append(t(io["mask"]))
+            values.append(tf.constant(case.mask))
+        inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
+        feeds += [t(n) for n in io["initial"]]
+        fetches = [t(n) for n in io["outputs"]]
+        pruned = self.wrap.WrappedFunction(g, variable_holder=None).prune(feeds, fetches)
+        # The weights: the function's captured variables, named by the reader's graph.
+        handles, names = [], []
+        graph = self.source.graph
+        owner = {k: n for n, keys in graph.aliases.items() for k in keys}
+        d = module.port_description
+        roles = {v: role for role, v in d.weights.items()}
+        roles |= {v: f"{r}.{role}" for r, c in d.children.items() for role, v in c.weights.items()}
+        for external, internal in g.captures:
+            key = graph.resolve((f"{io['function']}::{internal.op.name}", 0))[0]
+            var = owner.get(key)
+            if var in roles:
+                handles.append(external)
+                names.append(_module_param(roles[var]))
+        with tf.GradientTape() as tape:
+            tape.watch(values[0])
+            for h in handles:
+                tape.watch(h)
+            for s in inits:
+                tape.watch(s)
+            outs = _flat(pruned(*values, *inits))
+            rs = _loss_weights(outs, rng)
+            loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+        grads = tape.gradient(loss, [values[0], *inits, *handles])
+        n = len(inits)
+        return (
+            _TFResult(
+                [o.numpy() for o in outs],
+                grads[0].numpy(),
+                [g_.numpy() for g_ in grads[1 : 1 + n]],
+                {
+                    p: g_.numpy()
+                    for p, g_ in zip(names, grads[1 + n :], strict=True)
+                    if g_ is not None
+                },
+            ),
+            rs,
+        )
+
+
+def _module_param(role: str) -> str:
+    """A description's weight role as the module's parameter: `kernel`, or for a
+    Bidirectional's child `forward.kernel` -> `forward_layer.kernel`."""
+    head, _, leaf = role.rpartition(".")
+    return f"{head}_layer.{leaf}" if head else leaf
+
+
+def _keras_oracle(tf, path: str, source, config):
+    """The Keras model of a Keras file, loaded by the Keras that wrote it."""
+    major = source.writer.keras_major
+    if major == 2:
+        try:
+            import tf_keras as keras
+        except ImportError as err:
+            raise _Unverifiable(
+                "a Keras 2 file runs as Keras 2 in tf_keras, which is not installed "
+                "(pip install tf_keras)"
+            ) from err
+    else:
+        import keras
+    is_zip = path.endswith(".keras")
+    has_config = bool(source.config_origin) and not source.config_origin.startswith("--config")
+    try:
+        if has_config and (is_zip or path.endswith((".h5", ".hdf5"))):
+            model = keras.models.load_model(path, compile=False)
+        elif os.path.isdir(path) and major == 2:
+            model = keras.models.load_model(path, compile=False)
+        elif config is not None:
+            with open(config) as fh:
+                text = fh.read()
+            model = keras.models.model_from_json(text)
+            if os.path.isfile(path + ".index"):
+                tf.train.Checkpoint(model=model).read(path).expect_partial() if major == 3 else (
+                    model.load_weights(path)
+                )
+            else:
+                model.load_weights(path)
+        else:
+            raise _Unverifiable(
+                "the file stores no model config for Keras to rebuild the layers from: give "
+                "--config"
+            )
+    except _Unverifiable:
+        raise
+    except Exception as err:  # Keras' own refusals: name them
+        raise _Unverifiable(f"Keras could not load it ({type(err).__name__}: {err})") from err
+    return _KerasModel(tf, model)
+
+
+def _oracle(tf, path: str, source, config):
+    if source.format.startswith("TF2 SavedModel"):
+        if source.writer.keras_major == 2 and source.config_origin.endswith("metadata.pb"):
+            try:
+                return _keras_oracle(tf, path, source, None)
+            except _Unverifiable:
+                pass  # tf_keras is not installed: the saved functions
+        return _SavedFunctions(tf, path, source)
+    if source.writer.family == "keras" or source.layers:
+        return _keras_oracle(tf, path, source, config)
+    raise _Unverifiable(
+        "TF1 cells (checkpoints with their meta graph, frozen graphs, TF1 SavedModels) are not "
+        "verified yet: --verify runs Keras layers"
+    )
+
+
+# -- the comparison -------------------------------------------------------------------------------
+
+
+def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
+    cfg = module
+    fw = getattr(module, "forward_layer", module)
+    I = fw.input_size  # noqa: E741
+    states = []
+    for m in [module.forward_layer, module.backward_layer] if fw is not module else [module]:
+        states += [m.units] * m.num_states
+    out = []
+    for B in batches:
+        for T in [fixed_T] if fixed_T else lengths:
+            x = rng.standard_normal((T, B, I) if fw.time_major else (B, T, I)).astype(np.float32)
+            mask = None
+            if takes_mask:
+                mask = rng.random((B, T)) > 0.3
+                mask[:, 0] = True if T == 1 else mask[:, 0]
+            initial = (
+                [(0.5 * rng.standard_normal((B, u))).astype(np.float32) for u in states]
+                if takes_initial
+                else None
+            )
+            out.append((f"B={B} T={T}" + (", mask" if takes_mask else ""), _Case(x, mask, initial)))
+    del cfg
+    return out
+
+
+def _ours(module, case: _Case, rs, dtype):
+    x = torch.from_numpy(case.x).to(dtype).requires_grad_()
+    inits = (
+        [torch.from_numpy(s).to(dtype).requires_grad_() for s in case.initial]
+        if case.initial is not None
+        else []
+    )
+    mask = torch.from_numpy(case.mask) if case.mask is not None else None
+    if hasattr(module, "reset_states"):
+        module.reset_states()
+    outs = _flat(module(x, mask=mask, initial_state=inits or None))
+    loss = sum((o * torch.from_numpy(r).to(dtype)).sum() for o, r in zip(outs, rs, strict=True))
+    params = dict(module.named_parameters())
+    grads = torch.autograd.grad(loss, [x, *inits, *params.values()], allow_unused=True)
+    n = len(inits)
+    return outs, grads[0], list(grads[1 : 1 + n]), dict(zip(params, grads[1 + n :], strict=True))
+
+
+def verify(
+    src,
+    converted,
+    *,
+    tol: float = 1e-5,
+    float64: bool = False,
+    signature: str | None = None,
+    config=None,
+    reader: str | None = None,
+    batches=(1, 3),
+    lengths=(1, 4, 7),
+    seed: int = 0,
+) -> VerifyReport:
+    """The converted file `converted` against TF running `src` (see the module docstring).
+    Raises VerifyUnavailable without TensorFlow."""
+    try:
+        import tensorflow as tf
+    except ImportError as err:
+        raise VerifyUnavailable("TensorFlow is needed for --verify") from err
+    src = os.fspath(src)
+    source = read_source(src, reader, config, signature)
+    modules = load(converted)
+    report = VerifyReport(src, tol)
+    try:
+        oracle = _oracle(tf, src, source, config)
+    except _Unverifiable as err:
+        for name in modules:
+            report.not_verified[name] = str(err)
+        return report
+    rng = np.random.default_rng(seed)
+    for name, module in sorted(modules.items()):
+        d = module.port_description
+        layer = d.name
+        io = getattr(source.layers.get(layer), "graph_io", None)
+        takes_mask = (
+            io["mask"] is not None
+            if io is not None
+            else (d.value("zero_output_for_mask", None) is not None)
+            and not d.kind.startswith("keras.CuDNN")
+            and not any(c.value("zero_output_for_mask") is None for c in d.children.values())
+        )
+        takes_initial = io is None or len(io["initial"]) > 0
+        fixed_T = oracle.time_steps(layer) if io is not None else None
+        if getattr(module, "stateful", False):
+            takes_initial = False
+        try:
+            cases = _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial)
+            for label, case in cases:
+                if label not in report.cases:
+                    report.cases.append(label)
+                try:
+                    theirs, rs = oracle.run(layer, module, case, rng)
+                except _Unverifiable:
+                    raise
+                except Exception as err:  # TF's own refusal to run it here
+                    text = str(err).strip()
+                    why = text.splitlines()[0] if text else ""
+                    if "no registered kernels" in text:
+                        why = "no kernel here for one of its ops (cuDNN layers run on a GPU only)"
+                    raise _Unverifiable(
+                        f"TensorFlow could not run it here ({type(err).__name__}: {why})"
+                    ) from err
+                _compare(report, name, module, case, theirs, rs, float64)
+        except _Unverifiable as err:
+            report.not_verified[name] = str(err)
+        if io is not None and not io["initial"]:
+            report.notes.setdefault(name, []).append(
+                "the saved function computes its own initial states: none fed"
+            )
+    return report
+
+
+def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -> None:
+    outs, dx, dinit, dparams = _ours(module, case, rs, torch.float32)
+    if len(outs) != len(theirs.outputs):
+        report.add(name, "number of outputs", float("inf"))
+        return
+    pairs = {
+        f"output {k}": (o, t) for k, (o, t) in enumerate(zip(outs, theirs.outputs, strict=True))
+    }
+    pairs["d input"] = (dx, theirs.d_input)
+    pairs |= {
+        f"d initial_state {k}": (g, t)
+        for k, (g, t) in enumerate(zip(dinit, theirs.d_initial, strict=True))
+    }
+    cudnn = module.port_description.kind.startswith("keras.CuDNN")
+    if cudnn:  # the port converted cuDNN's layout: its weights are other numbers than TF's
+        report.notes[name] = ["weight gradients not compared: the port converts cuDNN's layout"]
+    for p, t in theirs.d_weights.items():
+        if cudnn:
+            break
+        if p not in dparams:
+            report.add(name, f"d {p} (no such parameter)", float("inf"))
+            continue
+        pairs[f"d {p}"] = (dparams[p], t)
+    for tensor, (o, t) in pairs.items():
+        report.add(name, tensor, _scaled(o if o is not None else torch.zeros(np.shape(t)), t))
+    if float64:
+        module64 = module.double()
+        try:
+            outs64, dx64, dinit64, dparams64 = _ours(module64, case, rs, torch.float64)
+        finally:
+            module.float()
+        ref = {f"output {k}": o for k, o in enumerate(outs64)}
+        ref["d input"] = dx64
+        ref |= {f"d initial_state {k}": g for k, g in enumerate(dinit64)}
+        ref |= {f"d {p}": g for p, g in dparams64.items()}
+        per = report.float64.setdefault(name, {})
+        for tensor, (o, t) in pairs.items():
+            if tensor in ref and ref[tensor] is not None:
+                tf64 = _scaled(
+                    torch.from_numpy(np.asarray(t, np.float64)), ref[tensor].detach().numpy()
+                )
+                ours64 = _scaled(o.detach().double(), ref[tensor].detach().numpy())
+                old = per.get(tensor, (0.0, 0.0))
+                per[tensor] = (max(old[0], tf64), max(old[1], ours64))
