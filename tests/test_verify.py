@@ -10,12 +10,13 @@ import torch
 from porting_oracle import randomize
 from test_porting_keras import I, T, _chain_model, _keras
 from test_porting_saved_model import _graph_readable_kinds, _save
+from test_porting_tf1 import _block_lstm_graph, _cudnn_graph, _rci, _stacked_grus, _TF1Run
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 import torch_lstm_grad
 from torch_lstm_grad import cli
-from torch_lstm_grad.porting import builders
+from torch_lstm_grad.porting import build_tf1, builders
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -95,17 +96,86 @@ def test_verify_keras2_files(tmp_path, capsys):
         assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out
 
 
+def _tf1_case(tmp_path, case):
+    """(src, extra args, layers) of a TF1 artifact written by TF 2.21's TF1 API."""
+    rci, tf = _rci(), tf_module()
+    if case == "lstmp_meta":
+        make = lambda: rci.LSTMCell(3, use_peepholes=True, cell_clip=0.3, num_proj=2,  # noqa: E731
+                                    proj_clip=0.2, forget_bias=0.8)  # fmt: skip
+        run = _TF1Run(tmp_path / "m", make, seed=41)
+        return run.prefix, ["rnn.lstm_cell"]
+    if case == "v1_loops_refvars":
+        run = _TF1Run(tmp_path / "m", lambda: rci.GRUCell(3, activation=tf.nn.relu), seed=42,
+                      v1_loops=True, ref_vars=True)  # fmt: skip
+        return run.prefix, ["rnn.gru_cell"]
+    if case == "block_lstm":
+        run = _TF1Run(tmp_path / "m", None, driver=_block_lstm_graph, lengths=False, seed=43)
+        return run.prefix, ["lstm_fused_cell"]
+    if case == "frozen_stack":
+        run = _TF1Run(tmp_path / "m", lambda: _stacked_grus(tf, rci), seed=44, frozen="pb")
+        return run.frozen, [f"rnn.multi_rnn_cell.cell_{k}.gru_cell" for k in range(3)]
+    run = _TF1Run(tmp_path / "m", lambda: rci.BasicLSTMCell(3), seed=45, saved_model=True)
+    return run.saved_model, ["rnn.basic_lstm_cell"]
+
+
+@pytest.mark.parametrize(
+    "case", ["lstmp_meta", "v1_loops_refvars", "block_lstm", "frozen_stack", "saved_model"]
+)
+def test_verify_tf1_cells(tmp_path, capsys, case):
+    """TF1 cells: one step of the graph's own ops (BlockLSTM: its whole sequence) copied out of
+    the loop into a graph of their own, run and differentiated by TF: a checkpoint with its
+    meta graph (LSTMP with clips; TF1 loops and ref variables), a frozen graph, a TF1
+    SavedModel."""
+    src, layers = _tf1_case(tmp_path, case)
+    out, _ = _verify_cli(src, tmp_path, capsys)
+    assert f"verified: every tensor of {', '.join(sorted(layers))} within the tolerance" in out
+    assert "d initial_state 0" in out
+    if case == "lstmp_meta":
+        assert "d projection_kernel" in out and "d w_f_diag" in out
+    if case == "block_lstm":
+        assert "B=3 T=7" in out and "output 2" in out
+
+
+def test_verify_published_frozen_graph(tmp_path, capsys):
+    """cutkum's published graph (tests/data/cutkum): its three GRU cells verified on TF's own
+    ops, gradients included (TF cannot differentiate the graph's TF1 loop itself)."""
+    out, _ = _verify_cli(os.path.join(DATA, "cutkum", "frozen_model.pb"), tmp_path, capsys)
+    assert "verified: every tensor of rnn.multi_rnn_cell.cell_0.gru_cell, " in out
+    assert "d candidate_kernel" in out
+
+
 def test_verify_says_what_it_cannot(tmp_path, capsys):
-    """A weights-only file without --config, a TF1 graph: exit 0, each layer 'not verified'
-    with the reason; cuDNN layers on a machine without a GPU: TF's missing kernel named."""
+    """A weights-only file without --config, canonical cuDNN layers, a TF1 checkpoint without
+    its graph: exit 0, each layer 'not verified' with the reason; cuDNN layers on a machine
+    without a GPU: TF's missing kernel named."""
     out, _ = _verify_cli(os.path.join(DATA, "chars2vec_eng_50", "weights.h5"), tmp_path, capsys,
                          "--set", "lstm_1:return_sequences=true")  # fmt: skip
     assert "not verified: the file stores no model config" in out and "give --config" in out
     assert out.rstrip().endswith("nothing verified (see why above)")
-    out, _ = _verify_cli(os.path.join(DATA, "cutkum", "frozen_model.pb"), tmp_path, capsys)
-    assert "not verified: TF1 cells (checkpoints with their meta graph, frozen graphs" in out
+    run = _TF1Run(tmp_path / "c", None, driver=_cudnn_graph("lstm", 1, False, False),
+                  lengths=False, seed=46)  # fmt: skip
+    out, _ = _verify_cli(run.prefix, tmp_path, capsys)
+    assert "not verified: a CudnnLSTM is not verified yet" in out
+    run = _TF1Run(tmp_path / "n", lambda: _rci().GRUCell(2), seed=47, meta=False)
+    out, _ = _verify_cli(run.prefix, tmp_path, capsys, "--assume-defaults")
+    assert "not verified: the file stores no graph of the computation" in out
     out, _ = _verify_cli(os.path.join(DATA, "keras2", "cudnn.h5"), tmp_path, capsys)
     assert "cuDNN layers run on a GPU only" in out or "verified: every tensor" in out
+
+
+def test_verify_fails_on_a_planted_tf1_defect(tmp_path, capsys, monkeypatch):
+    """A TF1 cell built with another forget bias than its graph's: exit 3, named."""
+    src, _ = _tf1_case(tmp_path, "lstmp_meta")
+    entry = build_tf1._entry
+
+    def planted(m, d, config):
+        if "forget_bias" in config:
+            config = {**config, "forget_bias": config["forget_bias"] + 0.5}
+        return entry(m, d, config)
+
+    monkeypatch.setattr(build_tf1, "_entry", planted)
+    out, _ = _verify_cli(src, tmp_path, capsys, code=3)
+    assert "FAILED:" in out and "rnn.lstm_cell output 0" in out.split("FAILED:")[1]
 
 
 def _planted(monkeypatch, defect: str, layer: str):

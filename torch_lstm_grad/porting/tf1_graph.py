@@ -88,6 +88,7 @@ class _Node:
     op: str
     inputs: list[tuple[str, int]]  # (node key, output index)
     attrs: dict
+    raw: bytes = b""  # the NodeDef as stored (`verify` runs copies of a cell's ops)
 
 
 @dataclass
@@ -102,6 +103,9 @@ class GraphCell:
     where: str = ""
     problem: str | None = None
     anchor: str = ""  # the op that reads the kernel (a MatMul or the fused op)
+    # One step's (a fused sequence op's) tensors: "inputs" {x, h, c[, seq_len_max]} and
+    # "outputs" {h, c}, as refs in the graph; `verify` runs the ops between them.
+    boundary: dict | None = None
 
 
 def _attr_value(buf: bytes):
@@ -140,7 +144,7 @@ def _parse_node(buf: bytes, prefix: str, args: set[str]) -> _Node:
     for entry in f.get(5, []):
         e = proto.fields(entry)
         attrs[proto.last(e, 1, b"").decode()] = _attr_value(proto.last(e, 2, b""))
-    return _Node(f"{prefix}{name}", proto.last(f, 2, b"").decode(), inputs, attrs)
+    return _Node(f"{prefix}{name}", proto.last(f, 2, b"").decode(), inputs, attrs, buf)
 
 
 class TF1Graph:
@@ -355,7 +359,23 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     attrs = {k: u.attrs[k] for k in ("forget_bias", "cell_clip", "use_peephole") if k in u.attrs}
     if u.op == "BlockLSTMV2":
         attrs["forget_bias"] = 0.0
-    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})", anchor=u.name)
+    # The ops' inputs and outputs (tensorflow/core/ops/rnn_ops.cc): BlockLSTM(seq_len_max, x,
+    # cs_prev, h_prev, w, ...) -> (i, cs, f, o, ci, co, h); LSTMBlockCell(x, cs_prev, h_prev,
+    # ...) the same outputs; GRUBlockCell(x, h_prev, ...) -> (r, u, c, h).
+    # "at": the inputs by position (c and h may be one tensor, the zeros both start from).
+    if u.op in _FUSED_GRU:
+        at = {"x": 0, "h": 1}
+        outputs = {"h": (u.name, 3)}
+    else:
+        first = 1 if u.op in ("BlockLSTM", "BlockLSTMV2") else 0
+        at = {"x": first, "c": first + 1, "h": first + 2} | ({"seq_len_max": 0} if first else {})
+        outputs = {"h": (u.name, 6), "c": (u.name, 1)}
+    boundary = {
+        "inputs": {role: u.inputs[k] for role, k in at.items()},
+        "at": {role: (u.name, k) for role, k in at.items()},
+        "outputs": outputs,
+    }
+    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})", anchor=u.name, boundary=boundary)
 
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
@@ -453,6 +473,7 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
                 f"{[f'{u.name} ({u.op})' for u in c_acts]}"
             )
         attrs = {"forget_bias": forget_bias, "activation": activation, "cell_clip": cell_clip}
+        boundary = _lstm_boundary(g, matmul, c_add, i_mul, f_act, o_act, c_name, c_acts)
         proj = g.variable(f"{scope}/projection/kernel")
         cls = (
             "BasicLSTMCell"
@@ -463,10 +484,48 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             pm = [u for u in g.users(proj.name, 0, {"MatMul"}) if g.forward_matmul(u, proj.name)]
             if not pm:
                 raise _Unreadable(f"{proj.name} is not multiplied by a MatMul")
-            attrs["proj_clip"] = _clip_after(g, pm[0].name, "projection")[0]
-        return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}")
+            mine = [u for u in pm if g.resolve(u.inputs[0]) == boundary["outputs"]["h"]]
+            attrs["proj_clip"], h_name = (
+                _clip_after(g, mine[0].name, "projection")
+                if mine
+                else (
+                    _clip_after(g, pm[0].name, "projection")[0],
+                    None,
+                )
+            )
+            boundary["outputs"]["h"] = (h_name, 0) if h_name else None
+        return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}", boundary=boundary)
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
+
+
+def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
+    """x and h of a TF1 Python cell's step: `concat([x, h], 1)` multiplied by the kernel."""
+    concat = g.nodes.get(matmul.inputs[0][0])
+    while concat is not None and concat.op in ("Identity", "Snapshot"):
+        concat = g.nodes.get(concat.inputs[0][0])
+    if concat is None or concat.op != "ConcatV2" or len(concat.inputs) != 3:
+        return {}
+    return {"x": concat.inputs[0], "h": concat.inputs[1]}
+
+
+def _lstm_boundary(g, matmul, c_add, i_mul, f_act, o_act, c_name, c_acts) -> dict:
+    """The step's x, h, c_prev and its new c (after the clip) and m = o·act(c)."""
+    inputs = _step_inputs(g, matmul)
+    f_mul = [g.nodes[r[0]] for r in c_add.inputs[:2] if g.resolve(r) != (i_mul.name, 0)]
+    if inputs and len(f_mul) == 1:
+        f_out = (f_act.name, 0)
+        c_prev = [r for r in f_mul[0].inputs[:2] if g.resolve(r) != f_out]
+        if len(c_prev) == 1:
+            inputs["c"] = c_prev[0]
+    act_c = (c_acts[0].name, 0) if c_acts else (c_name, 0)
+    m = [
+        u
+        for u in g.users(*act_c, {"Mul"})
+        if {g.resolve(r) for r in u.inputs[:2]} == {act_c, (o_act.name, 0)}
+    ]
+    outputs = {"c": (c_name, 0), "h": (m[0].name, 0) if len(m) == 1 else None}
+    return {"inputs": inputs, "outputs": outputs}
 
 
 def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
@@ -489,10 +548,18 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             g, g.users(cm[0].name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd", cm[0].name
         )
         act = _single(g, g.users(cb.name, 0), "candidate activation", cb.name)
+        # new_h = u·h + (1 − u)·c: the Add after (1 − u)·act(...)
+        c_out = (act.name, 0) if act.op in _UNARY else (cb.name, 0)
+        adds = [a for mul in g.users(*c_out, {"Mul"}) for a in g.users(mul.name, 0, _ADDS)]
+        boundary = {
+            "inputs": _step_inputs(g, matmul),
+            "outputs": {"h": (adds[0].name, 0) if len(adds) == 1 else None},
+        }
         return GraphCell(
             "GRUCell",
             {"activation": _activation_of(g, act, "candidate")},
             where=f"ops {matmul.name}, {cm[0].name}",
+            boundary=boundary,
         )
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))

@@ -304,6 +304,176 @@ class _SavedFunctions:
         )
 
 
+_TF1_PARAMS = {
+    "kernel": "kernel",
+    "bias": "bias",
+    "w_i_diag": "w_i_diag",
+    "w_f_diag": "w_f_diag",
+    "w_o_diag": "w_o_diag",
+    "projection/kernel": "projection_kernel",
+    "gates/kernel": "gates_kernel",
+    "gates/bias": "gates_bias",
+    "candidate/kernel": "candidate_kernel",
+    "candidate/bias": "candidate_bias",
+}
+_STEP_CELLS = {"tf1.LSTMCell", "tf1.BasicLSTMCell", "tf1.LSTMBlockCell", "tf1.GRUCell",
+               "tf1.GRUBlockCell"}  # fmt: skip
+
+
+class _TF1Cells:
+    """TF1 cells: the graph's own ops of one step (a fused op's whole sequence), copied with
+    their NodeDefs into a graph of their own, between the step's inputs (x, h, c: fed) and its
+    new h and c, the variables' values as constants; TF runs that graph and differentiates it
+    (no loop: TF can, whatever loop the cell ran in)."""
+
+    def __init__(self, tf, source):
+        if source.graph is None:
+            raise _Unverifiable(
+                "the file stores no graph of the computation (a checkpoint without its .meta)"
+            )
+        self.tf, self.source, self.g = tf, source, source.graph
+
+    def time_steps(self, name: str) -> None:
+        return None
+
+    def _cell(self, d):
+        if "gates/kernel" in d.weights:
+            scope, kind = d.weights["gates/kernel"].rpartition("/")[0], "gru"
+            if scope.endswith("/gates"):
+                scope = scope[: -len("/gates")]
+        elif "kernel" in d.weights:
+            scope, kind = d.weights["kernel"].rpartition("/")[0], "lstm"
+        else:
+            raise _Unverifiable(f"a {d.kind} is not verified yet (one step of a cell is)")
+        cell = self.g.cell_at(scope, kind)
+        if cell is None or cell.boundary is None:
+            raise _Unverifiable(f"the {self.g.label} does not run {scope}")
+        b = cell.boundary
+        need = {"x", "h"} | ({"c"} if kind == "lstm" else set())
+        if not need <= set(b["inputs"]) or any(v is None for v in b["outputs"].values()):
+            raise _Unverifiable(f"the step's inputs and outputs around {scope} were not found")
+        return cell
+
+    def _graph_def(self, cell, d):
+        """The cell's ops as a GraphDef: placeholders `in_<role>`, constants `w_<k>`."""
+        from tensorflow.core.framework import graph_pb2, node_def_pb2
+
+        tf, g = self.tf, self.g
+        b = cell.boundary
+
+        def norm(ref):
+            for _ in range(16):
+                n = g.nodes.get(ref[0])
+                if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
+                    return ref
+                ref = n.inputs[0]
+            return ref
+
+        entry = {norm(r): role for role, r in b["inputs"].items()} if "at" not in b else {}
+        at = {where: role for role, where in b.get("at", {}).items()}
+        var_names = set(d.weights.values())
+        nodes, names, weights = [], {}, {}
+
+        def visit(ref) -> str:
+            ref = norm(ref)
+            if ref in entry:
+                return f"in_{entry[ref]}:0"
+            key = g.resolve(ref)[0]
+            if key in var_names or (g.variable(key) is not None and key in self.source.variables):
+                if key not in weights:
+                    const = node_def_pb2.NodeDef(name=f"w_{len(weights)}", op="Const")
+                    value = np.asarray(self.source.variables[key])
+                    const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+                    const.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+                    nodes.append(const)
+                    weights[key] = const.name
+                return f"{weights[key]}:0"
+            node = g.nodes.get(ref[0])
+            if node is None:
+                raise _Unverifiable(f"the cell reads {ref[0]}, which the graph does not hold")
+            if node.op in ("Enter", "RefEnter", "_Arg", "ReadVariableOp"):
+                outer = g.resolve(ref)
+                if outer != ref:
+                    return visit(outer)
+            if node.op in ("Merge", "Switch", "_Arg", "Enter", "RefEnter", "Placeholder"):
+                raise _Unverifiable(
+                    f"the step reads {ref[0]} ({node.op}) besides its inputs x, h, c"
+                )
+            if node.name not in names:
+                nd = node_def_pb2.NodeDef.FromString(node.raw)
+                nd.name = f"op_{len(names)}"
+                names[node.name] = nd.name
+                inputs = [
+                    f"in_{at[(node.name, k)]}:0" if (node.name, k) in at else visit(r)
+                    for k, r in enumerate(node.inputs)
+                ]
+                del nd.input[:]
+                nd.input.extend(inputs)
+                nd.ClearField("device")
+                for private in [k for k in nd.attr if k.startswith("_")]:
+                    # colocations with nodes not copied; `_output_shapes`, the saved graph's
+                    # batch size, which TF would take as static shapes
+                    del nd.attr[private]
+                nodes.append(nd)
+            return f"{names[node.name]}:{ref[1]}"
+
+        outputs = {role: visit(r) for role, r in b["outputs"].items()}
+        for role in sorted(set(entry.values()) | set(at.values())):
+            ph = node_def_pb2.NodeDef(name=f"in_{role}", op="Placeholder")
+            ph.attr["dtype"].type = (
+                tf.int64 if role == "seq_len_max" else tf.float32
+            ).as_datatype_enum
+            nodes.append(ph)
+        graph_def = graph_pb2.GraphDef()
+        graph_def.node.extend(nodes)
+        owner = {v: role for role, v in d.weights.items()}
+        return (
+            graph_def,
+            outputs,
+            {_TF1_PARAMS[owner[k]]: n for k, n in weights.items() if k in owner},
+        )
+
+    def run(self, name: str, module, case: _Case, rng):
+        tf = self.tf
+        d = module.port_description
+        cell = self._cell(d)
+        graph_def, outputs, weights = self._graph_def(cell, d)
+        sequence = "seq_len_max" in cell.boundary["inputs"]
+        gr = tf.Graph()
+        with gr.as_default():
+            tf.import_graph_def(graph_def, name="")
+            t = gr.get_tensor_by_name
+            outs = [t(outputs["h"])]
+            if "c" in outputs:
+                outs.append(t(outputs["c"])[-1] if sequence else t(outputs["c"]))
+            if sequence:  # the module returns the sequence h and the final (c, h)
+                outs.append(outs[0][-1])
+            feeds = {"x": case.x}
+            roles = ["c", "h"] if "c" in cell.boundary["inputs"] else ["h"]
+            for role, value in zip(roles, case.initial, strict=True):
+                feeds[role] = value
+            if sequence:
+                feeds["seq_len_max"] = np.int64(case.x.shape[0])
+            fed = {t(f"in_{r}:0"): v for r, v in feeds.items()}
+            with tf.compat.v1.Session(graph=gr) as sess:
+                values = sess.run(outs, fed)
+                rs = _loss_weights(values, rng)
+                loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+                wrt = [t("in_x:0"), *(t(f"in_{r}:0") for r in roles)]
+                wrt += [t(f"{n}:0") for n in weights.values()]
+                grads = sess.run(tf.gradients(loss, wrt), fed)
+        n = len(roles)
+        return (
+            _TFResult(
+                values,
+                grads[0],
+                list(grads[1 : 1 + n]),
+                {p: g for p, g in zip(weights, grads[1 + n :], strict=True)},
+            ),
+            rs,
+        )
+
+
 def _module_param(role: str) -> str:
     """A description's weight role as the module's parameter: `kernel`, or for a
     Bidirectional's child `forward.kernel` -> `forward_layer.kernel`."""
@@ -363,38 +533,66 @@ def _oracle(tf, path: str, source, config):
         return _SavedFunctions(tf, path, source)
     if source.writer.family == "keras" or source.layers:
         return _keras_oracle(tf, path, source, config)
-    raise _Unverifiable(
-        "TF1 cells (checkpoints with their meta graph, frozen graphs, TF1 SavedModels) are not "
-        "verified yet: --verify runs Keras layers"
-    )
+    return _TF1Cells(tf, source)
 
 
 # -- the comparison -------------------------------------------------------------------------------
 
 
+def _shapes(module) -> tuple[int, list[int], str]:
+    """`(input size, initial state widths, call)`: call "keras" (batch-major, or time-major
+    with time_major), "step" (one [B, I] step of a TF1 cell), "sequence" ([T, B, I])."""
+    from .. import keras_layers, modules
+
+    if isinstance(module, keras_layers.KerasBidirectional):
+        parts = [module.forward_layer, module.backward_layer]
+        return parts[0].input_size, [m.units for m in parts for _ in range(m.num_states)], "keras"
+    if isinstance(module, keras_layers._KerasRNN):
+        return module.input_size, [module.units] * module.num_states, "keras"
+    if isinstance(module, modules.GRUBlockCell):
+        return module.input_size, [module.num_units], "step"
+    if isinstance(module, (modules.LSTMBlockCell, modules.LSTMBlockFusedCell)):
+        widths = [module.num_units, module.num_proj or module.num_units]
+        call = "step" if isinstance(module, modules.LSTMBlockCell) else "sequence"
+        return module.input_size, widths, call
+    raise _Unverifiable(f"a {type(module).__name__} is not verified yet")
+
+
 def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
-    cfg = module
-    fw = getattr(module, "forward_layer", module)
-    I = fw.input_size  # noqa: E741
-    states = []
-    for m in [module.forward_layer, module.backward_layer] if fw is not module else [module]:
-        states += [m.units] * m.num_states
+    I, widths, call = _shapes(module)  # noqa: E741
+    time_major = call == "sequence" or getattr(module, "time_major", False)
     out = []
     for B in batches:
-        for T in [fixed_T] if fixed_T else lengths:
-            x = rng.standard_normal((T, B, I) if fw.time_major else (B, T, I)).astype(np.float32)
+        for T in [1] if call == "step" else ([fixed_T] if fixed_T else lengths):
+            shape = (B, I) if call == "step" else ((T, B, I) if time_major else (B, T, I))
+            x = rng.standard_normal(shape).astype(np.float32)
             mask = None
             if takes_mask:
                 mask = rng.random((B, T)) > 0.3
-                mask[:, 0] = True if T == 1 else mask[:, 0]
             initial = (
-                [(0.5 * rng.standard_normal((B, u))).astype(np.float32) for u in states]
+                [(0.5 * rng.standard_normal((B, u))).astype(np.float32) for u in widths]
                 if takes_initial
                 else None
             )
-            out.append((f"B={B} T={T}" + (", mask" if takes_mask else ""), _Case(x, mask, initial)))
-    del cfg
+            label = f"B={B} " + ("one step" if call == "step" else f"T={T}")
+            out.append((label + (", mask" if takes_mask else ""), _Case(x, mask, initial)))
     return out
+
+
+def _call(module, x, mask, inits) -> list:
+    """The module's outputs as TF's side lists them: a Keras layer's (output, states...), a
+    TF1 step's (h, c) / (h,), a fused sequence's (outputs, c, h)."""
+    _, _, call = _shapes(module)
+    if call == "keras":
+        return _flat(module(x, mask=mask, initial_state=inits or None))
+    if call == "sequence":
+        out, (c, h) = module(x, initial_state=tuple(inits) if inits else None)
+        return [out, c, h]
+    if len(inits) == 2:  # an LSTM step: TF1 orders its state (c, h)
+        _, (c, h) = module(x, (inits[0], inits[1]))
+        return [h, c]
+    _, h = module(x, inits[0] if inits else None)
+    return [h]
 
 
 def _ours(module, case: _Case, rs, dtype):
@@ -407,7 +605,7 @@ def _ours(module, case: _Case, rs, dtype):
     mask = torch.from_numpy(case.mask) if case.mask is not None else None
     if hasattr(module, "reset_states"):
         module.reset_states()
-    outs = _flat(module(x, mask=mask, initial_state=inits or None))
+    outs = _call(module, x, mask, inits)
     loss = sum((o * torch.from_numpy(r).to(dtype)).sum() for o, r in zip(outs, rs, strict=True))
     params = dict(module.named_parameters())
     grads = torch.autograd.grad(loss, [x, *inits, *params.values()], allow_unused=True)
