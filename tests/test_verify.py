@@ -114,13 +114,19 @@ def _tf1_case(tmp_path, case):
     if case == "frozen_stack":
         run = _TF1Run(tmp_path / "m", lambda: _stacked_grus(tf, rci), seed=44, frozen="pb")
         return run.frozen, [f"rnn.multi_rnn_cell.cell_{k}.gru_cell" for k in range(3)]
+    if case == "deepspeech_frozen":
+        driver = _cudnn_graph("lstm", 1, False, False, outer="cudnn_lstm")
+        run = _TF1Run(tmp_path / "m", None, driver=driver, lengths=False, seed=48, frozen="pb")
+        return run.frozen, ["cudnn_lstm"]
     run = _TF1Run(tmp_path / "m", lambda: rci.BasicLSTMCell(3), seed=45, saved_model=True)
     return run.saved_model, ["rnn.basic_lstm_cell"]
 
 
 @pytest.mark.parametrize(
-    "case", ["lstmp_meta", "v1_loops_refvars", "block_lstm", "frozen_stack", "saved_model"]
-)
+    "case",
+    ["lstmp_meta", "v1_loops_refvars", "block_lstm", "frozen_stack", "saved_model",
+     "deepspeech_frozen"],
+)  # fmt: skip
 def test_verify_tf1_cells(tmp_path, capsys, case):
     """TF1 cells: one step of the graph's own ops (BlockLSTM: its whole sequence) copied out of
     the loop into a graph of their own, run and differentiated by TF: a checkpoint with its
@@ -134,6 +140,8 @@ def test_verify_tf1_cells(tmp_path, capsys, case):
         assert "d projection_kernel" in out and "d w_f_diag" in out
     if case == "block_lstm":
         assert "B=3 T=7" in out and "output 2" in out
+    if case == "deepspeech_frozen":  # cuDNN's packed params: along random directions
+        assert "d weights along direction 2" in out
 
 
 def test_verify_published_frozen_graph(tmp_path, capsys):
@@ -145,17 +153,17 @@ def test_verify_published_frozen_graph(tmp_path, capsys):
 
 
 def test_verify_says_what_it_cannot(tmp_path, capsys):
-    """A weights-only file without --config, canonical cuDNN layers, a TF1 checkpoint without
-    its graph: exit 0, each layer 'not verified' with the reason; cuDNN layers on a machine
-    without a GPU: TF's missing kernel named."""
+    """A weights-only file without --config, stacked canonical cuDNN layers, a TF1 checkpoint
+    without its graph: exit 0, each layer 'not verified' with the reason; cuDNN layers on a
+    machine without a GPU: TF's missing kernel named."""
     out, _ = _verify_cli(os.path.join(DATA, "chars2vec_eng_50", "weights.h5"), tmp_path, capsys,
                          "--set", "lstm_1:return_sequences=true")  # fmt: skip
     assert "not verified: the file stores no model config" in out and "give --config" in out
     assert out.rstrip().endswith("nothing verified (see why above)")
-    run = _TF1Run(tmp_path / "c", None, driver=_cudnn_graph("lstm", 1, False, False),
+    run = _TF1Run(tmp_path / "c", None, driver=_cudnn_graph("lstm", 2, False, False),
                   lengths=False, seed=46)  # fmt: skip
     out, _ = _verify_cli(run.prefix, tmp_path, capsys)
-    assert "not verified: a CudnnLSTM is not verified yet" in out
+    assert "not verified: stacked or bidirectional canonical cuDNN layers" in out
     run = _TF1Run(tmp_path / "n", lambda: _rci().GRUCell(2), seed=47, meta=False)
     out, _ = _verify_cli(run.prefix, tmp_path, capsys, "--assume-defaults")
     assert "not verified: the file stores no graph of the computation" in out

@@ -140,6 +140,9 @@ class _TFResult:
     d_input: np.ndarray
     d_initial: list[np.ndarray]
     d_weights: dict[str, np.ndarray]  # module parameter name -> gradient
+    # Where the module packs the weights (cuDNN's opaque params): `(parameter, [(the packed
+    # direction, TF's derivative along it)])`, random directions in TF's variables.
+    directions: tuple | None = None
 
 
 def _loss_weights(outputs, rng) -> list[np.ndarray]:
@@ -337,6 +340,18 @@ class _TF1Cells:
         return None
 
     def _cell(self, d):
+        if d.kind == "tf1.CudnnLSTM" and "cell_0_0/kernel" in d.weights:
+            if d.value("num_layers") != 1 or d.value("direction") != "unidirectional":
+                raise _Unverifiable(
+                    "stacked or bidirectional canonical cuDNN layers are not verified yet"
+                )
+            scope = d.weights["cell_0_0/kernel"].rpartition("/")[0]
+            cell = self.g.cell_at(scope, "lstm")
+            if cell is None or cell.cls not in ("BlockLSTM", "BlockLSTMV2"):
+                raise _Unverifiable(f"the {self.g.label} runs no fused BlockLSTM on {scope}")
+            return cell
+        if d.kind.startswith("tf1.Cudnn"):
+            raise _Unverifiable(f"a {d.kind[4:]} is not verified yet")
         if "gates/kernel" in d.weights:
             scope, kind = d.weights["gates/kernel"].rpartition("/")[0], "gru"
             if scope.endswith("/gates"):
@@ -426,18 +441,20 @@ class _TF1Cells:
             nodes.append(ph)
         graph_def = graph_pb2.GraphDef()
         graph_def.node.extend(nodes)
-        owner = {v: role for role, v in d.weights.items()}
-        return (
-            graph_def,
-            outputs,
-            {_TF1_PARAMS[owner[k]]: n for k, n in weights.items() if k in owner},
-        )
+        return graph_def, outputs, weights
 
     def run(self, name: str, module, case: _Case, rng):
         tf = self.tf
         d = module.port_description
         cell = self._cell(d)
-        graph_def, outputs, weights = self._graph_def(cell, d)
+        graph_def, outputs, by_variable = self._graph_def(cell, d)
+        owner = {v: role for role, v in d.weights.items()}
+        cudnn = d.kind.startswith("tf1.Cudnn")
+        weights = (
+            by_variable
+            if cudnn
+            else {_TF1_PARAMS[owner[k]]: n for k, n in by_variable.items() if k in owner}
+        )
         sequence = "seq_len_max" in cell.boundary["inputs"]
         gr = tf.Graph()
         with gr.as_default():
@@ -463,15 +480,36 @@ class _TF1Cells:
                 wrt += [t(f"{n}:0") for n in weights.values()]
                 grads = sess.run(tf.gradients(loss, wrt), fed)
         n = len(roles)
+        d_weights = dict(zip(weights, grads[1 + n :], strict=True))
+        directions = self._directions(d, d_weights, rng) if cudnn else None
         return (
             _TFResult(
                 values,
                 grads[0],
                 list(grads[1 : 1 + n]),
-                {p: g for p, g in zip(weights, grads[1 + n :], strict=True)},
+                {} if cudnn else d_weights,
+                directions,
             ),
             rs,
         )
+
+    def _directions(self, d, d_weights, rng, count: int = 3):
+        """cuDNN's packed params against TF's variables: along random directions V in the
+        variables, TF's derivative Σ <dL/dvar, V> and the packed direction the converter's own
+        (linear) packing makes of V, which the module's gradient must meet."""
+        from types import SimpleNamespace
+
+        from . import build_tf1
+
+        out = []
+        for _ in range(count):
+            v = {
+                k: rng.standard_normal(np.shape(g)).astype(np.float32) for k, g in d_weights.items()
+            }
+            entry = build_tf1._cudnn(SimpleNamespace(variables=v), d)
+            packed = entry["state_dict"]["opaque_kernel"].numpy()
+            out.append((packed, float(sum((d_weights[k] * v[k]).sum() for k in v))))
+        return "opaque_kernel", out
 
 
 def _module_param(role: str) -> str:
@@ -555,12 +593,14 @@ def _shapes(module) -> tuple[int, list[int], str]:
         widths = [module.num_units, module.num_proj or module.num_units]
         call = "step" if isinstance(module, modules.LSTMBlockCell) else "sequence"
         return module.input_size, widths, call
+    if isinstance(module, modules.CudnnLSTM):
+        return module.input_size, [module.num_units, module.num_units], "cudnn"
     raise _Unverifiable(f"a {type(module).__name__} is not verified yet")
 
 
 def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
     I, widths, call = _shapes(module)  # noqa: E741
-    time_major = call == "sequence" or getattr(module, "time_major", False)
+    time_major = call in ("sequence", "cudnn") or getattr(module, "time_major", False)
     out = []
     for B in batches:
         for T in [1] if call == "step" else ([fixed_T] if fixed_T else lengths):
@@ -588,6 +628,9 @@ def _call(module, x, mask, inits) -> list:
     if call == "sequence":
         out, (c, h) = module(x, initial_state=tuple(inits) if inits else None)
         return [out, c, h]
+    if call == "cudnn":  # [L·D, B, H] states, (h, c); TF1's cell orders them (c, h)
+        out, (h, c) = module(x, initial_state=(inits[1][None], inits[0][None]))
+        return [out, c[0], h[0]]
     if len(inits) == 2:  # an LSTM step: TF1 orders its state (c, h)
         _, (c, h) = module(x, (inits[0], inits[1]))
         return [h, c]
@@ -698,6 +741,12 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
         f"d initial_state {k}": (g, t)
         for k, (g, t) in enumerate(zip(dinit, theirs.d_initial, strict=True))
     }
+    if theirs.directions is not None:
+        param, along = theirs.directions
+        g = dparams[param].detach().double().numpy()
+        for k, (packed, tf_value) in enumerate(along):
+            ours = float((g * packed).sum())
+            report.add(name, f"d weights along direction {k}", _scaled(np.float64(ours), tf_value))
     cudnn = module.port_description.kind.startswith("keras.CuDNN")
     if cudnn:  # the port converted cuDNN's layout: its weights are other numbers than TF's
         report.notes[name] = ["weight gradients not compared: the port converts cuDNN's layout"]
