@@ -105,13 +105,18 @@ using Grads8 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
 // Inputs to the forward already include the bias.
 
 // ActivationFns' constants in the computation type, hoisted out of the loops.
+// The w_* weights (0 or 1) pick a variant's derivative in AnyGate / AnyCell below.
 template <typename acc_t>
 struct ActParams {
   acc_t g_scale, g_shift, g_hi, g_div, g_slope, c_lo;
+  acc_t g_w_hard, g_w_sigmoid, c_w_rect, c_w_tanh;
   TLG_HD static ActParams from(const ActivationFns& a) {
+    const bool hard = a.gate != GateFn::kSigmoid, rect = a.cell != CellFn::kTanh;
     return {static_cast<acc_t>(a.g_scale), static_cast<acc_t>(a.g_shift),
             static_cast<acc_t>(a.g_hi),    static_cast<acc_t>(a.g_div),
-            static_cast<acc_t>(a.g_slope), static_cast<acc_t>(a.c_lo)};
+            static_cast<acc_t>(a.g_slope), static_cast<acc_t>(a.c_lo),
+            acc_t(hard ? 1 : 0),           acc_t(hard ? 0 : 1),
+            acc_t(rect ? 1 : 0),           acc_t(rect ? 0 : 1)};
   }
 };
 
@@ -170,6 +175,27 @@ struct RectCell {
   template <typename T>
   TLG_HD static T df(T y, const ActParams<T>& p) {
     return y > p.c_lo ? T(1) : T(0);
+  }
+};
+
+// Either gate's or either cell's derivative, chosen at run time: both computed and blended by
+// the 0/1 weights of ActParams, with no branch, so that one backward loop serves every variant
+// (a branch on a loop-invariant flag is what the compiler would split the loop on again). The
+// blend is exact: d·1 + e·0 = d for a finite e ≥ 0 (and +0 + +0 = +0); the tanh derivative
+// takes y clamped to [-1, 1], which leaves tanh's own y as it is and keeps a relu or linear
+// state's y·y from overflowing (inf·0 would be NaN).
+struct AnyGate {
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>& p) {
+    return HardSigmoidGate::df(y, p) * p.g_w_hard + (y * (1 - y)) * p.g_w_sigmoid;
+  }
+};
+
+struct AnyCell {
+  template <typename T>
+  TLG_HD static T df(T y, const ActParams<T>& p) {
+    const T t = y < T(-1) ? T(-1) : (y > T(1) ? T(1) : y);
+    return RectCell::df(y, p) * p.c_w_rect + (1 - t * t) * p.c_w_tanh;
   }
 };
 

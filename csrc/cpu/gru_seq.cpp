@@ -205,14 +205,18 @@ using Hard = lstm_block::HardSigmoidGate;
 using Tanh = lstm_block::TanhCell<CpuAct>;
 using Rect = lstm_block::RectCell;
 
-// The loop `Pass` for the step's variant, run over the B rows.
-template <template <typename, class, class> class Pass, typename scalar_t>
+// The loop `Pass` for the step's variant, run over the B rows. The backward passes need only
+// the activations' derivatives, which cost little: one loop for every variant (AnyGate,
+// AnyCell blend them, lstm_block.h), where a loop per variant quadrupled them.
+template <template <typename, class, class> class Pass, bool kAnyVariant = false,
+          typename scalar_t>
 void run(const GruStep<scalar_t>& s, int64_t B) {
   const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
   const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
-  const Rows<scalar_t> rows =
+  Rows<scalar_t> rows =
       hard ? (tanh ? &Pass<scalar_t, Hard, Tanh>::rows : &Pass<scalar_t, Hard, Rect>::rows)
            : (tanh ? &Pass<scalar_t, Sigmoid, Tanh>::rows : &Pass<scalar_t, Sigmoid, Rect>::rows);
+  if constexpr (kAnyVariant) rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
   at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
 }
 
@@ -253,15 +257,15 @@ struct CpuGruBackend {
   }
   template <typename scalar_t>
   static void backward_after(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardAfter>(s, B);
+    run<BackwardAfter, true>(s, B);
   }
   template <typename scalar_t>
   static void backward_gates(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardGates>(s, B);
+    run<BackwardGates, true>(s, B);
   }
   template <typename scalar_t>
   static void backward_reset(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardReset>(s, B);
+    run<BackwardReset, true>(s, B);
   }
 };
 

@@ -6,7 +6,8 @@
 // To keep the instantiations down (each loop is compiled 3 times, for AVX-512, AVX2 and
 // baseline, per dtype), the loops here always clip and always mask: the clip at +inf, or the
 // mask at +inf, does nothing (two compares an element), and the two hard sigmoids (and relu /
-// linear) are one loop each with their constants as loop invariants (ActivationFns).
+// linear) are one loop each with their constants as loop invariants (ActivationFns); the
+// backward is one loop for every variant (AnyGate, AnyCell).
 
 #include <torch/library.h>
 
@@ -61,14 +62,13 @@ struct VariantRows {
                         : forward_for<scalar_t, Sigmoid, Rect>(peep));
   }
 
+  // One backward loop for every variant: the derivatives come from the stored outputs and
+  // cost little, so AnyGate / AnyCell compute both and blend (lstm_block.h), where a loop per
+  // variant quadrupled this file's loops and its compile time.
   template <typename scalar_t>
   static BwdRows<scalar_t> backward(const BwdStep<scalar_t>& s, bool sums) {
-    const bool hard = s.fns.gate != GateFn::kSigmoid, tanh = s.fns.cell == CellFn::kTanh;
-    const bool peep = s.wci != nullptr;
-    return hard ? (tanh ? backward_for<scalar_t, Hard, Tanh>(peep, sums)
-                        : backward_for<scalar_t, Hard, Rect>(peep, sums))
-                : (tanh ? backward_for<scalar_t, Sigmoid, Tanh>(peep, sums)
-                        : backward_for<scalar_t, Sigmoid, Rect>(peep, sums));
+    return backward_for<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>(s.wci != nullptr,
+                                                                            sums);
   }
 };
 
