@@ -103,6 +103,7 @@ def get_extensions():
                 depends=depends,
                 extra_compile_args={"cxx": cxx},
                 extra_link_args=openmp,
+                py_limited_api=True,
             )
         ]
     nvcc = ["-O0", "-g", "-G"] if DEBUG else ["-O3"]
@@ -115,12 +116,18 @@ def get_extensions():
         extra_compile_args={"cxx": cxx, "nvcc": nvcc},
         library_dirs=CUDA.library_dirs,
         extra_link_args=CUDA.link_args + openmp,
+        py_limited_api=True,
     )
     # The cuDNN that was found comes first; the wheels' headers only fill in what the toolkit
     # lacks (cuBLAS, cuSPARSE, cuSOLVER): after torch's and the toolkit's include directories.
     ordered = [CUDA.cudnn_include] + ext.include_dirs + CUDA.include_dirs
     ext.include_dirs = list(dict.fromkeys(ordered))
     return [ext]
+
+
+# ninja's status line with the time since the build began, for every file it starts (shown by
+# `pip install -v` or `python setup.py build_ext`): a first build is never silent for minutes.
+os.environ.setdefault("NINJA_STATUS", "[%f/%t files, %es] ")
 
 
 def _build_key() -> str:
@@ -187,10 +194,23 @@ class BuildWithNotice(BuildExtension):
         targets = {os.path.dirname(self.get_ext_fullpath("torch_lstm_grad._C"))}
         if self.inplace or getattr(self, "editable_mode", False):
             targets.add(os.path.join(ROOT, "torch_lstm_grad"))
+        built = os.path.basename(self.get_ext_fullpath("torch_lstm_grad._C"))
         for target in targets:
             os.makedirs(target, exist_ok=True)
             with open(os.path.join(target, "_build_info.py"), "w") as f:
                 f.write(header + info)
+            # An earlier build's _C.cpython-3XX-*.so would be imported before this _C.abi3.so
+            # (the import system tries the interpreter's own suffix first).
+            for stale in glob.glob(os.path.join(target, "_C.*")):
+                if os.path.basename(stale) != built and stale.endswith((".so", ".pyd")):
+                    os.remove(stale)
 
 
-setup(ext_modules=get_extensions(), cmdclass={"build_ext": BuildWithNotice})
+# One _C.abi3.so for CPython 3.10 and later: the extension uses Python's C API only to create
+# its (empty) module, and torch compiles it with Py_LIMITED_API = 3.10 and without
+# libtorch_python (py_limited_api above); the ops are reached through torch.ops.
+setup(
+    ext_modules=get_extensions(),
+    cmdclass={"build_ext": BuildWithNotice},
+    options={"bdist_wheel": {"py_limited_api": "cp310"}},
+)

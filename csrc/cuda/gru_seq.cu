@@ -102,12 +102,22 @@ template <Pass kPass, typename scalar_t>
 void launch(const GruStep<scalar_t>& s, int64_t B) {
   const int64_t n = B * s.H;
   if (n == 0) return;
-  const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
-  const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
-  const auto kernel = hard ? (tanh ? gru_kernel<kPass, scalar_t, Hard, Tanh>
-                                   : gru_kernel<kPass, scalar_t, Hard, Rect>)
-                           : (tanh ? gru_kernel<kPass, scalar_t, Sigmoid, Tanh>
-                                   : gru_kernel<kPass, scalar_t, Sigmoid, Rect>);
+  [[maybe_unused]] const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
+  [[maybe_unused]] const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
+  // The backward passes need only the derivatives: one kernel for every variant (AnyGate,
+  // AnyCell blend them, lstm_block.h), as on the CPU.
+  constexpr bool kBackward = kPass == Pass::kBackwardAfter || kPass == Pass::kBackwardGates ||
+                             kPass == Pass::kBackwardReset;
+  using Kernel = void (*)(GruStep<scalar_t>, int64_t);
+  Kernel kernel;
+  if constexpr (kBackward) {
+    kernel = gru_kernel<kPass, scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>;
+  } else {
+    kernel = hard ? (tanh ? gru_kernel<kPass, scalar_t, Hard, Tanh>
+                          : gru_kernel<kPass, scalar_t, Hard, Rect>)
+                  : (tanh ? gru_kernel<kPass, scalar_t, Sigmoid, Tanh>
+                          : gru_kernel<kPass, scalar_t, Sigmoid, Rect>);
+  }
   const int64_t max_blocks = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
   const int blocks =
       static_cast<int>(std::max<int64_t>(1, std::min((n + kThreads - 1) / kThreads, max_blocks)));

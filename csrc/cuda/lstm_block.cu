@@ -106,15 +106,12 @@ auto backward_kernel_for(bool peep, bool mask) {
                       : backward_kernel<scalar_t, Gate, Cell, false, false>);
 }
 
+// One backward kernel for every activation variant: the derivatives, from the stored outputs,
+// are blended (AnyGate, AnyCell: lstm_block.h), as on the CPU.
 template <typename scalar_t>
 auto backward_kernel_for(const BwdStep<scalar_t>& s) {
-  const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
-  const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
   const bool peep = s.wci != nullptr, mask = s.mask_clip != lstm_block::kNoMask;
-  return hard ? (tanh ? backward_kernel_for<scalar_t, Hard, Tanh>(peep, mask)
-                      : backward_kernel_for<scalar_t, Hard, Rect>(peep, mask))
-              : (tanh ? backward_kernel_for<scalar_t, Sigmoid, Tanh>(peep, mask)
-                      : backward_kernel_for<scalar_t, Sigmoid, Rect>(peep, mask));
+  return backward_kernel_for<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>(peep, mask);
 }
 
 constexpr int kThreads = 256;
