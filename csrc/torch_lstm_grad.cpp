@@ -10,6 +10,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "cpu/isa.h"
 #include "cudnn_rnn_config.h"
 #include "packed_weights.h"
 
@@ -33,6 +34,9 @@ bool built_with_cuda() {
 #endif
 }
 
+// The instruction set the CPU kernels run (csrc/cpu/isa.h): "avx512", "avx2" or "default".
+std::string cpu_isa() { return cpu::isa_name(cpu::isa()); }
+
 std::vector<int64_t> cudnn_rnn_params_layout(c10::string_view rnn_mode,
                                              c10::string_view input_mode,
                                              c10::string_view direction, int64_t num_layers,
@@ -52,6 +56,7 @@ std::vector<int64_t> cudnn_rnn_params_layout(c10::string_view rnn_mode,
 
 TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("_built_with_cuda() -> bool", &built_with_cuda);
+  m.def("_cpu_isa() -> str", &cpu_isa);
 
   // LSTM block ops. Gate layout ICFO for V1/cell, IFCO for V2 (no forget_bias attribute).
 #define TLG_LSTM_INPUTS \

@@ -112,13 +112,15 @@ def _check_peak(baseline: int, samples: list[int], what: str) -> None:
 
 
 def _check_trend(baseline: int, samples: list[int], what: str) -> None:
-    """No growth at every interval of the run's second half adding up to more than
-    MONOTONE_MIN (a leak's trend)."""
+    """No rise over the run's second half, never falling, adding up to more than MONOTONE_MIN
+    (a leak's trend). Never falling rather than rising at every sample: a small leak's
+    allocations are sometimes served from memory the allocator already had, which leaves one
+    interval flat (seen in a fresh-clone CI run: the planted 4 KiB-an-iteration leak missed)."""
     half = samples[len(samples) // 2 - 1 :]
     steps = [b - a for a, b in zip(half, half[1:], strict=False)]
     total = half[-1] - half[0]
-    assert not (all(d > 0 for d in steps) and total > MONOTONE_MIN), (
-        f"{_rss_report(baseline, samples, what)}: grew at every sample of the second half, "
+    assert not (all(d >= 0 for d in steps) and total > MONOTONE_MIN), (
+        f"{_rss_report(baseline, samples, what)}: never fell in the second half and grew "
         f"{total / MiB:.1f} MiB (trend bound {MONOTONE_MIN / MiB:.0f} MiB)"
     )
 
@@ -322,7 +324,7 @@ def test_soak_criterion_on_synthetic_series():
     _check_rss(base, [base + 15 * MiB] * 10, "one-off step under the bound")
     steady = [base + k * MiB for k in range(1, 11)]
     _check_peak(base, steady, "steady")
-    with pytest.raises(AssertionError, match="grew at every sample"):
+    with pytest.raises(AssertionError, match="never fell in the second half"):
         _check_trend(base, steady, "steady")
     with pytest.raises(AssertionError, match="peak growth"):
         _check_peak(base, [*noise[:9], base + 21 * MiB], "jump")

@@ -410,6 +410,11 @@ def _machine_info(tf, min_run_time: float, rounds: int) -> dict:
         processor=platform.processor(),
         cpu_model=_cpu_model(),
         cpu_count=os.cpu_count(),
+        # What the kernels ran: the package's choice (ATEN_CPU_CAPABILITY honoured), ATen's (for
+        # nn.LSTM's pointwise work) and oneDNN's cap (nn.LSTM's and brgemm's GEMMs).
+        kernels_isa=str(torch.ops.torch_lstm_grad._cpu_isa()),
+        aten_cpu_capability=torch.backends.cpu.get_cpu_capability(),
+        onednn_max_cpu_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", "(not set)"),
         torch_version=torch.__version__,
         torch_threads=torch.get_num_threads(),
         torch_interop_threads=torch.get_num_interop_threads(),
@@ -549,6 +554,10 @@ def run(args: argparse.Namespace) -> int:
         f"threads: torch {info['torch_threads']} (interop {info['torch_interop_threads']}), "
         f"TF intra-op {info['tf_intra_op_threads']} / inter-op {info['tf_inter_op_threads']} "
         f"(0 = TF default, one per CPU; {info['cpu_count']} CPUs: {info['cpu_model']})"
+    )
+    print(
+        f"instruction set: kernels {info['kernels_isa']}, ATen {info['aten_cpu_capability']}, "
+        f"ONEDNN_MAX_CPU_ISA {info['onednn_max_cpu_isa']}"
     )
     run_time = args.min_run_time * args.rounds
     results = []

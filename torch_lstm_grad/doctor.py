@@ -58,6 +58,7 @@ def report(load_problem: str | None = None) -> dict:
             "loads": loaded,
             "problem": load_problem,
             "cuda_kernels": bool(torch.ops.torch_lstm_grad._built_with_cuda()) if loaded else None,
+            "cpu_isa": str(torch.ops.torch_lstm_grad._cpu_isa()) if loaded else None,
         },
         "rebuild_would_use": _toolchain(),
     }
@@ -140,7 +141,10 @@ def _print(data: dict, as_json: bool) -> int:
         ("  loads", "yes" if ext["loads"] else "NO"),
     ]
     if ext["loads"]:
-        rows += [("  CUDA kernels", "yes" if ext["cuda_kernels"] else "no")]
+        rows += [
+            ("  CUDA kernels", "yes" if ext["cuda_kernels"] else "no"),
+            ("  CPU kernels run", f"{ext['cpu_isa']} (ATEN_CPU_CAPABILITY lowers it)"),
+        ]
     rows += [
         ("rebuild would use", ""),
         ("  compiler", tool["compiler"]),

@@ -12,18 +12,10 @@
 #include <cstdint>
 #include <cstring>
 
-// Forced inlining: a call inside the per-row loops would stop them from vectorising.
-#define TLG_INLINE inline __attribute__((always_inline))
-
-// The hot per-row loops are compiled for AVX-512, AVX2+FMA and baseline x86-64, and the loader
-// picks the best the CPU has (GCC function multiversioning): wide vectors without building the
-// whole extension for one CPU. The FMA clones can differ from the baseline clone in the last bit.
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define TLG_CPU_MULTIVERSION \
-  __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
-#else
-#define TLG_CPU_MULTIVERSION
-#endif
+// TLG_INLINE, and the hot per-row loops compiled for AVX-512, AVX2+FMA and baseline x86-64 with
+// the one for ATen's instruction set called (isa.h: ATEN_CPU_CAPABILITY honoured): wide vectors
+// without building the whole extension for one CPU.
+#include "isa.h"
 
 // The per-row loops read several input rows and write several output rows that never overlap;
 // GCC cannot prove that (too many pointers for its run-time alias checks), so say it.

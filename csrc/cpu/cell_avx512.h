@@ -29,7 +29,8 @@ namespace torch_lstm_grad::cpu {
 
 inline bool avx512_cell_available() {
 #if defined(TLG_HAVE_AVX512_CELL)
-  static const bool isa = cpu_has("avx512_f") && cpu_has("avx512_dq");
+  static const bool isa =
+      cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f") && cpu_has("avx512_dq");
   return isa;
 #else
   return false;

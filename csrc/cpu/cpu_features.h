@@ -4,6 +4,8 @@
 
 #include <ATen/cpu/Utils.h>
 
+#include "isa.h"
+
 namespace torch_lstm_grad::cpu {
 
 // Whether the CPU has the named feature, by cpuinfo's names as PyTorch reports them ("avx2",

@@ -196,114 +196,144 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 // Units [j0, j1) of the row (the fused small-batch steps give each thread its units).
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void lstm_forward_row(int64_t H, int64_t j0, int64_t j1,
-                                           const acc_t* p,
-                                           const acc_t* __restrict bias, acc_t* a,
-                                           acc_t* __restrict c, acc_t* __restrict cells,
-                                           acc_t* __restrict h) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = j0; j < j1; ++j) {
-    const acc_t i = cpu::sigmoid(p[j] + bias[j]), f = cpu::sigmoid(p[H + j] + bias[H + j]);
-    const acc_t g = cpu::tanh(p[2 * H + j] + bias[2 * H + j]);
-    const acc_t o = cpu::sigmoid(p[3 * H + j] + bias[3 * H + j]);
-    const acc_t cn = f * c[j] + i * g;
-    a[j] = i;
-    a[H + j] = f;
-    a[2 * H + j] = g;
-    a[3 * H + j] = o;
-    cells[j] = cn;
-    c[j] = cn;
-    h[j] = o * cpu::tanh(cn);
+struct LstmForwardRowKernel {
+  TLG_INLINE static void body(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const acc_t* __restrict bias, acc_t* a, acc_t* __restrict c, acc_t* __restrict cells, acc_t* __restrict h) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = j0; j < j1; ++j) {
+      const acc_t i = cpu::sigmoid(p[j] + bias[j]), f = cpu::sigmoid(p[H + j] + bias[H + j]);
+      const acc_t g = cpu::tanh(p[2 * H + j] + bias[2 * H + j]);
+      const acc_t o = cpu::sigmoid(p[3 * H + j] + bias[3 * H + j]);
+      const acc_t cn = f * c[j] + i * g;
+      a[j] = i;
+      a[H + j] = f;
+      a[2 * H + j] = g;
+      a[3 * H + j] = o;
+      cells[j] = cn;
+      c[j] = cn;
+      h[j] = o * cpu::tanh(cn);
+    }
   }
+};
+
+// lstm_forward_row: LstmForwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t>
+void lstm_forward_row(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const acc_t* __restrict bias, acc_t* a, acc_t* __restrict c, acc_t* __restrict cells, acc_t* __restrict h) {
+  cpu::dispatch<LstmForwardRowKernel<acc_t>>(H, j0, j1, p, bias, a, c, cells, h);
 }
 
 // gru, gates r, z, n: rec = R·h + bR; the reset gate scales rec_n (linear before reset).
 // h: the state, updated; rec_n saved for the backward.
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void gru_forward_row(int64_t H, const acc_t* p,
-                                          const acc_t* __restrict bias, acc_t* a,
-                                          const acc_t* __restrict rec, acc_t* __restrict h,
-                                          acc_t* __restrict rec_n, acc_t* __restrict out) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
-    const acc_t r = cpu::sigmoid((p[j] + bias[j]) + rec[j]);
-    const acc_t z = cpu::sigmoid((p[H + j] + bias[H + j]) + rec[H + j]);
-    const acc_t n = cpu::tanh((p[2 * H + j] + bias[2 * H + j]) + r * rec[2 * H + j]);
-    const acc_t hn = (1 - z) * n + z * h[j];
-    a[j] = r;
-    a[H + j] = z;
-    a[2 * H + j] = n;
-    rec_n[j] = rec[2 * H + j];
-    out[j] = hn;
-    h[j] = hn;
+struct GruForwardRowKernel {
+  TLG_INLINE static void body(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict rec_n, acc_t* __restrict out) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = 0; j < H; ++j) {
+      const acc_t r = cpu::sigmoid((p[j] + bias[j]) + rec[j]);
+      const acc_t z = cpu::sigmoid((p[H + j] + bias[H + j]) + rec[H + j]);
+      const acc_t n = cpu::tanh((p[2 * H + j] + bias[2 * H + j]) + r * rec[2 * H + j]);
+      const acc_t hn = (1 - z) * n + z * h[j];
+      a[j] = r;
+      a[H + j] = z;
+      a[2 * H + j] = n;
+      rec_n[j] = rec[2 * H + j];
+      out[j] = hn;
+      h[j] = hn;
+    }
   }
+};
+
+// gru_forward_row: GruForwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t>
+void gru_forward_row(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict rec_n, acc_t* __restrict out) {
+  cpu::dispatch<GruForwardRowKernel<acc_t>>(H, p, bias, a, rec, h, rec_n, out);
 }
 
 template <typename acc_t, bool kRelu>
-TLG_CPU_MULTIVERSION void rnn_forward_row(int64_t H, const acc_t* p,
-                                          const acc_t* __restrict bias, acc_t* a,
-                                          const acc_t* __restrict rec, acc_t* __restrict h,
-                                          acc_t* __restrict out) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
-    const acc_t z = (p[j] + bias[j]) + rec[j];
-    const acc_t v = kRelu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
-    a[j] = v;
-    out[j] = v;
-    h[j] = v;
+struct RnnForwardRowKernel {
+  TLG_INLINE static void body(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict out) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = 0; j < H; ++j) {
+      const acc_t z = (p[j] + bias[j]) + rec[j];
+      const acc_t v = kRelu ? (z > 0 ? z : acc_t(0)) : cpu::tanh(z);
+      a[j] = v;
+      out[j] = v;
+      h[j] = v;
+    }
   }
+};
+
+// rnn_forward_row: RnnForwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t, bool kRelu>
+void rnn_forward_row(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict out) {
+  cpu::dispatch<RnnForwardRowKernel<acc_t, kRelu>>(H, p, bias, a, rec, h, out);
 }
 
 // Backward rows: d_pre = gradient of the gate pre-activations (the W and R paths alike, except
 // GRU's n gate, whose R path, d_rec, carries the reset gate).
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void lstm_backward_row(int64_t H, const acc_t* __restrict a,
-                                            const acc_t* __restrict cells,
-                                            const acc_t* __restrict c_before,
-                                            const acc_t* __restrict dh, acc_t* __restrict dc,
-                                            acc_t* __restrict dp) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
-    const acc_t i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
-    const acc_t co = cpu::tanh(cells[j]);
-    const acc_t dcc = dc[j] + dh[j] * o * (1 - co * co);
-    dp[j] = dcc * g * i * (1 - i);
-    dp[H + j] = dcc * c_before[j] * f * (1 - f);
-    dp[2 * H + j] = dcc * i * (1 - g * g);
-    dp[3 * H + j] = dh[j] * co * o * (1 - o);
-    dc[j] = dcc * f;
+struct LstmBackwardRowKernel {
+  TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = 0; j < H; ++j) {
+      const acc_t i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
+      const acc_t co = cpu::tanh(cells[j]);
+      const acc_t dcc = dc[j] + dh[j] * o * (1 - co * co);
+      dp[j] = dcc * g * i * (1 - i);
+      dp[H + j] = dcc * c_before[j] * f * (1 - f);
+      dp[2 * H + j] = dcc * i * (1 - g * g);
+      dp[3 * H + j] = dh[j] * co * o * (1 - o);
+      dc[j] = dcc * f;
+    }
   }
+};
+
+// lstm_backward_row: LstmBackwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t>
+void lstm_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
+  cpu::dispatch<LstmBackwardRowKernel<acc_t>>(H, a, cells, c_before, dh, dc, dp);
 }
 
 template <typename acc_t>
-TLG_CPU_MULTIVERSION void gru_backward_row(int64_t H, const acc_t* __restrict a,
-                                           const acc_t* __restrict rec_n,
-                                           const acc_t* __restrict h_before, acc_t* __restrict dh,
-                                           acc_t* __restrict dp, acc_t* __restrict dr) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
-    const acc_t r = a[j], z = a[H + j], n = a[2 * H + j], dhv = dh[j];
-    const acc_t da_n = dhv * (1 - z) * (1 - n * n);
-    const acc_t dpr = da_n * rec_n[j] * r * (1 - r);
-    const acc_t dpz = dhv * (h_before[j] - n) * z * (1 - z);
-    dp[j] = dpr;
-    dp[H + j] = dpz;
-    dp[2 * H + j] = da_n;
-    dr[j] = dpr;
-    dr[H + j] = dpz;
-    dr[2 * H + j] = da_n * r;
-    dh[j] = dhv * z;  // the direct path; the step's GEMM adds R's
+struct GruBackwardRowKernel {
+  TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict rec_n, const acc_t* __restrict h_before, acc_t* __restrict dh, acc_t* __restrict dp, acc_t* __restrict dr) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = 0; j < H; ++j) {
+      const acc_t r = a[j], z = a[H + j], n = a[2 * H + j], dhv = dh[j];
+      const acc_t da_n = dhv * (1 - z) * (1 - n * n);
+      const acc_t dpr = da_n * rec_n[j] * r * (1 - r);
+      const acc_t dpz = dhv * (h_before[j] - n) * z * (1 - z);
+      dp[j] = dpr;
+      dp[H + j] = dpz;
+      dp[2 * H + j] = da_n;
+      dr[j] = dpr;
+      dr[H + j] = dpz;
+      dr[2 * H + j] = da_n * r;
+      dh[j] = dhv * z;  // the direct path; the step's GEMM adds R's
+    }
   }
+};
+
+// gru_backward_row: GruBackwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t>
+void gru_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __restrict rec_n, const acc_t* __restrict h_before, acc_t* __restrict dh, acc_t* __restrict dp, acc_t* __restrict dr) {
+  cpu::dispatch<GruBackwardRowKernel<acc_t>>(H, a, rec_n, h_before, dh, dp, dr);
 }
 
 template <typename acc_t, bool kRelu>
-TLG_CPU_MULTIVERSION void rnn_backward_row(int64_t H, const acc_t* __restrict a,
-                                           const acc_t* __restrict dh, acc_t* __restrict dp) {
-  TLG_NO_ALIAS_LOOP
-  for (int64_t j = 0; j < H; ++j) {
-    const acc_t v = a[j];
-    dp[j] = kRelu ? (v > 0 ? dh[j] : acc_t(0)) : dh[j] * (1 - v * v);
+struct RnnBackwardRowKernel {
+  TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict dh, acc_t* __restrict dp) {
+    TLG_NO_ALIAS_LOOP
+    for (int64_t j = 0; j < H; ++j) {
+      const acc_t v = a[j];
+      dp[j] = kRelu ? (v > 0 ? dh[j] : acc_t(0)) : dh[j] * (1 - v * v);
+    }
   }
+};
+
+// rnn_backward_row: RnnBackwardRowKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename acc_t, bool kRelu>
+void rnn_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __restrict dh, acc_t* __restrict dp) {
+  cpu::dispatch<RnnBackwardRowKernel<acc_t, kRelu>>(H, a, dh, dp);
 }
 
 // The activations of an inference forward (is_training=False: no backward will read them):

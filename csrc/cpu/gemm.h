@@ -153,6 +153,8 @@ class OneDnnWeight {
 // PyTorch's CPUBlas.cpp checks (oneDNN enabled, an AVX2 CPU), on an x86 build with oneDNN.
 inline bool brgemm_available() {
 #if defined(__x86_64__)
+  // oneDNN's JIT, whose own cap is ONEDNN_MAX_CPU_ISA (not ATEN_CPU_CAPABILITY, which this
+  // package's own kernels follow).
   static const bool isa = cpu_has("avx2");
   return isa && at::hasMKLDNN() && at::globalContext().userEnabledMkldnn();
 #else
@@ -165,7 +167,8 @@ inline bool brgemm_available() {
 // would emulate the bf16 products: not faster than float32, so not taken here.
 inline bool bf16_brgemm_available() {
 #if defined(__x86_64__)
-  static const bool isa = cpu_has("avx512_bf16") || cpu_has("amx_bf16");
+  static const bool isa =
+      cpu::isa() == Isa::kAvx512 && (cpu_has("avx512_bf16") || cpu_has("amx_bf16"));
   return isa && brgemm_available();
 #else
   return false;

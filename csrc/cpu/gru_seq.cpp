@@ -21,180 +21,227 @@ using lstm_block::ActParams;
 using cpu::CpuAct;
 
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void forward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  using C = gru_seq::GruCell<Gate, Cell, acc_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  const acc_t* __restrict bi = s.b_in;
-  const acc_t* __restrict br = s.b_rec;
-  for (int64_t b = b0; b < b1; ++b) {
-    const acc_t* __restrict xp = s.xp + b * 3 * H;
-    const acc_t* __restrict in = s.inner + b * 3 * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    scalar_t* __restrict z = s.z + b * H;
-    scalar_t* __restrict r = s.r + b * H;
-    scalar_t* __restrict hh = s.hh + b * H;
-    scalar_t* __restrict hr = s.hr + b * H;
-    scalar_t* __restrict h = s.h + b * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const auto o = C::after(xp[j] + bi[j], xp[H + j] + bi[H + j], xp[2 * H + j] + bi[2 * H + j],
-                              in[j] + br[j], in[H + j] + br[H + j], in[2 * H + j] + br[2 * H + j],
-                              static_cast<acc_t>(hp[j]), p);
-      z[j] = static_cast<scalar_t>(o.z);
-      r[j] = static_cast<scalar_t>(o.r);
-      hh[j] = static_cast<scalar_t>(o.hh);
-      hr[j] = static_cast<scalar_t>(o.hr);
-      h[j] = static_cast<scalar_t>(o.h);
-    }
-    if (s.h_acc != nullptr) {
-      for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+struct ForwardAfterRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    using C = gru_seq::GruCell<Gate, Cell, acc_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    const acc_t* __restrict bi = s.b_in;
+    const acc_t* __restrict br = s.b_rec;
+    for (int64_t b = b0; b < b1; ++b) {
+      const acc_t* __restrict xp = s.xp + b * 3 * H;
+      const acc_t* __restrict in = s.inner + b * 3 * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      scalar_t* __restrict z = s.z + b * H;
+      scalar_t* __restrict r = s.r + b * H;
+      scalar_t* __restrict hh = s.hh + b * H;
+      scalar_t* __restrict hr = s.hr + b * H;
+      scalar_t* __restrict h = s.h + b * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const auto o = C::after(xp[j] + bi[j], xp[H + j] + bi[H + j], xp[2 * H + j] + bi[2 * H + j],
+                                in[j] + br[j], in[H + j] + br[H + j], in[2 * H + j] + br[2 * H + j],
+                                static_cast<acc_t>(hp[j]), p);
+        z[j] = static_cast<scalar_t>(o.z);
+        r[j] = static_cast<scalar_t>(o.r);
+        hh[j] = static_cast<scalar_t>(o.hh);
+        hr[j] = static_cast<scalar_t>(o.hr);
+        h[j] = static_cast<scalar_t>(o.h);
+      }
+      if (s.h_acc != nullptr) {
+        for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+      }
     }
   }
+};
+
+// forward_after_rows: ForwardAfterRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void forward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<ForwardAfterRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 // reset_after=False, before the candidate's product: z, r and r ⊙ h_prev.
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void forward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  const acc_t* __restrict bi = s.b_in;
-  for (int64_t b = b0; b < b1; ++b) {
-    const acc_t* __restrict xp = s.xp + b * 3 * H;
-    const acc_t* __restrict in = s.inner + b * 2 * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    scalar_t* __restrict z = s.z + b * H;
-    scalar_t* __restrict r = s.r + b * H;
-    scalar_t* __restrict hr = s.hr + b * H;
-    acc_t* __restrict rh = s.rh + b * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const acc_t zv = Gate::f((xp[j] + bi[j]) + in[j], p);
-      const acc_t rv = Gate::f((xp[H + j] + bi[H + j]) + in[H + j], p);
-      const acc_t rhv = rv * static_cast<acc_t>(hp[j]);
-      z[j] = static_cast<scalar_t>(zv);
-      r[j] = static_cast<scalar_t>(rv);
-      hr[j] = static_cast<scalar_t>(rhv);
-      rh[j] = rhv;
+struct ForwardGatesRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    const acc_t* __restrict bi = s.b_in;
+    for (int64_t b = b0; b < b1; ++b) {
+      const acc_t* __restrict xp = s.xp + b * 3 * H;
+      const acc_t* __restrict in = s.inner + b * 2 * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      scalar_t* __restrict z = s.z + b * H;
+      scalar_t* __restrict r = s.r + b * H;
+      scalar_t* __restrict hr = s.hr + b * H;
+      acc_t* __restrict rh = s.rh + b * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const acc_t zv = Gate::f((xp[j] + bi[j]) + in[j], p);
+        const acc_t rv = Gate::f((xp[H + j] + bi[H + j]) + in[H + j], p);
+        const acc_t rhv = rv * static_cast<acc_t>(hp[j]);
+        z[j] = static_cast<scalar_t>(zv);
+        r[j] = static_cast<scalar_t>(rv);
+        hr[j] = static_cast<scalar_t>(rhv);
+        rh[j] = rhv;
+      }
     }
   }
+};
+
+// forward_gates_rows: ForwardGatesRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void forward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<ForwardGatesRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 // reset_after=False, after it: hh = act(xp_h + (r ⊙ h)·R_h), h.
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void forward_candidate_rows(const GruStep<scalar_t>& s, int64_t b0,
-                                                 int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  const acc_t* __restrict bi = s.b_in + 2 * H;
-  for (int64_t b = b0; b < b1; ++b) {
-    const acc_t* __restrict xh = s.xp + b * 3 * H + 2 * H;
-    const acc_t* __restrict cand = s.cand + b * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    const scalar_t* __restrict z = s.z + b * H;
-    scalar_t* __restrict hh = s.hh + b * H;
-    scalar_t* __restrict h = s.h + b * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const acc_t hhv = Cell::f((xh[j] + bi[j]) + cand[j], p);
-      const acc_t zv = static_cast<acc_t>(z[j]);
-      hh[j] = static_cast<scalar_t>(hhv);
-      h[j] = static_cast<scalar_t>(zv * static_cast<acc_t>(hp[j]) + (1 - zv) * hhv);
-    }
-    if (s.h_acc != nullptr) {
-      for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+struct ForwardCandidateRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    const acc_t* __restrict bi = s.b_in + 2 * H;
+    for (int64_t b = b0; b < b1; ++b) {
+      const acc_t* __restrict xh = s.xp + b * 3 * H + 2 * H;
+      const acc_t* __restrict cand = s.cand + b * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      const scalar_t* __restrict z = s.z + b * H;
+      scalar_t* __restrict hh = s.hh + b * H;
+      scalar_t* __restrict h = s.h + b * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const acc_t hhv = Cell::f((xh[j] + bi[j]) + cand[j], p);
+        const acc_t zv = static_cast<acc_t>(z[j]);
+        hh[j] = static_cast<scalar_t>(hhv);
+        h[j] = static_cast<scalar_t>(zv * static_cast<acc_t>(hp[j]) + (1 - zv) * hhv);
+      }
+      if (s.h_acc != nullptr) {
+        for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+      }
     }
   }
+};
+
+// forward_candidate_rows: ForwardCandidateRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void forward_candidate_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<ForwardCandidateRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void backward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  using C = gru_seq::GruCell<Gate, Cell, acc_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  for (int64_t b = b0; b < b1; ++b) {
-    const scalar_t* __restrict z = s.z + b * H;
-    const scalar_t* __restrict r = s.r + b * H;
-    const scalar_t* __restrict hh = s.hh + b * H;
-    const scalar_t* __restrict hr = s.hr + b * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    const scalar_t* __restrict hg = s.h_grad + b * H;
-    acc_t* __restrict dh = s.dh + b * H;
-    acc_t* __restrict dx = s.d_xp + b * 3 * H;
-    acc_t* __restrict di = s.d_inner + b * 3 * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);  // carry first, then the incoming
-      const acc_t zv = static_cast<acc_t>(z[j]), rv = static_cast<acc_t>(r[j]);
-      acc_t dz, dhh;
-      C::gate_grads(g, zv, static_cast<acc_t>(hh[j]), static_cast<acc_t>(hp[j]), p, dz, dhh);
-      const acc_t dr = Gate::df(rv, p) * (dhh * static_cast<acc_t>(hr[j]));
-      dx[j] = dz;
-      dx[H + j] = dr;
-      dx[2 * H + j] = dhh;
-      di[j] = dz;
-      di[H + j] = dr;
-      di[2 * H + j] = dhh * rv;
-      dh[j] = g * zv;
+struct BackwardAfterRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    using C = gru_seq::GruCell<Gate, Cell, acc_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    for (int64_t b = b0; b < b1; ++b) {
+      const scalar_t* __restrict z = s.z + b * H;
+      const scalar_t* __restrict r = s.r + b * H;
+      const scalar_t* __restrict hh = s.hh + b * H;
+      const scalar_t* __restrict hr = s.hr + b * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      const scalar_t* __restrict hg = s.h_grad + b * H;
+      acc_t* __restrict dh = s.dh + b * H;
+      acc_t* __restrict dx = s.d_xp + b * 3 * H;
+      acc_t* __restrict di = s.d_inner + b * 3 * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);  // carry first, then the incoming
+        const acc_t zv = static_cast<acc_t>(z[j]), rv = static_cast<acc_t>(r[j]);
+        acc_t dz, dhh;
+        C::gate_grads(g, zv, static_cast<acc_t>(hh[j]), static_cast<acc_t>(hp[j]), p, dz, dhh);
+        const acc_t dr = Gate::df(rv, p) * (dhh * static_cast<acc_t>(hr[j]));
+        dx[j] = dz;
+        dx[H + j] = dr;
+        dx[2 * H + j] = dhh;
+        di[j] = dz;
+        di[H + j] = dr;
+        di[2 * H + j] = dhh * rv;
+        dh[j] = g * zv;
+      }
     }
   }
+};
+
+// backward_after_rows: BackwardAfterRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void backward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<BackwardAfterRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void backward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  using C = gru_seq::GruCell<Gate, Cell, acc_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  for (int64_t b = b0; b < b1; ++b) {
-    const scalar_t* __restrict z = s.z + b * H;
-    const scalar_t* __restrict hh = s.hh + b * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    const scalar_t* __restrict hg = s.h_grad + b * H;
-    acc_t* __restrict dh = s.dh + b * H;
-    acc_t* __restrict dx = s.d_xp + b * 3 * H;
-    acc_t* __restrict di = s.d_inner + b * 2 * H;
-    acc_t* __restrict dc = s.d_cand + b * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);
-      const acc_t zv = static_cast<acc_t>(z[j]);
-      acc_t dz, dhh;
-      C::gate_grads(g, zv, static_cast<acc_t>(hh[j]), static_cast<acc_t>(hp[j]), p, dz, dhh);
-      dx[j] = dz;
-      dx[2 * H + j] = dhh;
-      di[j] = dz;
-      dc[j] = dhh;
-      dh[j] = g * zv;
+struct BackwardGatesRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    using C = gru_seq::GruCell<Gate, Cell, acc_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    for (int64_t b = b0; b < b1; ++b) {
+      const scalar_t* __restrict z = s.z + b * H;
+      const scalar_t* __restrict hh = s.hh + b * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      const scalar_t* __restrict hg = s.h_grad + b * H;
+      acc_t* __restrict dh = s.dh + b * H;
+      acc_t* __restrict dx = s.d_xp + b * 3 * H;
+      acc_t* __restrict di = s.d_inner + b * 2 * H;
+      acc_t* __restrict dc = s.d_cand + b * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);
+        const acc_t zv = static_cast<acc_t>(z[j]);
+        acc_t dz, dhh;
+        C::gate_grads(g, zv, static_cast<acc_t>(hh[j]), static_cast<acc_t>(hp[j]), p, dz, dhh);
+        dx[j] = dz;
+        dx[2 * H + j] = dhh;
+        di[j] = dz;
+        dc[j] = dhh;
+        dh[j] = g * zv;
+      }
     }
   }
+};
+
+// backward_gates_rows: BackwardGatesRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void backward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<BackwardGatesRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 template <typename scalar_t, class Gate, class Cell>
-TLG_CPU_MULTIVERSION void backward_reset_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = s.H;
-  const auto p = ActParams<acc_t>::from(s.fns);
-  for (int64_t b = b0; b < b1; ++b) {
-    const scalar_t* __restrict r = s.r + b * H;
-    const scalar_t* __restrict hp = s.h_prev + b * H;
-    const acc_t* __restrict drh = s.d_rh + b * H;
-    acc_t* __restrict dh = s.dh + b * H;
-    acc_t* __restrict dx = s.d_xp + b * 3 * H;
-    acc_t* __restrict di = s.d_inner + b * 2 * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
-      const acc_t rv = static_cast<acc_t>(r[j]);
-      const acc_t dr = Gate::df(rv, p) * (drh[j] * static_cast<acc_t>(hp[j]));
-      dx[H + j] = dr;
-      di[H + j] = dr;
-      dh[j] = dh[j] + drh[j] * rv;
+struct BackwardResetRowsKernel {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t H = s.H;
+    const auto p = ActParams<acc_t>::from(s.fns);
+    for (int64_t b = b0; b < b1; ++b) {
+      const scalar_t* __restrict r = s.r + b * H;
+      const scalar_t* __restrict hp = s.h_prev + b * H;
+      const acc_t* __restrict drh = s.d_rh + b * H;
+      acc_t* __restrict dh = s.dh + b * H;
+      acc_t* __restrict dx = s.d_xp + b * 3 * H;
+      acc_t* __restrict di = s.d_inner + b * 2 * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < H; ++j) {
+        const acc_t rv = static_cast<acc_t>(r[j]);
+        const acc_t dr = Gate::df(rv, p) * (drh[j] * static_cast<acc_t>(hp[j]));
+        dx[H + j] = dr;
+        di[H + j] = dr;
+        dh[j] = dh[j] + drh[j] * rv;
+      }
     }
   }
+};
+
+// backward_reset_rows: BackwardResetRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell>
+void backward_reset_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<BackwardResetRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
 }
 
 template <typename scalar_t>

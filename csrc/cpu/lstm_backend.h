@@ -37,54 +37,61 @@ using cpu::CpuAct;
 // kClip: clip at ±cell_clip, or (cell_clip <= 0: only block_lstm_ex's rows, which always clip)
 // at ±inf, i.e. not at all.
 template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kClip>
-TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1,
-                                       int64_t j0, int64_t j1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  const int64_t H = s.H;
-  const GateLayout L = s.attrs.layout;
-  const acc_t fb = static_cast<acc_t>(s.attrs.forget_bias);
-  const acc_t clip = s.attrs.cell_clip > 0 ? static_cast<acc_t>(s.attrs.cell_clip)
-                                           : std::numeric_limits<acc_t>::infinity();
-  const auto p = lstm_block::ActParams<acc_t>::from(s.attrs.fns);
-  const acc_t* __restrict bi = s.bias + L.i * H;
-  const acc_t* __restrict bc = s.bias + L.c * H;
-  const acc_t* __restrict bf = s.bias + L.f * H;
-  const acc_t* __restrict bo = s.bias + L.o * H;
-  const acc_t* __restrict wci = s.wci;  // hoisted: loads through `s` inside the loop
-  const acc_t* __restrict wcf = s.wcf;  // would keep it from vectorising
-  const acc_t* __restrict wco = s.wco;
-  for (int64_t b = b0; b < b1; ++b) {
-    const acc_t* __restrict g = s.gates + b * 4 * H;
-    const acc_t* __restrict gi = g + L.i * H;
-    const acc_t* __restrict gc = g + L.c * H;
-    const acc_t* __restrict gf = g + L.f * H;
-    const acc_t* __restrict go = g + L.o * H;
-    const scalar_t* __restrict csp = s.cs_prev + b * H;
-    scalar_t* __restrict i_o = s.out[0] + b * H;
-    scalar_t* __restrict cs_o = s.out[1] + b * H;
-    scalar_t* __restrict f_o = s.out[2] + b * H;
-    scalar_t* __restrict o_o = s.out[3] + b * H;
-    scalar_t* __restrict ci_o = s.out[4] + b * H;
-    scalar_t* __restrict co_o = s.out[5] + b * H;
-    scalar_t* __restrict h_o = s.out[6] + b * H;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = j0; j < j1; ++j) {
-      const auto r = lstm_block::lstm_cell_forward<Gate, Cell, kPeep, kClip, acc_t>(
-          gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
-          static_cast<acc_t>(csp[j]), kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0),
-          kPeep ? wco[j] : acc_t(0), fb, clip, p);
-      i_o[j] = static_cast<scalar_t>(r.i);
-      cs_o[j] = static_cast<scalar_t>(r.cs);
-      f_o[j] = static_cast<scalar_t>(r.f);
-      o_o[j] = static_cast<scalar_t>(r.o);
-      ci_o[j] = static_cast<scalar_t>(r.ci);
-      co_o[j] = static_cast<scalar_t>(r.co);
-      h_o[j] = static_cast<scalar_t>(r.h);
-    }
-    if (s.h_acc != nullptr) {
-      for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h_o[j]);
+struct ForwardRowsKernel {
+  TLG_INLINE static void body(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0, int64_t j1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t H = s.H;
+    const GateLayout L = s.attrs.layout;
+    const acc_t fb = static_cast<acc_t>(s.attrs.forget_bias);
+    const acc_t clip = s.attrs.cell_clip > 0 ? static_cast<acc_t>(s.attrs.cell_clip)
+                                             : std::numeric_limits<acc_t>::infinity();
+    const auto p = lstm_block::ActParams<acc_t>::from(s.attrs.fns);
+    const acc_t* __restrict bi = s.bias + L.i * H;
+    const acc_t* __restrict bc = s.bias + L.c * H;
+    const acc_t* __restrict bf = s.bias + L.f * H;
+    const acc_t* __restrict bo = s.bias + L.o * H;
+    const acc_t* __restrict wci = s.wci;  // hoisted: loads through `s` inside the loop
+    const acc_t* __restrict wcf = s.wcf;  // would keep it from vectorising
+    const acc_t* __restrict wco = s.wco;
+    for (int64_t b = b0; b < b1; ++b) {
+      const acc_t* __restrict g = s.gates + b * 4 * H;
+      const acc_t* __restrict gi = g + L.i * H;
+      const acc_t* __restrict gc = g + L.c * H;
+      const acc_t* __restrict gf = g + L.f * H;
+      const acc_t* __restrict go = g + L.o * H;
+      const scalar_t* __restrict csp = s.cs_prev + b * H;
+      scalar_t* __restrict i_o = s.out[0] + b * H;
+      scalar_t* __restrict cs_o = s.out[1] + b * H;
+      scalar_t* __restrict f_o = s.out[2] + b * H;
+      scalar_t* __restrict o_o = s.out[3] + b * H;
+      scalar_t* __restrict ci_o = s.out[4] + b * H;
+      scalar_t* __restrict co_o = s.out[5] + b * H;
+      scalar_t* __restrict h_o = s.out[6] + b * H;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = j0; j < j1; ++j) {
+        const auto r = lstm_block::lstm_cell_forward<Gate, Cell, kPeep, kClip, acc_t>(
+            gi[j] + bi[j], gc[j] + bc[j], gf[j] + bf[j], go[j] + bo[j],
+            static_cast<acc_t>(csp[j]), kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0),
+            kPeep ? wco[j] : acc_t(0), fb, clip, p);
+        i_o[j] = static_cast<scalar_t>(r.i);
+        cs_o[j] = static_cast<scalar_t>(r.cs);
+        f_o[j] = static_cast<scalar_t>(r.f);
+        o_o[j] = static_cast<scalar_t>(r.o);
+        ci_o[j] = static_cast<scalar_t>(r.ci);
+        co_o[j] = static_cast<scalar_t>(r.co);
+        h_o[j] = static_cast<scalar_t>(r.h);
+      }
+      if (s.h_acc != nullptr) {
+        for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h_o[j]);
+      }
     }
   }
+};
+
+// forward_rows: ForwardRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kClip>
+void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0, int64_t j1) {
+  cpu::dispatch<ForwardRowsKernel<scalar_t, Gate, Cell, kPeep, kClip>>(s, b0, b1, j0, j1);
 }
 
 // kSums: also add this step's rows into s.sums (units j0..j1 belong to this thread), in double,
@@ -97,107 +104,114 @@ TLG_CPU_MULTIVERSION void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, i
 // row-at-a-time loop (B = 1..65, float32, bfloat16, float64, with and without peepholes, clip).
 // kMaskClip: zero the cell-state gradient where |cs| reached s.mask_clip (+inf: nowhere).
 template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kMaskClip, bool kSums>
-TLG_CPU_MULTIVERSION void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1,
-                                        int64_t j0, int64_t j1) {
-  using acc_t = at::opmath_type<scalar_t>;
-  constexpr int64_t kSumRows = 8;
-  const int64_t H = s.H;
-  const GateLayout L = s.layout;
-  const auto p = lstm_block::ActParams<acc_t>::from(s.fns);
-  const acc_t mask_clip = static_cast<acc_t>(s.mask_clip);
-  const acc_t* __restrict wci = s.wci;
-  const acc_t* __restrict wcf = s.wcf;
-  const acc_t* __restrict wco = s.wco;
-  const scalar_t* __restrict i_p = s.act[0];
-  const scalar_t* __restrict cs_p = s.act[1];
-  const scalar_t* __restrict f_p = s.act[2];
-  const scalar_t* __restrict o_p = s.act[3];
-  const scalar_t* __restrict ci_p = s.act[4];
-  const scalar_t* __restrict co_p = s.act[5];
-  const scalar_t* __restrict csp_p = s.cs_prev;
-  const scalar_t* __restrict csg_p = s.cs_grad;
-  const scalar_t* __restrict hg_p = s.h_grad;
-  const acc_t* __restrict dh_p = s.dh_carry;
-  acc_t* __restrict dcs_c = s.dcs_carry;
-  acc_t* __restrict dgates = s.dgates;
-  // Unit j of row b: its gate gradients and the carried cell-state gradient written, and
-  // returned for the sums.
-  const auto cell = [&](int64_t b, int64_t j) __attribute__((always_inline)) {
-    const int64_t k = b * H + j;
-    // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
-    const auto r = lstm_block::lstm_cell_backward<Gate, Cell, kPeep, kMaskClip, acc_t>(
-        i_p[k], f_p[k], o_p[k], ci_p[k], co_p[k], kMaskClip ? static_cast<acc_t>(cs_p[k]) : acc_t(0),
-        csp_p[k], dh_p[k] + static_cast<acc_t>(hg_p[k]), dcs_c[k] + static_cast<acc_t>(csg_p[k]),
-        kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0), kPeep ? wco[j] : acc_t(0),
-        mask_clip, p);
-    acc_t* dg = dgates + 4 * b * H + j;
-    dg[L.i * H] = r.di;
-    dg[L.c * H] = r.dci;
-    dg[L.f * H] = r.df;
-    dg[L.o * H] = r.d_o;
-    dcs_c[k] = r.dcs_prev;
-    return r;
-  };
-  // Rows of s.sums: the gate sums in dgates' block order, then the three peephole sums.
-  double* __restrict sum_i = kSums ? s.sums + L.i * H : nullptr;
-  double* __restrict sum_c = kSums ? s.sums + L.c * H : nullptr;
-  double* __restrict sum_f = kSums ? s.sums + L.f * H : nullptr;
-  double* __restrict sum_o = kSums ? s.sums + L.o * H : nullptr;
-  double* __restrict sum_wci = kSums ? s.sums + 4 * H : nullptr;
-  double* __restrict sum_wcf = kSums ? s.sums + 5 * H : nullptr;
-  double* __restrict sum_wco = kSums ? s.sums + 6 * H : nullptr;
-  // Adds one row's unit j to the sums held in si..swco.
-  const auto add = [&](int64_t b, int64_t j, const lstm_block::CellBackward<acc_t>& r, double& si,
-                       double& sc, double& sf, double& so, double& swci, double& swcf,
-                       double& swco) __attribute__((always_inline)) {
-    si += r.di;
-    sc += r.dci;
-    sf += r.df;
-    so += r.d_o;
-    if constexpr (kPeep) {
-      const double cb = static_cast<acc_t>(csp_p[b * H + j]);
-      swci += static_cast<double>(r.di) * cb;
-      swcf += static_cast<double>(r.df) * cb;
-      swco += static_cast<double>(r.d_o) * static_cast<acc_t>(cs_p[b * H + j]);
+struct BackwardRowsKernel {
+  TLG_INLINE static void body(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0, int64_t j1) {
+    using acc_t = at::opmath_type<scalar_t>;
+    constexpr int64_t kSumRows = 8;
+    const int64_t H = s.H;
+    const GateLayout L = s.layout;
+    const auto p = lstm_block::ActParams<acc_t>::from(s.fns);
+    const acc_t mask_clip = static_cast<acc_t>(s.mask_clip);
+    const acc_t* __restrict wci = s.wci;
+    const acc_t* __restrict wcf = s.wcf;
+    const acc_t* __restrict wco = s.wco;
+    const scalar_t* __restrict i_p = s.act[0];
+    const scalar_t* __restrict cs_p = s.act[1];
+    const scalar_t* __restrict f_p = s.act[2];
+    const scalar_t* __restrict o_p = s.act[3];
+    const scalar_t* __restrict ci_p = s.act[4];
+    const scalar_t* __restrict co_p = s.act[5];
+    const scalar_t* __restrict csp_p = s.cs_prev;
+    const scalar_t* __restrict csg_p = s.cs_grad;
+    const scalar_t* __restrict hg_p = s.h_grad;
+    const acc_t* __restrict dh_p = s.dh_carry;
+    acc_t* __restrict dcs_c = s.dcs_carry;
+    acc_t* __restrict dgates = s.dgates;
+    // Unit j of row b: its gate gradients and the carried cell-state gradient written, and
+    // returned for the sums.
+    const auto cell = [&](int64_t b, int64_t j) __attribute__((always_inline)) {
+      const int64_t k = b * H + j;
+      // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
+      const auto r = lstm_block::lstm_cell_backward<Gate, Cell, kPeep, kMaskClip, acc_t>(
+          i_p[k], f_p[k], o_p[k], ci_p[k], co_p[k], kMaskClip ? static_cast<acc_t>(cs_p[k]) : acc_t(0),
+          csp_p[k], dh_p[k] + static_cast<acc_t>(hg_p[k]), dcs_c[k] + static_cast<acc_t>(csg_p[k]),
+          kPeep ? wci[j] : acc_t(0), kPeep ? wcf[j] : acc_t(0), kPeep ? wco[j] : acc_t(0),
+          mask_clip, p);
+      acc_t* dg = dgates + 4 * b * H + j;
+      dg[L.i * H] = r.di;
+      dg[L.c * H] = r.dci;
+      dg[L.f * H] = r.df;
+      dg[L.o * H] = r.d_o;
+      dcs_c[k] = r.dcs_prev;
+      return r;
+    };
+    // Rows of s.sums: the gate sums in dgates' block order, then the three peephole sums.
+    double* __restrict sum_i = kSums ? s.sums + L.i * H : nullptr;
+    double* __restrict sum_c = kSums ? s.sums + L.c * H : nullptr;
+    double* __restrict sum_f = kSums ? s.sums + L.f * H : nullptr;
+    double* __restrict sum_o = kSums ? s.sums + L.o * H : nullptr;
+    double* __restrict sum_wci = kSums ? s.sums + 4 * H : nullptr;
+    double* __restrict sum_wcf = kSums ? s.sums + 5 * H : nullptr;
+    double* __restrict sum_wco = kSums ? s.sums + 6 * H : nullptr;
+    // Adds one row's unit j to the sums held in si..swco.
+    const auto add = [&](int64_t b, int64_t j, const lstm_block::CellBackward<acc_t>& r, double& si,
+                         double& sc, double& sf, double& so, double& swci, double& swcf,
+                         double& swco) __attribute__((always_inline)) {
+      si += r.di;
+      sc += r.dci;
+      sf += r.df;
+      so += r.d_o;
+      if constexpr (kPeep) {
+        const double cb = static_cast<acc_t>(csp_p[b * H + j]);
+        swci += static_cast<double>(r.di) * cb;
+        swcf += static_cast<double>(r.df) * cb;
+        swco += static_cast<double>(r.d_o) * static_cast<acc_t>(cs_p[b * H + j]);
+      }
+    };
+    int64_t b = b0;
+    if constexpr (kSums) {
+      for (; b + kSumRows <= b1; b += kSumRows) {
+        TLG_NO_ALIAS_LOOP
+        for (int64_t j = j0; j < j1; ++j) {
+          double si = sum_i[j], sc = sum_c[j], sf = sum_f[j], so = sum_o[j];
+          double swci = 0, swcf = 0, swco = 0;
+          if constexpr (kPeep) swci = sum_wci[j], swcf = sum_wcf[j], swco = sum_wco[j];
+          // Unrolled before the vectoriser runs, which takes no inner loop.
+  #pragma GCC unroll 8
+          for (int64_t q = 0; q < kSumRows; ++q) {
+            add(b + q, j, cell(b + q, j), si, sc, sf, so, swci, swcf, swco);
+          }
+          sum_i[j] = si, sum_c[j] = sc, sum_f[j] = sf, sum_o[j] = so;
+          if constexpr (kPeep) sum_wci[j] = swci, sum_wcf[j] = swcf, sum_wco[j] = swco;
+        }
+      }
     }
-  };
-  int64_t b = b0;
-  if constexpr (kSums) {
-    for (; b + kSumRows <= b1; b += kSumRows) {
+    for (; b < b1; ++b) {
       TLG_NO_ALIAS_LOOP
       for (int64_t j = j0; j < j1; ++j) {
-        double si = sum_i[j], sc = sum_c[j], sf = sum_f[j], so = sum_o[j];
-        double swci = 0, swcf = 0, swco = 0;
-        if constexpr (kPeep) swci = sum_wci[j], swcf = sum_wcf[j], swco = sum_wco[j];
-        // Unrolled before the vectoriser runs, which takes no inner loop.
-#pragma GCC unroll 8
-        for (int64_t q = 0; q < kSumRows; ++q) {
-          add(b + q, j, cell(b + q, j), si, sc, sf, so, swci, swcf, swco);
+        const auto r = cell(b, j);
+        if constexpr (kSums) {
+          add(b, j, r, sum_i[j], sum_c[j], sum_f[j], sum_o[j], sum_wci[j], sum_wcf[j],
+              sum_wco[j]);
         }
-        sum_i[j] = si, sum_c[j] = sc, sum_f[j] = sf, sum_o[j] = so;
-        if constexpr (kPeep) sum_wci[j] = swci, sum_wcf[j] = swcf, sum_wco[j] = swco;
+      }
+    }
+    if (s.dgates_lp != nullptr) {  // the rounded copy the bfloat16 products read
+      for (b = b0; b < b1; ++b) {
+        for (int64_t q = 0; q < 4; ++q) {
+          const acc_t* __restrict from = s.dgates + 4 * b * H + q * H;
+          scalar_t* __restrict to = s.dgates_lp + 4 * b * H + q * H;
+          for (int64_t j = j0; j < j1; ++j) to[j] = static_cast<scalar_t>(from[j]);
+        }
       }
     }
   }
-  for (; b < b1; ++b) {
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = j0; j < j1; ++j) {
-      const auto r = cell(b, j);
-      if constexpr (kSums) {
-        add(b, j, r, sum_i[j], sum_c[j], sum_f[j], sum_o[j], sum_wci[j], sum_wcf[j],
-            sum_wco[j]);
-      }
-    }
-  }
-  if (s.dgates_lp != nullptr) {  // the rounded copy the bfloat16 products read
-    for (b = b0; b < b1; ++b) {
-      for (int64_t q = 0; q < 4; ++q) {
-        const acc_t* __restrict from = s.dgates + 4 * b * H + q * H;
-        scalar_t* __restrict to = s.dgates_lp + 4 * b * H + q * H;
-        for (int64_t j = j0; j < j1; ++j) to[j] = static_cast<scalar_t>(from[j]);
-      }
-    }
-  }
+};
+
+// backward_rows: BackwardRowsKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kMaskClip, bool kSums>
+void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0, int64_t j1) {
+  cpu::dispatch<BackwardRowsKernel<scalar_t, Gate, Cell, kPeep, kMaskClip, kSums>>(s, b0, b1, j0, j1);
 }
 
 // The float32 sigmoid/tanh forward loop on AVX-512 (cell_avx512.h: the same numbers, 2.6x

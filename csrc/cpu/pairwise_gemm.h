@@ -39,14 +39,21 @@ namespace detail {
 
 // dst[m, n] += src[m, n], both with leading dimension ld.
 template <typename scalar_t>
-TLG_CPU_MULTIVERSION void add_tile(scalar_t* __restrict dst, const scalar_t* __restrict src,
-                                   int64_t ld, int64_t m, int64_t n) {
-  for (int64_t i = 0; i < m; ++i) {
-    scalar_t* __restrict d = dst + i * ld;
-    const scalar_t* __restrict s = src + i * ld;
-    TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < n; ++j) d[j] += s[j];
+struct AddTileKernel {
+  TLG_INLINE static void body(scalar_t* __restrict dst, const scalar_t* __restrict src, int64_t ld, int64_t m, int64_t n) {
+    for (int64_t i = 0; i < m; ++i) {
+      scalar_t* __restrict d = dst + i * ld;
+      const scalar_t* __restrict s = src + i * ld;
+      TLG_NO_ALIAS_LOOP
+      for (int64_t j = 0; j < n; ++j) d[j] += s[j];
+    }
   }
+};
+
+// add_tile: AddTileKernel::body compiled for the instruction set cpu::isa() chose.
+template <typename scalar_t>
+void add_tile(scalar_t* __restrict dst, const scalar_t* __restrict src, int64_t ld, int64_t m, int64_t n) {
+  cpu::dispatch<AddTileKernel<scalar_t>>(dst, src, ld, m, n);
 }
 
 // One [m, n] tile of c = a · b, on the calling thread. `stack`: levels + 1 partial tiles

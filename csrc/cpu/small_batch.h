@@ -43,7 +43,7 @@ inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWi
 // Whether the panel kernel runs here: float32 on an AVX-512 CPU.
 inline bool panels_available() {
 #if defined(TLG_HAVE_AVX512_PANELS)
-  static const bool isa = cpu_has("avx512_f");
+  static const bool isa = cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f");
   return isa;
 #else
   return false;

@@ -95,7 +95,7 @@ __attribute__((target("avx512f"))) inline void transpose_rows_avx512(const float
 
 inline bool avx512_transpose_available() {
 #if defined(TLG_HAVE_AVX512_TRANSPOSE)
-  static const bool isa = cpu_has("avx512_f");
+  static const bool isa = cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f");
   return isa;
 #else
   return false;

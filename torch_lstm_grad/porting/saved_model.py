@@ -334,6 +334,13 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
     if entries:
         _apply_keras_metadata(source, entries, where)
         source.format += f" with the Keras model config ({where})"
+        # The config says what each layer computes; the saved loops, where they read, say where
+        # it runs in the functions (for `verify` without tf_keras).
+        from_graph, _ = keras_layers_from_graph(graph, variables)
+        for name, layer in source.layers.items():
+            read = from_graph.get(name)
+            if read is not None and read.problem is None:
+                layer.graph_io = read.graph_io
     elif keras_rnn_scopes(variables):
         # No config: each layer as the saved loop that computes it.
         tf_keras = any(i.startswith("_tf_keras") for i in identifiers)

@@ -522,6 +522,12 @@ def _module_param(role: str) -> str:
 def _keras_oracle(tf, path: str, source, config):
     """The Keras model of a Keras file, loaded by the Keras that wrote it."""
     major = source.writer.keras_major
+    is_zip = path.endswith(".keras")
+    has_config = bool(source.config_origin) and not source.config_origin.startswith("--config")
+    if not has_config and config is None and not os.path.isdir(path):
+        raise _Unverifiable(
+            "the file stores no model config for Keras to rebuild the layers from: give --config"
+        )
     if major == 2:
         try:
             import tf_keras as keras
@@ -532,8 +538,6 @@ def _keras_oracle(tf, path: str, source, config):
             ) from err
     else:
         import keras
-    is_zip = path.endswith(".keras")
-    has_config = bool(source.config_origin) and not source.config_origin.startswith("--config")
     try:
         if has_config and (is_zip or path.endswith((".h5", ".hdf5"))):
             model = keras.models.load_model(path, compile=False)
@@ -543,11 +547,9 @@ def _keras_oracle(tf, path: str, source, config):
             with open(config) as fh:
                 text = fh.read()
             model = keras.models.model_from_json(text)
-            if os.path.isfile(path + ".index"):
-                tf.train.Checkpoint(model=model).read(path).expect_partial() if major == 3 else (
-                    model.load_weights(path)
-                )
-            else:
+            if os.path.isfile(path + ".index") and major == 3:  # a tf.train.Checkpoint
+                tf.train.Checkpoint(model=model).read(path).expect_partial()
+            else:  # a weights file, or tf.keras' TF-format save_weights
                 model.load_weights(path)
         else:
             raise _Unverifiable(
