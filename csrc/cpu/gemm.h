@@ -396,7 +396,8 @@ inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tens
                             const at::Tensor& packed_b = at::Tensor()) {
   constexpr int64_t kMatmulRowBlock = 48;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  const bool panels = panels_available() && a.scalar_type() == at::kFloat &&
+  // AVX2's panels lose to oneDNN at these many rows (kMaxPanelRowsAvx2): AVX-512 only.
+  const bool panels = panels_avx512() && a.scalar_type() == at::kFloat &&
                       b.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat &&
                       out.stride(1) == 1 && M > 0 && K > 0 && N > 0;
   if (!panels) {
@@ -450,7 +451,7 @@ class RecurrentGemm {
                 int64_t panel_gates = 0, const at::Tensor& packed = at::Tensor())
       : b_(b), m_(m) {
     if (allow_blocks && panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 &&
-        m <= kMaxPanelRows && b.size(0) > 0 && panels_available() &&
+        m <= max_panel_rows() && b.size(0) > 0 && panels_available() &&
         steps >= kMinSteps) {
       const int64_t K = b.size(0), H = b.size(1) / panel_gates;
       if (packed.defined()) {
@@ -509,7 +510,7 @@ class RecurrentGemm {
     if (panels()) {
       const int64_t m = a.size(0), K = b_.size(0), H = b_.size(1) / gates_;
       if (m == 0) return;
-      TORCH_INTERNAL_ASSERT(m <= kMaxPanelRows && c.stride(1) == 1);
+      TORCH_INTERNAL_ASSERT(m <= max_panel_rows() && c.stride(1) == 1);
       const at::Tensor ac = a.contiguous();
       const float* ap = ac.const_data_ptr<float>();
       float* cp = c.data_ptr<float>();

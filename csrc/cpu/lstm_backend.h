@@ -326,7 +326,7 @@ struct CpuBackend {
   static constexpr int64_t kMinPanelInputRows = 64;
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b,
                                 const at::Tensor& packed) {
-    if (!cpu::panels_available() || a.scalar_type() != at::kFloat ||
+    if (!cpu::panels_avx512() || a.scalar_type() != at::kFloat ||
         b.scalar_type() != at::kFloat || a.size(0) < kMinPanelInputRows) {
       return cpu::matmul(a, b);
     }

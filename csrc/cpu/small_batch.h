@@ -1,4 +1,4 @@
-// The recurrent product of a time loop on small batches (B <= 64 rows). At B = 1..8 it is a
+// The recurrent product of a time loop on small batches (B <= 64 rows), on AVX-512 or AVX2. At B = 1..8 it is a
 // matrix-vector product per step, bound by reading the [K, G·H] weight, not by arithmetic; at
 // B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two things make it
 // stream:
@@ -37,17 +37,38 @@ constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of f
 // fwd+bwd -1.6 ms; 50,64,256,256 CudnnLSTM inference -0.15 ms); at 128 mixed (20,128,512,512
 // inference -0.5 ms, 20,128,256,256 fwd+bwd +0.24 ms).
 constexpr int64_t kMaxPanelRows = 64;
+// On AVX2 (16 registers: at most 6 rows a call, one gate a pass from 3 rows) the panels beat
+// oneDNN's AVX2 brgemm only at a few rows: paired bench (AVX2 kernels on an AVX-512 VM,
+// ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), LSTMBlockFusedCell inference 1.62x ->
+// 1.05x nn.LSTM at B = 1 and 1.69x -> 1.38x at B = 4, but 1.27x -> 1.55x at B = 8 and the
+// training forward at B = 32 1.37x -> 2.06x.
+constexpr int64_t kMaxPanelRowsAvx2 = 4;
 
 inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
 
-// Whether the panel kernel runs here: float32 on an AVX-512 CPU.
+// Whether the panel kernel runs here: float32 on an AVX-512 CPU, or an AVX2 + FMA one (the
+// same panels, each unit block two 8-wide vectors).
 inline bool panels_available() {
+#if defined(TLG_HAVE_AVX512_PANELS)
+  static const bool isa = cpu::isa() >= Isa::kAvx2 && cpu_has("avx2") && cpu_has("fma3");
+  return isa;
+#else
+  return false;
+#endif
+}
+
+inline bool panels_avx512() {
 #if defined(TLG_HAVE_AVX512_PANELS)
   static const bool isa = cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f");
   return isa;
 #else
   return false;
 #endif
+}
+
+// The most rows a recurrent product takes the panels for here.
+inline int64_t max_panel_rows() {
+  return panels_avx512() ? kMaxPanelRows : (panels_available() ? kMaxPanelRowsAvx2 : 0);
 }
 
 // w [K, G·H] (any strides, float32; gate q in columns [q·H, (q + 1)·H)) packed as
@@ -181,8 +202,111 @@ __attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t
   }
 }
 
+// The AVX2 + FMA kernel: panel_product on two 8-wide halves of each 16-unit panel, the same
+// sums (each lane's products added over k in order with a fused multiply-add, from zero, then
+// added to g) and so the same bits as the AVX-512 kernel's. 16 registers: RB rows of GB panels
+// take 2·RB·GB accumulators and 2·GB weight vectors.
+template <int RB, int GB>
+__attribute__((target("avx2,fma"))) inline void panel_product_avx2(
+    int64_t K, const float* __restrict a, int64_t lda, const float* __restrict panel,
+    int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
+  __m256 acc[RB][GB][2];
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) {
+      _mm_prefetch(reinterpret_cast<const char*>(g + r * ldg + q * ldq), _MM_HINT_T0);
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
+  }
+  for (int64_t k = 0; k < K; ++k) {
+    __m256 w[GB][2];
+    for (int q = 0; q < GB; ++q) {
+      w[q][0] = _mm256_load_ps(panel + q * gs + k * kPanelWidth);
+      w[q][1] = _mm256_load_ps(panel + q * gs + k * kPanelWidth + 8);
+    }
+    for (int r = 0; r < RB; ++r) {
+      const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
+      for (int q = 0; q < GB; ++q) {
+        acc[r][q][0] = _mm256_fmadd_ps(av, w[q][0], acc[r][q][0]);
+        acc[r][q][1] = _mm256_fmadd_ps(av, w[q][1], acc[r][q][1]);
+      }
+    }
+  }
+  for (int r = 0; r < RB; ++r) {
+    for (int q = 0; q < GB; ++q) {
+      float* dst = g + r * ldg + q * ldq;
+      for (int h = 0; h < 2; ++h) {
+        const int64_t n = std::min<int64_t>(8, std::max<int64_t>(0, valid - 8 * h));
+        if (n == 8) {
+          const __m256 sum =
+              accumulate ? _mm256_add_ps(_mm256_loadu_ps(dst + 8 * h), acc[r][q][h])
+                         : acc[r][q][h];
+          _mm256_storeu_ps(dst + 8 * h, sum);
+        } else if (n > 0) {  // the last units of H: lanes < n only
+          alignas(32) float lanes[8];
+          _mm256_store_ps(lanes, acc[r][q][h]);
+          for (int64_t l = 0; l < n; ++l) {
+            dst[8 * h + l] = accumulate ? dst[8 * h + l] + lanes[l] : lanes[l];
+          }
+        }
+      }
+    }
+  }
+}
+
+// As panel_rows, on the AVX2 kernel.
+template <int RB, int GB>
+__attribute__((target("avx2,fma"))) void panel_rows_avx2(int64_t K, int64_t H, int64_t G,
+                                                         const float* a, int64_t lda,
+                                                         const float* packed, float* g,
+                                                         int64_t ldg, int64_t u0, int64_t u1,
+                                                         bool accumulate) {
+  const int64_t gs = K * kPanelWidth;
+  if (G == 1) {
+    int64_t u = u0;
+    const int64_t full = std::min(u1, H / kPanelWidth);
+    for (; u + GB <= full; u += GB) {
+      panel_product_avx2<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                                 kPanelWidth, kPanelWidth, accumulate);
+    }
+    for (; u < u1; ++u) {
+      panel_product_avx2<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                                kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth),
+                                accumulate);
+    }
+    return;
+  }
+  for (int64_t u = u0; u < u1; ++u) {
+    const int64_t valid = std::min(kPanelWidth, H - u * kPanelWidth);
+    const float* panel = packed + u * G * gs;
+    int64_t q = 0;
+    for (; q + GB <= G; q += GB) {
+      panel_product_avx2<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
+                                 ldg, H, valid, accumulate);
+    }
+    for (; q < G; ++q) {
+      panel_product_avx2<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
+                                ldg, H, valid, accumulate);
+    }
+  }
+}
+
 using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                              float*, int64_t, int64_t, int64_t, bool);
+
+// The AVX2 kernel for `rows` rows (at most kChunkAvx2): two gates a pass for up to 2 rows (8
+// accumulators, 4 weight vectors), one for 3 to 6 (up to 12 and 2).
+inline PanelRowsFn panel_rows_avx2_for(int64_t rows) {
+  switch (rows) {
+    case 1: return &panel_rows_avx2<1, 2>;
+    case 2: return &panel_rows_avx2<2, 2>;
+    case 3: return &panel_rows_avx2<3, 1>;
+    case 4: return &panel_rows_avx2<4, 1>;
+    case 5: return &panel_rows_avx2<5, 1>;
+    default: return &panel_rows_avx2<6, 1>;
+  }
+}
 
 // The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
 // gates a pass up to 4 rows, two up to 12 (6 rows with all four gates a pass instead: no
@@ -222,16 +346,19 @@ inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* 
                        bool accumulate = true) {
 #if defined(TLG_HAVE_AVX512_PANELS)
   TORCH_INTERNAL_ASSERT(m >= 1 && j0 % kPanelWidth == 0);
-  constexpr int64_t kChunk = 12;
+  const bool wide = panels_avx512();
+  const int64_t chunk = wide ? 12 : 6;  // rows a kernel call takes (registers: 32 or 16)
   const int64_t u0 = j0 / kPanelWidth, u1 = panel_blocks(std::min(H, j0 + n));
-  const int64_t chunks = (m + kChunk - 1) / kChunk, base = m / chunks, longer = m % chunks;
+  const int64_t chunks = (m + chunk - 1) / chunk, base = m / chunks, longer = m % chunks;
   const int64_t ustep = m <= 4 ? 4 : 2;
   for (int64_t u = u0; u < u1; u += ustep) {
     int64_t r = 0;
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t rows = base + (k < longer ? 1 : 0);
-      detail::panel_rows_for(rows)(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u,
-                                   std::min(u + ustep, u1), accumulate);
+      const detail::PanelRowsFn fn =
+          wide ? detail::panel_rows_for(rows) : detail::panel_rows_avx2_for(rows);
+      fn(K, H, G, a + r * lda, lda, packed, g + r * ldg, ldg, u, std::min(u + ustep, u1),
+         accumulate);
       r += rows;
     }
   }
