@@ -87,3 +87,22 @@ def test_doctor_runs_when_the_so_was_built_for_another_torch(tmp_path):
     assert "matches torch    NO" in doctor.stdout and "loads            NO" in doctor.stdout
     assert f"but torch {torch.__version__} is installed" in doctor.stdout
     assert "Traceback" not in doctor.stderr
+
+
+def test_cpu_isa_op(capsys):
+    """The instruction set the CPU kernels run follows ATen's (ATEN_CPU_CAPABILITY lowers it),
+    and doctor prints it."""
+    ops = torch.ops.torch_lstm_grad
+    isa = ops._cpu_isa()
+    names = {"AVX512": "avx512", "AVX2": "avx2"}
+    assert isa == names.get(torch.backends.cpu.get_cpu_capability(), "default")
+    code = "import torch, torch_lstm_grad; print(torch.ops.torch_lstm_grad._cpu_isa())"
+    for cap in ("default", "avx2"):
+        if cap == "avx2" and isa == "default":
+            continue  # no AVX2 here: ATen keeps its default
+        env = dict(os.environ, ATEN_CPU_CAPABILITY=cap)
+        got = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=300).stdout.strip()  # fmt: skip
+        assert got == cap
+    cli.main(["doctor"])
+    assert f"CPU kernels run  {isa} (ATEN_CPU_CAPABILITY lowers it)" in capsys.readouterr().out

@@ -127,6 +127,7 @@ OTHER_OP_TESTS = {
     "cudnn_rnn_backprop": ("test_cudnn_rnn.py", "test_opcheck_cudnn_rnn_backprop"),
     "_cudnn_rnn_params_layout": ("test_cudnn_rnn.py", "test_params_layout_op"),
     "_built_with_cuda": ("test_cudnn_rnn.py", "test_built_with_cuda_op"),
+    "_cpu_isa": ("test_doctor.py", "test_cpu_isa_op"),
     "block_lstm_ex": ("test_lstm_variants.py", "test_opcheck"),
     "block_lstm_ex_grad": ("test_lstm_variants.py", "test_opcheck"),
     "keras_gru": ("test_gru_variants.py", "test_opcheck"),

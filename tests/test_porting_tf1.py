@@ -15,6 +15,7 @@ from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 from torch_lstm_grad import cli, layouts, modules, porting
+from torch_lstm_grad.porting import build_tf1
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, B, I = 5, 3, 4  # noqa: E741
@@ -193,20 +194,8 @@ def _convert(src, tmp_path, capsys, *extra, code=0):
     return captured.err if code else (porting.load(out), captured.out)
 
 
-_LSTM_PARAMS = {
-    "kernel": "kernel",
-    "bias": "bias",
-    "w_i_diag": "w_i_diag",
-    "w_f_diag": "w_f_diag",
-    "w_o_diag": "w_o_diag",
-    "projection/kernel": "projection_kernel",
-}
-_GRU_PARAMS = {
-    "gates/kernel": "gates_kernel",
-    "gates/bias": "gates_bias",
-    "candidate/kernel": "candidate_kernel",
-    "candidate/bias": "candidate_bias",
-}
+# The converter's own map of TF1 leaves to module parameters (one for LSTM and GRU cells).
+_LSTM_PARAMS = _GRU_PARAMS = build_tf1.PARAMS
 
 
 def _params(run, cell, scope, table, scoped=False):

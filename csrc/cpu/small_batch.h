@@ -1,7 +1,7 @@
-// The recurrent product of a time loop on small batches (B <= 64 rows), on AVX-512 or AVX2. At B = 1..8 it is a
-// matrix-vector product per step, bound by reading the [K, G·H] weight, not by arithmetic; at
-// B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two things make it
-// stream:
+// The recurrent product of a time loop on small batches (B <= 64 rows; AVX2: B <= 4). At
+// B = 1..8 it is a matrix-vector product per step, bound by reading the [K, G·H] weight, not by
+// arithmetic; at B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two
+// things make it stream:
 // - a layout read front to back: the weight packed once into gate panels, unit block by unit
 //   block ([U, G, K, 16], U = ceil(H / 16): the 16 columns of units 16u..16u+15 of each gate,
 //   row k after row k), so each thread reads its units' weights as sequential streams (in the
@@ -166,24 +166,25 @@ __attribute__((target("avx512f"))) inline void panel_product(
   }
 }
 
-// Unit blocks [u0, u1) for RB rows: every gate, in passes of GB gates.
+// Unit blocks [u0, u1) for RB rows: every gate, in passes of GB gates, each pass P's product
+// (P::product<RB, GB>: the AVX-512 kernel's or the AVX2 one's).
 // One gate (G = 1: a product without gates, the backward's next·Whᵀ): GB unit blocks at a time.
-template <int RB, int GB>
-__attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t G,
-                                                   const float* a, int64_t lda,
-                                                   const float* packed, float* g, int64_t ldg,
-                                                   int64_t u0, int64_t u1, bool accumulate) {
+template <int RB, int GB, class P>
+TLG_INLINE void panel_rows_body(int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
+                                const float* packed, float* g, int64_t ldg, int64_t u0,
+                                int64_t u1, bool accumulate) {
   const int64_t gs = K * kPanelWidth;
   if (G == 1) {
     int64_t u = u0;
     const int64_t full = std::min(u1, H / kPanelWidth);  // blocks of 16 valid units
     for (; u + GB <= full; u += GB) {
-      panel_product<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
-                            kPanelWidth, kPanelWidth, accumulate);
+      P::template product<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                                  kPanelWidth, kPanelWidth, accumulate);
     }
     for (; u < u1; ++u) {
-      panel_product<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
-                           kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth), accumulate);
+      P::template product<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
+                                 kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth),
+                                 accumulate);
     }
     return;
   }
@@ -192,14 +193,31 @@ __attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t
     const float* panel = packed + u * G * gs;
     int64_t q = 0;
     for (; q + GB <= G; q += GB) {
-      panel_product<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
-                            valid, accumulate);
+      P::template product<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
+                                  ldg, H, valid, accumulate);
     }
     for (; q < G; ++q) {  // G not a multiple of GB (GRU's three gates)
-      panel_product<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth, ldg, H,
-                           valid, accumulate);
+      P::template product<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
+                                 ldg, H, valid, accumulate);
     }
   }
+}
+
+struct Avx512Panels {
+  template <int RB, int GB>
+  __attribute__((target("avx512f"))) static void product(
+      int64_t K, const float* a, int64_t lda, const float* panel, int64_t gs, float* g,
+      int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
+    panel_product<RB, GB>(K, a, lda, panel, gs, g, ldg, ldq, valid, accumulate);
+  }
+};
+
+template <int RB, int GB>
+__attribute__((target("avx512f"))) void panel_rows(int64_t K, int64_t H, int64_t G,
+                                                   const float* a, int64_t lda,
+                                                   const float* packed, float* g, int64_t ldg,
+                                                   int64_t u0, int64_t u1, bool accumulate) {
+  panel_rows_body<RB, GB, Avx512Panels>(K, H, G, a, lda, packed, g, ldg, u0, u1, accumulate);
 }
 
 // The AVX2 + FMA kernel: panel_product on two 8-wide halves of each 16-unit panel, the same
@@ -255,6 +273,15 @@ __attribute__((target("avx2,fma"))) inline void panel_product_avx2(
   }
 }
 
+struct Avx2Panels {
+  template <int RB, int GB>
+  __attribute__((target("avx2,fma"))) static void product(
+      int64_t K, const float* a, int64_t lda, const float* panel, int64_t gs, float* g,
+      int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
+    panel_product_avx2<RB, GB>(K, a, lda, panel, gs, g, ldg, ldq, valid, accumulate);
+  }
+};
+
 // As panel_rows, on the AVX2 kernel.
 template <int RB, int GB>
 __attribute__((target("avx2,fma"))) void panel_rows_avx2(int64_t K, int64_t H, int64_t G,
@@ -262,40 +289,13 @@ __attribute__((target("avx2,fma"))) void panel_rows_avx2(int64_t K, int64_t H, i
                                                          const float* packed, float* g,
                                                          int64_t ldg, int64_t u0, int64_t u1,
                                                          bool accumulate) {
-  const int64_t gs = K * kPanelWidth;
-  if (G == 1) {
-    int64_t u = u0;
-    const int64_t full = std::min(u1, H / kPanelWidth);
-    for (; u + GB <= full; u += GB) {
-      panel_product_avx2<RB, GB>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
-                                 kPanelWidth, kPanelWidth, accumulate);
-    }
-    for (; u < u1; ++u) {
-      panel_product_avx2<RB, 1>(K, a, lda, packed + u * gs, gs, g + u * kPanelWidth, ldg,
-                                kPanelWidth, std::min(kPanelWidth, H - u * kPanelWidth),
-                                accumulate);
-    }
-    return;
-  }
-  for (int64_t u = u0; u < u1; ++u) {
-    const int64_t valid = std::min(kPanelWidth, H - u * kPanelWidth);
-    const float* panel = packed + u * G * gs;
-    int64_t q = 0;
-    for (; q + GB <= G; q += GB) {
-      panel_product_avx2<RB, GB>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
-                                 ldg, H, valid, accumulate);
-    }
-    for (; q < G; ++q) {
-      panel_product_avx2<RB, 1>(K, a, lda, panel + q * gs, gs, g + q * H + u * kPanelWidth,
-                                ldg, H, valid, accumulate);
-    }
-  }
+  panel_rows_body<RB, GB, Avx2Panels>(K, H, G, a, lda, packed, g, ldg, u0, u1, accumulate);
 }
 
 using PanelRowsFn = void (*)(int64_t, int64_t, int64_t, const float*, int64_t, const float*,
                              float*, int64_t, int64_t, int64_t, bool);
 
-// The AVX2 kernel for `rows` rows (at most kChunkAvx2): two gates a pass for up to 2 rows (8
+// The AVX2 kernel for `rows` rows (at most 6, panel_gemm's chunk there): two gates a pass for up to 2 rows (8
 // accumulators, 4 weight vectors), one for 3 to 6 (up to 12 and 2).
 inline PanelRowsFn panel_rows_avx2_for(int64_t rows) {
   switch (rows) {

@@ -22,7 +22,7 @@ import torch
 from .. import layouts, modules
 from .description import LayerDescription
 
-__all__ = ["build", "module_from_entry"]
+__all__ = ["PARAMS", "build", "module_from_entry"]
 
 _LSTM_CELLS = {
     "tf1.LSTMCell",
@@ -36,6 +36,22 @@ _CLASSES = {
     "GRUBlockCell": modules.GRUBlockCell,
     "CudnnLSTM": modules.CudnnLSTM,
     "CudnnGRU": modules.CudnnGRU,
+}
+
+
+# A TF1 cell's variable (its leaf under the cell's scope) -> the module parameter that holds it
+# (LSTMBlockCell / LSTMBlockFusedCell, GRUBlockCell).
+PARAMS = {
+    "kernel": "kernel",
+    "bias": "bias",
+    "w_i_diag": "w_i_diag",
+    "w_f_diag": "w_f_diag",
+    "w_o_diag": "w_o_diag",
+    "projection/kernel": "projection_kernel",
+    "gates/kernel": "gates_kernel",
+    "gates/bias": "gates_bias",
+    "candidate/kernel": "candidate_kernel",
+    "candidate/bias": "candidate_bias",
 }
 
 
@@ -108,8 +124,8 @@ def build(b, d: LayerDescription):
             m.bias.copy_(bias)
             for k in ("w_i_diag", "w_f_diag", "w_o_diag") if peep else ():
                 getattr(m, k).copy_(_t(v[w[k]]))
-            if "projection/kernel" in w and hasattr(m, "projection_kernel"):
-                m.projection_kernel.copy_(_t(v[w["projection/kernel"]]))
+            if "projection/kernel" in w and hasattr(m, PARAMS["projection/kernel"]):
+                getattr(m, PARAMS["projection/kernel"]).copy_(_t(v[w["projection/kernel"]]))
         return _entry(m, d, config)
     if d.kind in ("tf1.GRUCell", "tf1.GRUBlockCell"):
         w = d.weights
@@ -121,13 +137,8 @@ def build(b, d: LayerDescription):
             return None
         config.update({k: val for k, val in variants.items() if hasattr(m, k)})
         with torch.no_grad():
-            for p, n in (
-                (m.gates_kernel, "gates/kernel"),
-                (m.gates_bias, "gates/bias"),
-                (m.candidate_kernel, "candidate/kernel"),
-                (m.candidate_bias, "candidate/bias"),
-            ):
-                p.copy_(_t(v[w[n]]))
+            for n in ("gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"):
+                getattr(m, PARAMS[n]).copy_(_t(v[w[n]]))
         return _entry(m, d, config)
     if d.kind in ("tf1.CudnnLSTM", "tf1.CudnnGRU"):
         return _cudnn(b, d)

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from . import build_tf1
 from .convert import load, read_source
 
 __all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
@@ -307,18 +308,6 @@ class _SavedFunctions:
         )
 
 
-_TF1_PARAMS = {
-    "kernel": "kernel",
-    "bias": "bias",
-    "w_i_diag": "w_i_diag",
-    "w_f_diag": "w_f_diag",
-    "w_o_diag": "w_o_diag",
-    "projection/kernel": "projection_kernel",
-    "gates/kernel": "gates_kernel",
-    "gates/bias": "gates_bias",
-    "candidate/kernel": "candidate_kernel",
-    "candidate/bias": "candidate_bias",
-}
 _STEP_CELLS = {"tf1.LSTMCell", "tf1.BasicLSTMCell", "tf1.LSTMBlockCell", "tf1.GRUCell",
                "tf1.GRUBlockCell"}  # fmt: skip
 
@@ -453,7 +442,7 @@ class _TF1Cells:
         weights = (
             by_variable
             if cudnn
-            else {_TF1_PARAMS[owner[k]]: n for k, n in by_variable.items() if k in owner}
+            else {build_tf1.PARAMS[owner[k]]: n for k, n in by_variable.items() if k in owner}
         )
         sequence = "seq_len_max" in cell.boundary["inputs"]
         gr = tf.Graph()
