@@ -125,6 +125,26 @@ def test_keras2_saved_model(tmp_path, capsys):
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
 
 
+def test_keras2_saved_model_loops_agree_with_its_config():
+    """The tf_keras fixture's saved loops, read as a Keras 3 export's are (keras_graph), give
+    what its keras_metadata.pb config says: tf.keras' loop bodies (Keras 2's hard sigmoid as
+    0.2·x + 0.5 clipped, the GRU's SplitV) read the same way."""
+    from torch_lstm_grad.porting.keras_graph import keras_layers_from_graph
+    from torch_lstm_grad.porting.saved_model import read_saved_model
+
+    source = read_saved_model(os.path.join(K2, "saved_model"), reader="tensorbundle")
+    from_graph, not_run = keras_layers_from_graph(source.graph, source.variables)
+    assert not not_run and sorted(from_graph) == ["gru", "lstm"]
+    for name, read in from_graph.items():
+        assert read.problem is None, read.problem
+        config = source.layers[name].config
+        for key, value in read.config.items():
+            want = config.get(key, False)  # zero_output_for_mask: not in tf.keras' config
+            if key == "recurrent_activation" and want == "hard_sigmoid":
+                want = "hard_sigmoid_keras2"
+            assert value == want, (name, key, value, want)
+
+
 def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
     """tf.keras before TF 2.5 kept each object's metadata JSON in the object graph
     (`user_object.metadata`) and wrote no keras_metadata.pb: the fixture rewritten so by TF's

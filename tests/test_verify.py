@@ -168,7 +168,14 @@ def test_verify_says_what_it_cannot(tmp_path, capsys):
     out, _ = _verify_cli(run.prefix, tmp_path, capsys, "--assume-defaults")
     assert "not verified: the file stores no graph of the computation" in out
     out, _ = _verify_cli(os.path.join(DATA, "keras2", "cudnn.h5"), tmp_path, capsys)
-    assert "cuDNN layers run on a GPU only" in out or "verified: every tensor" in out
+    assert any(
+        why in out
+        for why in (
+            "cuDNN layers run on a GPU only",  # tf_keras installed, no GPU
+            "runs as Keras 2 in tf_keras, which is not installed",
+            "verified: every tensor",  # a GPU
+        )
+    )
 
 
 def test_verify_fails_on_a_planted_tf1_defect(tmp_path, capsys, monkeypatch):

@@ -379,12 +379,24 @@ def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
     if b.local(m1.inputs[1]) != (s1.name, 0) or b.local(m2.inputs[1]) != (s2.name, 0):
         raise _Unreadable("the recurrent kernel's blocks are not the right-hand factors")
     h_prev = b.local(m1.inputs[0])
-    blocks = _column_blocks(b, b.users((m1.name, 0)), "h·R[:, :2U]")
     units = two_u // 2
-    if [(lo, hi) for lo, hi, _ in blocks] != [(0, units), (units, two_u)]:
-        raise _Unreadable(f"h·R[:, :2U] is sliced at {[(lo, hi) for lo, hi, _ in blocks]}")
-    b.seen |= {blocks[0][2].name, blocks[1][2].name}
-    r_z, r_r = (blocks[0][2].name, 0), (blocks[1][2].name, 0)
+    users = b.users((m1.name, 0))
+    if len(users) == 1 and users[0].op == "SplitV":  # tf.keras: split(·, [U, U, -1])
+        split = users[0]
+        sizes = b.g.nodes.get(b.local(split.inputs[1])[0])
+        sizes = sizes.attrs.get("value") if sizes is not None else None
+        if not isinstance(sizes, np.ndarray) or sizes.tolist()[:2] != [units, units]:
+            raise _Unreadable(f"{_short(split.name)} splits h·R[:, :2U] as {sizes}, not [U, U]")
+        if b.users((split.name, 2)):
+            raise _Unreadable(f"{_short(split.name)}'s empty third block is read")
+        b.seen.add(split.name)
+        r_z, r_r = (split.name, 0), (split.name, 1)
+    else:  # Keras 3: matrix_inner[:, :U], [:, U:2U] (and an empty, unread [:, 2U:])
+        blocks = _column_blocks(b, users, "h·R[:, :2U]")
+        if [(lo, hi) for lo, hi, _ in blocks] != [(0, units), (units, two_u)]:
+            raise _Unreadable(f"h·R[:, :2U] is sliced at {[(lo, hi) for lo, hi, _ in blocks]}")
+        b.seen |= {blocks[0][2].name, blocks[1][2].name}
+        r_z, r_r = (blocks[0][2].name, 0), (blocks[1][2].name, 0)
     mx = _x_product(b)
     x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
     ra, z, r = _gru_gates(b, x_z, x_r, r_z, r_r)
