@@ -321,13 +321,18 @@ inline CudnnRNNCall check_cudnn_rnn_backprop_call(
 constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' 'R' 'V' '0' '1'
 constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B
 
+// Which kernels made a reserve: the CPU's and cuDNN's lay out their activations differently, so
+// a reserve moved to the other device must not pass.
+enum class ReserveMaker : int64_t { kCpu = 1, kCudnn = 2 };
+
 inline std::vector<int64_t> reserve_signature(const RNNConfig& c,
                                               const std::vector<int64_t>& lengths,
-                                              double dropout) {
+                                              double dropout, ReserveMaker maker) {
   int64_t dropout_bits = 0;
   std::memcpy(&dropout_bits, &dropout, sizeof(dropout));
   std::vector<int64_t> w = {kReserveMagic, static_cast<int64_t>(c.mode), c.skip_input, c.D, c.L,
-                            c.I, c.H, c.P, c.time_major, c.T, dropout_bits, /*spare=*/0, c.B};
+                            c.I, c.H, c.P, c.time_major, c.T, dropout_bits,
+                            static_cast<int64_t>(maker), c.B};
   w.insert(w.end(), lengths.begin(), lengths.end());
   return w;
 }
@@ -349,8 +354,9 @@ inline std::string lengths_str(const int64_t* p, int64_t n) {
 // `stored`: the first `n_stored` words of the reserve (fewer than the signature when it is too
 // short to hold one).
 inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, const RNNConfig& c,
-                                    const std::vector<int64_t>& lengths, double dropout) {
-  const std::vector<int64_t> want = reserve_signature(c, lengths, dropout);
+                                    const std::vector<int64_t>& lengths, double dropout,
+                                    ReserveMaker maker) {
+  const std::vector<int64_t> want = reserve_signature(c, lengths, dropout, maker);
   TORCH_CHECK_VALUE(n_stored >= kReserveFixedWords && stored[0] == kReserveMagic,
                     "reserve_space: expected the reserve_space output of a CudnnRNN forward run "
                     "with is_training=True (this one was not made by one)");
@@ -358,6 +364,16 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
       "", "rnn_mode", "input_mode (skip_input)", "direction (D)", "num_layers", "input_size",
       "num_units (cell units)", "num_units of input_h (num_proj)", "time_major",
       "T (time steps)", "dropout", "", "B (batch rows)"};
+  if (stored[11] != want[11]) {
+    const auto name = [](int64_t m) -> std::string {
+      if (m == static_cast<int64_t>(ReserveMaker::kCpu)) return "the CPU kernels";
+      if (m == static_cast<int64_t>(ReserveMaker::kCudnn)) return "cuDNN (CUDA)";
+      return "unknown kernels (maker word " + std::to_string(m) + ")";
+    };
+    TORCH_CHECK_VALUE(false, "reserve_space: made by ", name(stored[11]), ", this call runs on ",
+                      name(want[11]), ": a reserve is only read by the device's kernels that "
+                      "made it (run the forward on the same device)");
+  }
   for (int64_t k = 1; k < kReserveFixedWords; ++k) {
     if (k == 10) {  // the rate's bits; compared as a double (-0.0 == 0.0)
       double made = 0;
@@ -367,7 +383,7 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
                         " (the Backprop op must repeat its forward's attributes)");
       continue;
     }
-    if (stored[k] == want[k]) continue;
+    if (k == 11 || stored[k] == want[k]) continue;
     TORCH_CHECK_VALUE(false, "reserve_space: made by a forward with another ", names[k], " (",
                       stored[k], "), this call has ", want[k],
                       " (the Backprop op must repeat its forward's attributes and shapes)");

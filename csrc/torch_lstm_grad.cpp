@@ -146,6 +146,16 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "Tensor reserve_space, Tensor host_reserved, str rnn_mode, str input_mode, str direction, "
         "float dropout, int seed, int seed2, int num_proj, bool time_major) -> (Tensor "
         "input_backprop, Tensor input_h_backprop, Tensor input_c_backprop, Tensor params_backprop)");
+  // cudnn_rnn_backprop for a caller that gives reserve_space up: cuDNN's backward writes into
+  // it instead of a copy. The autograd backward of a graph that is not retained calls it (a
+  // later backward on that reserve raises); the CPU kernels read their reserve only.
+  m.def("_cudnn_rnn_backprop_consuming(Tensor input, Tensor input_h, Tensor input_c, "
+        "Tensor params, Tensor? sequence_lengths, Tensor output, Tensor output_h, "
+        "Tensor output_c, Tensor output_backprop, Tensor output_h_backprop, "
+        "Tensor output_c_backprop, Tensor(a!) reserve_space, Tensor host_reserved, "
+        "str rnn_mode, str input_mode, str direction, float dropout, int seed, int seed2, "
+        "int num_proj, bool time_major) -> (Tensor input_backprop, Tensor input_h_backprop, "
+        "Tensor input_c_backprop, Tensor params_backprop)");
   // The forward for callers that record no gradient (issue 19; the cuDNN modules under no_grad
   // / inference_mode): cudnn_rnn with is_training=False (no dropout), without reserve_space and
   // host_reserved. packed_r: empty, or per pseudo-layer (layer-major, then direction)
@@ -190,11 +200,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
     at::TensorList packed_r, at::TensorList packed_x, c10::string_view rnn_mode,
     c10::string_view input_mode, c10::string_view direction, int64_t num_proj, bool time_major) {
-  const auto call = check_cudnn_rnn_call(input, input_h, input_c, params, sequence_lengths,
-                                         rnn_mode, input_mode, direction, 0.0, num_proj,
-                                         time_major);
-  check_packed_recurrent(call.config, packed_r, input);
-  check_packed_input(call.config, packed_x, input);
+  // The lengths are checked (and copied to the host) once, by cudnn_rnn.
+  const RNNConfig c = check_cudnn_rnn_inputs(input, input_h, input_c, params,
+                                             std::string(rnn_mode), std::string(input_mode),
+                                             std::string(direction), num_proj, time_major);
+  check_packed_recurrent(c, packed_r, input);
+  check_packed_input(c, packed_x, input);
   static const auto op = c10::Dispatcher::singleton()
                              .findSchemaOrThrow("torch_lstm_grad::cudnn_rnn", "")
                              .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,

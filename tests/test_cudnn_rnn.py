@@ -755,6 +755,37 @@ def test_reserve_space_survives_retain_graph(c):
     assert torch.equal(fwd.reserve_space, reserve)  # the backward does not write into it
 
 
+def test_backward_gives_up_the_reserve_only_when_the_graph_is_not_kept():
+    """The autograd backward lets cuDNN write into a CUDA reserve only where nothing can read
+    it again: torch's keep_graph flag (a private API, checked here on this torch) is False for
+    a plain backward and True with retain_graph or create_graph; a CPU reserve is never given
+    up (the CPU kernels only read theirs)."""
+    from torch_lstm_grad.autograd import _reserve_given_up
+
+    seen = []
+
+    class Probe(torch.autograd.Function):
+        @staticmethod
+        def forward(x):
+            return x * 2
+
+        @staticmethod
+        def setup_context(ctx, inputs, output):
+            pass
+
+        @staticmethod
+        def backward(ctx, g):
+            seen.append(torch._C._autograd._get_current_graph_task_keep_graph())
+            seen.append(_reserve_given_up(g))
+            return g * 2
+
+    x = torch.ones(3, requires_grad=True)
+    Probe.apply(x).sum().backward()
+    Probe.apply(x).sum().backward(retain_graph=True)
+    Probe.apply(x).sum().backward(create_graph=True)
+    assert seen == [False, False, True, False, True, False]
+
+
 @pytest.mark.parametrize("op", ["CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"])
 @pytest.mark.parametrize("mode", ["lstm", "gru"])
 def test_inference_refuses_backward_with_tf_message(op, mode):
@@ -1565,8 +1596,9 @@ def test_opcheck_cudnn_rnn_inference_with_requires_grad():
     assert set(result.values()) == {"SUCCESS"}, result
 
 
-def test_opcheck_cudnn_rnn_backprop(device):
-    op = ops.cudnn_rnn_backprop.default
+@pytest.mark.parametrize("consuming", [False, True])
+def test_opcheck_cudnn_rnn_backprop(device, consuming):
+    op = (ops._cudnn_rnn_backprop_consuming if consuming else ops.cudnn_rnn_backprop).default
     for dtype, c, lengths, tm, train, _, dropout, input_mode in OPCHECK_FWD:
         if not train:
             continue
@@ -1877,7 +1909,21 @@ def _cases(op: str) -> list[Case]:
             vd=True)  # fmt: skip
         add("reserve_space_not_a_reserve", _set(reserve_space=lambda: torch.zeros(1000)),
             ValueError, "reserve_space", "not made by one", vd=True)  # fmt: skip
+        # Word 11 names the kernels that made the reserve: the CPU's and cuDNN's layouts differ,
+        # so a reserve carried to the other device raises (here: a CPU reserve marked cuDNN's).
+        add("reserve_space_made_by_cudnn", lambda a: a.update(reserve_space=_maker(a, 2)),
+            ValueError, "reserve_space", "made by cuDNN (CUDA), this call runs on the CPU kernels",
+            vd=True)  # fmt: skip
+        add("reserve_space_unknown_maker", lambda a: a.update(reserve_space=_maker(a, 7)),
+            ValueError, "reserve_space", "made by unknown kernels (maker word 7)", vd=True)
     return out
+
+
+def _maker(args: dict, maker: int) -> torch.Tensor:
+    """A copy of args' reserve_space whose maker word (int64 word 11 of its header) is `maker`."""
+    reserve = args["reserve_space"].clone()
+    reserve.view(torch.uint8)[88:96] = torch.tensor([maker], dtype=torch.int64).view(torch.uint8)
+    return reserve
 
 
 CASES = _cases("CudnnRNNV3") + _cases("CudnnRNNBackpropV3")

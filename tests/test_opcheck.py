@@ -125,6 +125,7 @@ def sample_inputs(op_name):
 OTHER_OP_TESTS = {
     "cudnn_rnn": ("test_cudnn_rnn.py", "test_opcheck_cudnn_rnn"),
     "cudnn_rnn_backprop": ("test_cudnn_rnn.py", "test_opcheck_cudnn_rnn_backprop"),
+    "_cudnn_rnn_backprop_consuming": ("test_cudnn_rnn.py", "test_opcheck_cudnn_rnn_backprop"),
     "_cudnn_rnn_params_layout": ("test_cudnn_rnn.py", "test_params_layout_op"),
     "_built_with_cuda": ("test_cudnn_rnn.py", "test_built_with_cuda_op"),
     "_cpu_isa": ("test_doctor.py", "test_cpu_isa_op"),

@@ -201,6 +201,9 @@ def _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h):
 # reserve_space gets an unbacked size (its length is the device kernel's own choice).
 torch.library.register_fake(_LIB + "cudnn_rnn", _cudnn.cudnn_rnn_fake)
 torch.library.register_fake(_LIB + "cudnn_rnn_backprop", _cudnn.cudnn_rnn_backprop_fake)
+# Mutating, so no autograd formula: autograd.py calls it only where no graph is recorded.
+torch.library.register_fake(_LIB + "_cudnn_rnn_backprop_consuming",
+                            _cudnn.cudnn_rnn_backprop_fake)  # fmt: skip
 
 
 @torch.library.register_fake(_LIB + "cudnn_rnn_inference")

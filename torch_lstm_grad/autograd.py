@@ -270,6 +270,18 @@ def cudnn_forward_name(name: str):
         _cudnn_forward_name.reset(token)
 
 
+def _reserve_given_up(reserve_space: torch.Tensor) -> bool:
+    """Whether this backward is the last reader of a CUDA reserve: the graph is not retained
+    (so no later backward reads the saved reserve), no graph of the backward is recorded
+    (create_graph), eager (a traced backward keeps the op functional). cuDNN's backward then
+    writes into the reserve instead of a copy of it; a later call on the same reserve (the
+    forward's output, kept by the user) raises."""
+    keep_graph = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return (type(reserve_space) is torch.Tensor and reserve_space.is_cuda  # not fake, not traced
+            and keep_graph is not None and not keep_graph() and not torch.is_grad_enabled()
+            and not torch.compiler.is_compiling())  # fmt: skip
+
+
 class CudnnRNNFunction(torch.autograd.Function):
     """`CudnnRNNV3` (CudnnRNN/V2 are it with lengths None, time-major, no projection) whose
     backward is `CudnnRNNBackpropV3`, as TF's registered gradient.
@@ -312,7 +324,9 @@ class CudnnRNNFunction(torch.autograd.Function):
             raise ValueError(f"To use {ctx.op_name} in gradients, is_training must be set to True.")
         (input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
          reserve_space, host_reserved) = ctx.saved_tensors  # fmt: skip
-        d_input, d_input_h, d_input_c, d_params = _ops.cudnn_rnn_backprop.default(
+        backprop = (_ops._cudnn_rnn_backprop_consuming if _reserve_given_up(reserve_space)
+                    else _ops.cudnn_rnn_backprop)  # fmt: skip
+        d_input, d_input_h, d_input_c, d_params = backprop.default(
             input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
             _grad_or_zeros(grad_output, output), _grad_or_zeros(grad_output_h, output_h),
             _grad_or_zeros(grad_output_c, output_c), reserve_space, host_reserved, *ctx.attrs,

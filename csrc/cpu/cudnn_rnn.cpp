@@ -743,7 +743,7 @@ Outputs5 rnn_forward(const RNNConfig& c, const std::vector<int64_t>& lengths,
   Reserve r = is_training ? make_reserve(c, with_masks, at::Tensor(), input.options().dtype(acc))
                           : make_inference_reserve(c, input.options().dtype(acc));
   if (is_training) {
-    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
+    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout, ReserveMaker::kCpu);
     std::memset(r.buffer.data_ptr(), 0, reserve_signature_bytes(c.B, kReserveHeaderAlign));
     std::memcpy(r.buffer.data_ptr(), sig.data(), sig.size() * sizeof(int64_t));
   }
@@ -798,7 +798,8 @@ Grads4 rnn_backward(const RNNConfig& c, const std::vector<int64_t>& lengths,
         reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
     std::vector<int64_t> stored(n_words);
     std::memcpy(stored.data(), reserve_space.const_data_ptr(), n_words * sizeof(int64_t));
-    check_reserve_signature(stored.data(), n_words, c, lengths, dropout);
+    check_reserve_signature(stored.data(), n_words, c, lengths, dropout,
+                            ReserveMaker::kCpu);
   }
   const Schedule s = make_schedule(lengths, c.T);
   const at::Tensor params_acc = params.to(acc);
@@ -912,6 +913,7 @@ Grads4 cudnn_rnn_backprop_cpu(
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CPU, m) {
   m.impl("cudnn_rnn", &cudnn_rnn_cpu);
   m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cpu);
+  m.impl("_cudnn_rnn_backprop_consuming", &cudnn_rnn_backprop_cpu);  // reads its reserve only
   m.impl("cudnn_rnn_inference", &cudnn_rnn_inference_cpu);
 }
 

@@ -17,6 +17,7 @@
 // Unverified: written and compiled without a GPU (see README, "Status").
 
 #include <ATen/ATen.h>
+#include <ATen/ops/from_blob.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Exceptions.h>
 #include <ATen/cudnn/Handle.h>
@@ -301,6 +302,38 @@ at::Tensor to_device(const std::vector<T>& v, at::ScalarType dtype, const at::De
   return host.to(device, /*non_blocking=*/true);
 }
 
+// The training forward's reserve, as the op returns it: the caching allocator's buffer wrapped
+// in a storage whose context also holds the signature written at its start. The backward reads
+// the signature here, on the host: reading the device copy means a device-to-host copy, which
+// waits for every kernel queued before it. A reserve that is not this wrapper (cloned, moved,
+// made elsewhere) is checked through its device copy instead.
+struct SignedReserve {
+  at::Tensor buffer;           // the allocation; freed (stream-ordered) with the wrapper
+  std::vector<int64_t> words;  // the signature at its start
+  bool consumed = false;       // a backward that does not retain the graph wrote into it
+};
+
+void delete_signed_reserve(void* p) { delete static_cast<SignedReserve*>(p); }
+
+at::Tensor sign_reserve(const at::Tensor& buffer, std::vector<int64_t> words) {
+  void* data = buffer.data_ptr();
+  // The maker owns the context from .context() on (and the storage after make_tensor).
+  return at::for_blob(data, buffer.sizes())
+      .options(buffer.options())
+      .target_device(buffer.device())
+      .context(new SignedReserve{buffer, std::move(words)}, &delete_signed_reserve)
+      .make_tensor();
+}
+
+// The signed reserve behind `t`, or nullptr when `t` is not one (or a view that does not start
+// at its beginning).
+SignedReserve* signed_reserve(const at::Tensor& t) {
+  if (!t.has_storage() || t.storage_offset() != 0) return nullptr;
+  const c10::DataPtr& dp = t.storage().data_ptr();
+  if (dp.get_deleter() != &delete_signed_reserve || dp.get() != t.const_data_ptr()) return nullptr;
+  return static_cast<SignedReserve*>(dp.get_context());
+}
+
 // Rows with length > 0: cuDNN refuses zero-length sequences.
 struct Rows {
   std::vector<int> lengths;  // of the kept rows
@@ -475,11 +508,11 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
     if (c.lstm()) cy = scatter_rows(cyk, cy, 1, rows);
   }
   if (is_training) {
-    const std::vector<int64_t> sig = reserve_signature(c, lengths, dropout);
-    const at::Tensor words =
-        at::from_blob(const_cast<int64_t*>(sig.data()), {static_cast<int64_t>(sig.size())},
-                      at::TensorOptions().dtype(at::kLong));
+    std::vector<int64_t> sig = reserve_signature(c, lengths, dropout, ReserveMaker::kCudnn);
+    // From pinned memory, non-blocking: a pageable copy would wait for the queued kernels.
+    const at::Tensor words = to_device(sig, at::kLong, input.device());
     reserve.view(at::kByte).narrow(0, 0, words.numel() * 8).copy_(words.view(at::kByte));
+    reserve = sign_reserve(reserve, std::move(sig));
   } else {
     reserve = at::zeros({}, input.options());
   }
@@ -488,7 +521,10 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
           at::zeros({}, input.options().dtype(at::kChar))};
 }
 
-Grads4 cudnn_rnn_backprop_cuda(
+// consume: cuDNN's backward may write into reserve_space itself (the autograd backward of a
+// graph that is not retained: nothing reads the reserve after it); otherwise it works on a copy,
+// so the reserve can serve another backward (SPEC §2).
+Grads4 cudnn_rnn_backprop_impl(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
     const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
@@ -496,7 +532,7 @@ Grads4 cudnn_rnn_backprop_cuda(
     const at::Tensor& output_c_backprop, const at::Tensor& reserve_space,
     const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
     c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
-    bool time_major) {
+    bool time_major, bool consume) {
   const auto [c, lengths] = check_cudnn_rnn_backprop_call(
       input, input_h, input_c, params, sequence_lengths, output, output_h, output_c,
       output_backprop, output_h_backprop, output_c_backprop, rnn_mode, input_mode, direction,
@@ -512,12 +548,20 @@ Grads4 cudnn_rnn_backprop_cuda(
                     "reserve_space: expected the 1-D reserve_space output of CudnnRNNV3 with "
                     "is_training=True, got shape ", shape_str(reserve_space.sizes()));
   const int64_t header = reserve_signature_bytes(c.B, 256);
-  {  // the forward's signature: a few bytes copied to the host
+  SignedReserve* signed_ = signed_reserve(reserve_space);
+  if (signed_ != nullptr) {  // the forward's signature, kept on the host
+    TORCH_CHECK_VALUE(!signed_->consumed, "reserve_space: already used by a backward that did "
+                      "not retain the graph (cuDNN's backward writes into its reserve); run the "
+                      "forward again, or the first backward with retain_graph=True");
+    check_reserve_signature(signed_->words.data(), static_cast<int64_t>(signed_->words.size()),
+                            c, lengths, dropout, ReserveMaker::kCudnn);
+  } else {  // a reserve that is not the forward's own tensor: its device copy, a few bytes
     const int64_t n_words = std::min<int64_t>(
         reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
     const at::Tensor stored =
         reserve_space.view(at::kByte).narrow(0, 0, n_words * 8).to(at::kCPU).view(at::kLong);
-    check_reserve_signature(stored.const_data_ptr<int64_t>(), n_words, c, lengths, dropout);
+    check_reserve_signature(stored.const_data_ptr<int64_t>(), n_words, c, lengths, dropout,
+                            ReserveMaker::kCudnn);
   }
   const auto dtype = input.scalar_type();
   const auto [compute, opts, rows, h0, c0] = prepare(c, lengths, input, input_h, input_c);
@@ -539,16 +583,21 @@ Grads4 cudnn_rnn_backprop_cuda(
                       "is_training=True and these attributes and shapes (at least ",
                       header + static_cast<int64_t>(d.reserve_bytes), " bytes), got shape ",
                       shape_str(reserve_space.sizes()));
-    // cuDNN's backward writes into the reserve: work on a copy so a retained graph can run
-    // backward again (SPEC §2).
-    at::Tensor reserve = reserve_space.clone();
+    // cuDNN's backward writes into the reserve: unless the caller gave it up, work on a copy
+    // so a retained graph can run backward again (SPEC §2).
+    at::Tensor reserve = consume ? reserve_space : reserve_space.clone();
+    if (consume && signed_ != nullptr) signed_->consumed = true;
     const at::Tensor x = keep_seq(input.to(compute), c, rows);
     const at::Tensor y = keep_seq(output.to(compute), c, rows);
     const at::Tensor dy = keep_seq(output_backprop.to(compute), c, rows);
     const at::Tensor hx = keep_state(h0, rows), dhyk = keep_state(dhy, rows);
     const at::Tensor cx = c.lstm() ? keep_state(c0, rows) : at::Tensor();
     const at::Tensor dcyk = c.lstm() ? keep_state(dcy, rows) : at::Tensor();
-    at::Tensor dxk = at::empty_like(x), dhxk = at::empty_like(hx);
+    // cuDNN defines the padding fill of y, not of dx: rows shorter than T get zeros there from
+    // here (the CPU kernels write them).
+    const bool padded = std::any_of(rows.lengths.begin(), rows.lengths.end(),
+                                    [&](int64_t n) { return n < c.T; });
+    at::Tensor dxk = padded ? at::zeros_like(x) : at::empty_like(x), dhxk = at::empty_like(hx);
     at::Tensor dcxk = c.lstm() ? at::empty_like(cx) : at::Tensor();
     at::Tensor work = at::empty({static_cast<int64_t>(d.work_bytes)}, opts.dtype(at::kByte));
     const at::Tensor dev_lengths = to_device(rows.lengths, at::kInt, input.device());
@@ -572,11 +621,44 @@ Grads4 cudnn_rnn_backprop_cuda(
           c.lstm() ? states_out(dcx.to(dtype), c) : at::zeros({}, input.options()), dw.to(dtype)};
 }
 
+Grads4 cudnn_rnn_backprop_cuda(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
+    const at::Tensor& output_backprop, const at::Tensor& output_h_backprop,
+    const at::Tensor& output_c_backprop, const at::Tensor& reserve_space,
+    const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
+    bool time_major) {
+  return cudnn_rnn_backprop_impl(input, input_h, input_c, params, sequence_lengths, output,
+                                 output_h, output_c, output_backprop, output_h_backprop,
+                                 output_c_backprop, reserve_space, host_reserved, rnn_mode,
+                                 input_mode, direction, dropout, seed, seed2, num_proj,
+                                 time_major, /*consume=*/false);
+}
+
+Grads4 cudnn_rnn_backprop_consuming_cuda(
+    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
+    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
+    const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
+    const at::Tensor& output_backprop, const at::Tensor& output_h_backprop,
+    const at::Tensor& output_c_backprop, const at::Tensor& reserve_space,
+    const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
+    c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
+    bool time_major) {
+  return cudnn_rnn_backprop_impl(input, input_h, input_c, params, sequence_lengths, output,
+                                 output_h, output_c, output_backprop, output_h_backprop,
+                                 output_c_backprop, reserve_space, host_reserved, rnn_mode,
+                                 input_mode, direction, dropout, seed, seed2, num_proj,
+                                 time_major, /*consume=*/true);
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CUDA, m) {
   m.impl("cudnn_rnn", &cudnn_rnn_cuda);
   m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cuda);
+  m.impl("_cudnn_rnn_backprop_consuming", &cudnn_rnn_backprop_consuming_cuda);
 }
 
 }  // namespace torch_lstm_grad
