@@ -44,6 +44,10 @@ def test_mismatch_names_both_torches_and_the_rebuild_command():
         message
     )
     assert "pip install --no-build-isolation -e ." in message
+    # The same version from another commit (a prebuilt .so on another machine's torch).
+    other = types.SimpleNamespace(TORCH_VERSION=torch.__version__, TORCH_GIT_VERSION="0" * 40)
+    message = _extension.mismatch(other)
+    assert f"from commit {'0' * 40}" in message and torch.version.git_version in message
 
 
 def _package_built_for_another_torch(root):

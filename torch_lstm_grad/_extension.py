@@ -32,13 +32,26 @@ def so_path() -> str | None:
 
 def mismatch(info: types.ModuleType | None) -> str | None:
     """Why the built .so cannot load into the running torch, or None."""
-    if info is None or info.TORCH_VERSION == torch.__version__:
+    if info is None:
         return None
-    return (
-        f"torch_lstm_grad's extension ({so_path()}) was built against torch "
-        f"{info.TORCH_VERSION}, but torch {torch.__version__} is installed: PyTorch's C++ ABI "
-        f"changes between versions. Rebuild it against this torch:\n    {REBUILD}"
-    )
+    if info.TORCH_VERSION != torch.__version__:
+        return (
+            f"torch_lstm_grad's extension ({so_path()}) was built against torch "
+            f"{info.TORCH_VERSION}, but torch {torch.__version__} is installed: PyTorch's C++ "
+            f"ABI changes between versions. Rebuild it against this torch:\n    {REBUILD}"
+        )
+    # The same version string from another commit (a source build, a prebuilt .so carried to
+    # another machine): the ABI can differ just the same.
+    built_git = getattr(info, "TORCH_GIT_VERSION", None)
+    here_git = torch.version.git_version
+    if built_git and here_git and "Unknown" not in (built_git, here_git) and built_git != here_git:
+        return (
+            f"torch_lstm_grad's extension ({so_path()}) was built against torch "
+            f"{info.TORCH_VERSION} from commit {built_git}, but the installed torch "
+            f"{torch.__version__} is from commit {here_git}. Rebuild it against this torch:"
+            f"\n    {REBUILD}"
+        )
+    return None
 
 
 def load_error() -> str | None:
