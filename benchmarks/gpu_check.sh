@@ -1,69 +1,142 @@
 #!/usr/bin/env bash
-# Everything issue 18 asks of a GPU session, in one call (the device tool: run from the
-# repository root, `bash benchmarks/gpu_check.sh` with $OUT set; or give a directory):
-#   1. the environment (nvidia-smi, torch, cuDNN, nvcc);
-#   2. the build against the machine's torch: pip install --no-deps --no-build-isolation -e .;
-#      then `torch-lstm-grad doctor`;
-#   3. the CUDA tests (GPU against the CPU kernels per op and dtype, TF32 off; zero-length rows,
-#      retain_graph, fp16/bf16, dropout reproducibility) and the rest of the suite (TF-free
-#      parts: the GPU machines have no TensorFlow);
-#   4. the params layout against cudnnGetRNNWeightParams for every configuration
-#      (benchmarks/cudnn_layout_check.py);
-#   5. compute-sanitizer --tool memcheck over a short CUDA subset;
-#   6. the GPU benchmarks (benchmarks/bench_gpu.py), paired against nn.LSTM / cuDNN.
-# Each step's log goes to $OUT (at most 8 files come back from the device tool); summary.txt
-# holds one line per step. Without a GPU it stops at step 1 with exit code 2, naming why.
+# The GPU session's check (issues 18 and 33), one device call of at most 8 minutes on an H100:
+#
+#   bash benchmarks/gpu_check.sh [OUT_DIR]      (default: $OUT, else gpu-check-out)
+#
+# from the repository root, with .gpu-prebuilt carried (benchmarks/gpu_prebuild.sh builds it on
+# a CPU machine beforehand: the GPU machine's own build takes 3.5-6 minutes). Steps, each under
+# `timeout`, each writing its log as it runs (a killed call still returns what it had):
+#   env      nvidia-smi, torch, cuDNN, the prebuilt's record                      -> env.txt
+#   install  the prebuilt .so, only if the machine's torch (version and git hash) and these
+#            sources (benchmarks/sources_hash.py) are the ones it was built for; else a build
+#            here (minutes: the later steps may then not fit)                      -> env.txt
+#   doctor   python -m torch_lstm_grad doctor                                      -> env.txt
+#   (no CUDA device: stops here with exit code 2, the dry run on a CPU machine)
+#   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype -> tests.log
+#   layout   the params layout against cudnnGetRNNWeightParams, every configuration
+#                                                                    -> tests.log, layout.json
+#   memcheck compute-sanitizer memcheck over every CUDA kernel (benchmarks/gpu_memcheck.py,
+#            float32) without the caching allocator                           -> sanitizer.log
+#   bench    benchmarks/bench_gpu.py on three shapes, paired with nn.LSTM -> bench.log, bench.json
+# summary.txt: one line per step. Seven files in all (the device tool returns eight at most).
+# Environment: PYTHON (default python3), PREBUILT (default .gpu-prebuilt).
 set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT" || exit 1
 OUT_DIR=${1:-${OUT:-gpu-check-out}}
 mkdir -p "$OUT_DIR"
+OUT_DIR=$(cd "$OUT_DIR" && pwd)
 SUMMARY="$OUT_DIR/summary.txt"
-export PYTHONUNBUFFERED=1
+PREBUILT=${PREBUILT:-.gpu-prebuilt}
 PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
 : >"$SUMMARY"
 failed=0
+started=$(date +%s)
 
-step() {  # step NAME LOGFILE CMD...: runs CMD, its output to LOGFILE, one line to the summary
-  local name=$1 log=$2 start rc
-  shift 2
+note() { echo "$*" | tee -a "$SUMMARY"; }
+
+step() {  # step NAME SECONDS LOGFILE CMD...: CMD under timeout, its output to LOGFILE
+  local name=$1 limit=$2 log=$3 start rc
+  shift 3
   start=$(date +%s)
-  "$@" >>"$OUT_DIR/$log" 2>&1
+  echo "=== $name (limit ${limit} s) $(date -u +%H:%M:%SZ): $*" >>"$OUT_DIR/$log"
+  timeout -k 10 "$limit" "$@" >>"$OUT_DIR/$log" 2>&1
   rc=$?
-  echo "$name: exit $rc, $(($(date +%s) - start)) s (log: $log)" | tee -a "$SUMMARY"
+  local what="exit $rc"
+  [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ] && what="timed out after ${limit} s"
+  note "$name: $what, $(($(date +%s) - start)) s (log: $log)"
   [ "$rc" -eq 0 ] || failed=1
   return "$rc"
 }
 
 {
   date -u +"%Y-%m-%dT%H:%M:%SZ"
-  git rev-parse HEAD 2>/dev/null || true
+  git rev-parse HEAD 2>/dev/null || echo "(not a git checkout)"
   nvidia-smi 2>&1 || echo "nvidia-smi: not found"
   command -v nvcc >/dev/null && nvcc --version | tail -2
-  "$PY" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda,
-'cudnn', torch.backends.cudnn.version(), 'available', torch.cuda.is_available(),
+  "$PY" -c "import sys, torch; print('python', sys.version.split()[0], 'torch', torch.__version__,
+'git', torch.version.git_version, 'cuda', torch.version.cuda, 'cudnn',
+torch.backends.cudnn.version(), 'available', torch.cuda.is_available(),
 torch.cuda.get_device_name() if torch.cuda.is_available() else '')"
+  if [ -f "$PREBUILT/PREBUILT.txt" ]; then
+    echo "--- $PREBUILT"; cat "$PREBUILT/PREBUILT.txt" "$PREBUILT/_build_info.py"
+  fi
 } >"$OUT_DIR/env.txt" 2>&1
-if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
-  echo "gpu_check: no CUDA device visible to torch (see env.txt): nothing to check here" \
-    | tee -a "$SUMMARY" >&2
+has_gpu=0
+"$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null && has_gpu=1
+
+# The prebuilt extension, where it was built for this torch and these sources: why not, or nothing.
+prebuilt_problem() {
+  "$PY" - "$PREBUILT" <<'EOF'
+import pathlib, runpy, sys
+import torch
+sys.path.insert(0, "benchmarks")
+from sources_hash import sources_hash
+pre = pathlib.Path(sys.argv[1])
+if not (pre / "_C.abi3.so").is_file():
+    sys.exit(f"no {pre}/_C.abi3.so (run benchmarks/gpu_prebuild.sh and carry {pre})")
+info = runpy.run_path(str(pre / "_build_info.py"))
+built = runpy.run_path(str(pre / "PREBUILT.txt"))
+problems = []
+if info["TORCH_VERSION"] != torch.__version__:
+    problems.append(f"built for torch {info['TORCH_VERSION']}, this is {torch.__version__}")
+if info["TORCH_GIT_VERSION"] != torch.version.git_version:
+    problems.append(f"built for torch's commit {info['TORCH_GIT_VERSION']}, this torch is "
+                    f"{torch.version.git_version}")
+if not info.get("WITH_CUDA"):
+    problems.append("built without CUDA")
+here = sources_hash(pathlib.Path("."))
+if built["SOURCES_HASH"] != here:
+    problems.append(f"built from other sources (hash {built['SOURCES_HASH'][:12]}, these "
+                    f"{here[:12]}): run benchmarks/gpu_prebuild.sh again")
+if problems:
+    sys.exit("; ".join(problems))
+EOF
+}
+
+install_prebuilt() {
+  rm -f torch_lstm_grad/_C.*.so torch_lstm_grad/_build_info.py
+  cp "$PREBUILT/_C.abi3.so" "$PREBUILT/_build_info.py" torch_lstm_grad/
+}
+
+if problem=$(prebuilt_problem 2>&1); then
+  install_prebuilt || { note "install: copying $PREBUILT failed"; exit 1; }
+  note "install: the prebuilt extension (built $(sed -n "s/^BUILT = //p" "$PREBUILT/PREBUILT.txt"))"
+else
+  note "install: not using $PREBUILT: $problem"
+  if [ "$has_gpu" -eq 0 ]; then
+    note "gpu_check: no CUDA device visible to torch (see env.txt), and no usable prebuilt" \
+      "extension: not building here; stopping"
+    exit 2
+  fi
+  step build 420 env.txt env MAX_JOBS="$(nproc)" "$PY" setup.py build_ext --inplace || {
+    note "gpu_check: the build failed; see env.txt"
+    exit 1
+  }
+fi
+step doctor 60 env.txt "$PY" -m torch_lstm_grad doctor
+if [ "$has_gpu" -eq 0 ]; then
+  note "gpu_check: no CUDA device visible to torch (see env.txt): the extension loads; nothing" \
+    "more to check here"
   exit 2
 fi
 
-step build build.log "$PY" -m pip install --no-deps --no-build-isolation -v -e . || {
-  echo "gpu_check: the build failed; see build.log" | tee -a "$SUMMARY" >&2
-  exit 1
-}
-step doctor env.txt torch-lstm-grad doctor
-step cuda-tests tests.log "$PY" -m pytest -q -rs -m cuda tests
-step other-tests tests.log "$PY" -m pytest -q -x -m "not cuda" tests
-step layout layout.log "$PY" benchmarks/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
+per_test=()
+"$PY" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout 60)
+step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
+  tests/test_cuda.py tests/test_cuda_modules.py tests/test_cudnn_rnn.py tests/test_opcheck.py
+step layout 50 tests.log "$PY" benchmarks/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 if command -v compute-sanitizer >/dev/null; then
-  step memcheck sanitizer.log compute-sanitizer --tool memcheck --error-exitcode 3 \
-    "$PY" -m pytest -q -x -m cuda tests/test_cuda.py -k "lstm_block_ops or cudnn_rnn_v3" \
-    -p no:cacheprovider
+  step memcheck 120 sanitizer.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer \
+    --tool memcheck --error-exitcode 3 --leak-check no "$PY" benchmarks/gpu_memcheck.py
+  grep -q "Device not supported" "$OUT_DIR/sanitizer.log" \
+    && note "memcheck: compute-sanitizer does not support this machine's runtime (gVisor?)"
 else
-  echo "memcheck: compute-sanitizer not found" | tee -a "$SUMMARY"
+  note "memcheck: compute-sanitizer not found"
 fi
-step bench bench.log "$PY" benchmarks/bench_gpu.py --json "$OUT_DIR/bench.json"
-echo "gpu_check: done, $([ $failed -eq 0 ] && echo 'every step passed' || echo 'some step failed')" \
-  | tee -a "$SUMMARY"
+step bench 80 bench.log "$PY" benchmarks/bench_gpu.py --min-run-time 0.2 --shape 100,1,256 \
+  --shape 100,32,512 --shape 100,128,1024 --json "$OUT_DIR/bench.json"
+note "gpu_check: done in $(($(date +%s) - started)) s, $([ $failed -eq 0 ] && echo 'every step passed' \
+  || echo 'some step failed')"
 exit $failed

@@ -302,3 +302,163 @@ def test_cudnn_rnn_v3_low_precision_matches_cpu(dtype, tol):
     outs = [R.CudnnRNNV3(*_to(args, d))[:3] for d in ("cpu", "cuda")]
     for a, b in zip(outs[0], outs[1], strict=True):
         torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol, rtol=tol)
+
+
+# --- issue 33: the reserve's device and owner, inference ops, float16/bfloat16 block ops ---
+
+
+def _backprop_args(fwd, ins, reserve):
+    return (*ins, fwd.output, fwd.output_h, fwd.output_c, torch.ones_like(fwd.output),
+            torch.zeros_like(fwd.output_h), torch.zeros_like(fwd.output_c), reserve,
+            fwd.host_reserved)  # fmt: skip
+
+
+def test_reserve_from_the_other_device_is_refused():
+    """A CPU reserve on the GPU, or a cuDNN reserve on the CPU, names its maker (their layouts
+    differ): never read as the other's."""
+    args = _cudnn_args("lstm", 1, 1, [5, 5, 5], dtype=torch.float32)
+    for made, runs, maker in (("cpu", "cuda", "the CPU kernels"), ("cuda", "cpu", "cuDNN (CUDA)")):
+        fwd = R.CudnnRNNV3(*[t.to(made) for t in args])
+        ins = [t.to(runs) for t in args]
+        moved = fwd._replace(**{k: v.to(runs) for k, v in fwd._asdict().items()})
+        with pytest.raises(ValueError, match=f"reserve_space: made by {maker}"):
+            R.CudnnRNNBackpropV3(*_backprop_args(moved, ins, moved.reserve_space))
+
+
+def test_reserve_checked_through_its_device_copy_when_not_the_forwards_own():
+    """The forward's own reserve carries its signature on the host (no device read); a copy of
+    it is checked through the device header: both give the same gradients, a copy with another
+    rnn_mode in its header is refused."""
+    ins = _to(_cudnn_args("lstm", 2, 1, [5, 3, 5], dtype=torch.float64), "cuda")
+    ins = [t.detach() for t in ins]  # no autograd: the reserve stays the user's
+    fwd = R.CudnnRNNV3(*ins)
+    own = R.CudnnRNNBackpropV3(*_backprop_args(fwd, ins, fwd.reserve_space))
+    copy = R.CudnnRNNBackpropV3(*_backprop_args(fwd, ins, fwd.reserve_space.clone()))
+    for a, b in zip(own, copy, strict=True):
+        assert torch.equal(a, b)
+    tampered = fwd.reserve_space.clone()
+    # word 1: the rnn_mode (RNNMode in cudnn_rnn_config.h: 0 = rnn_relu, this forward's 2 = lstm)
+    tampered.view(torch.uint8)[8:16] = torch.tensor([0], dtype=torch.int64).view(torch.uint8)
+    with pytest.raises(ValueError, match="made by a forward with another rnn_mode"):
+        R.CudnnRNNBackpropV3(*_backprop_args(fwd, ins, tampered))
+
+
+def test_backward_without_retain_graph_consumes_the_reserve():
+    """A plain backward lets cuDNN write into the reserve (no copy); the forward's reserve,
+    kept by the caller, then raises instead of giving another gradient. With retain_graph it
+    is not consumed and the raw Backprop gives the autograd gradients."""
+    ins = _to(_cudnn_args("gru", 1, 2, [5, 2, 4], dtype=torch.float64), "cuda")
+    fwd = R.CudnnRNNV3(*ins, rnn_mode="gru", direction="bidirectional")
+    fwd.output.sum().backward(retain_graph=True)
+    raw = R.CudnnRNNBackpropV3(*_backprop_args(fwd, [t.detach() for t in ins], fwd.reserve_space),
+                               rnn_mode="gru", direction="bidirectional")  # fmt: skip
+    torch.testing.assert_close(raw.input_backprop, ins[0].grad, atol=1e-12, rtol=1e-12)
+    fwd = R.CudnnRNNV3(*ins, rnn_mode="gru", direction="bidirectional")
+    fwd.output.sum().backward()
+    with pytest.raises(ValueError, match="already used by a backward that did not retain"):
+        R.CudnnRNNBackpropV3(*_backprop_args(fwd, [t.detach() for t in ins], fwd.reserve_space),
+                             rnn_mode="gru", direction="bidirectional")  # fmt: skip
+
+
+def test_padded_rows_input_gradient_is_zero():
+    """cuDNN leaves dx of a row's padded steps undefined: ours are zeros, as the CPU's."""
+    ins = _to(_cudnn_args("lstm", 1, 1, [5, 2, 1], dtype=torch.float32), "cuda")
+    fwd = R.CudnnRNNV3(*ins)
+    (dx,) = torch.autograd.grad((fwd.output * 3).sum() + fwd.output_h.sum(), [ins[0]])
+    assert torch.count_nonzero(dx[2:, 1]) == 0 and torch.count_nonzero(dx[1:, 2]) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("lengths", [None, [5, 2, 0]])
+@pytest.mark.parametrize("proj", [False, True])
+def test_block_lstm_inference_matches_cpu(dtype, lengths, proj):
+    """The modules' no-grad LSTM path, with and without sequence_length and w_proj."""
+    from torch_lstm_grad import ops
+
+    T, B, I, H, P = 5, 3, 4, 6, 3  # noqa: E741
+    n = P if proj else H
+    g = lambda *s: (torch.randn(*s) * 0.5).to(dtype)  # noqa: E731
+    base = [g(T, B, I), g(B, H), g(B, n), g(I + n, 4 * H), g(4 * H), g(H), g(H), g(H)]
+    w_proj = g(H, P) if proj else None
+    outs = []
+    for device in ("cpu", "cuda"):
+        x, cs, h, w, b, wci, wcf, wco = (t.to(device) for t in base)
+        seq = None if lengths is None else torch.tensor(lengths, device=device)
+        outs.append(ops.block_lstm_inference(
+            x, cs, h, w, b, wci=wci, wcf=wcf, wco=wco, w_proj=None if w_proj is None
+            else w_proj.to(device), sequence_length=seq, cell_clip=0.5, proj_clip=0.4,
+            use_peephole=True))  # fmt: skip
+    tol = {torch.float32: 2e-5, torch.float16: 3e-3, torch.bfloat16: 2e-2}[dtype]
+    for a, b in zip(outs[0], outs[1], strict=True):
+        torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol, rtol=tol)
+
+
+@pytest.mark.parametrize("lengths", [None, [5, 2, 0]])
+@pytest.mark.parametrize("mode,D,P", [("lstm", 2, 0), ("lstm", 1, 3), ("gru", 2, 0)])
+def test_cudnn_rnn_inference_matches_cpu(lengths, mode, D, P):
+    """The cuDNN modules' no-grad path (cuDNN's inference forward on the GPU)."""
+    args = _cudnn_args(mode, 2, D, lengths or [5, 5, 5], P=P, dtype=torch.float32)
+    if lengths is None:
+        args[4] = None
+    outs = []
+    for device in ("cpu", "cuda"):
+        ins = [None if t is None else t.to(device) for t in args]
+        outs.append(torch.ops.torch_lstm_grad.cudnn_rnn_inference(
+            *ins, [], [], mode, "linear_input", "bidirectional" if D == 2 else "unidirectional",
+            P, True))  # fmt: skip
+    _compare(outs[0][:2] if mode != "lstm" else outs[0], outs[1][:2] if mode != "lstm"
+             else outs[1], torch.float32)  # fmt: skip
+
+
+_LOW = {torch.float16: 3e-3, torch.bfloat16: 2e-2}
+
+
+def _compare_low(cpu_out, gpu_out, tol):
+    for a, b in zip(cpu_out, gpu_out, strict=True):
+        if a is None:
+            assert b is None
+            continue
+        scale = max(1.0, float(a.float().abs().max()))
+        torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol * scale, rtol=tol)
+
+
+@pytest.mark.parametrize("dtype", list(_LOW))
+@pytest.mark.parametrize("op", ["BlockLSTM", "LSTMBlockCell", "block_lstm_ex", "keras_gru",
+                                "GRUBlockCell"])  # fmt: skip
+def test_block_ops_low_precision_match_cpu(op, dtype):
+    """float16/bfloat16 (float32 arithmetic inside, as the CPU kernels): forward and every
+    gradient against the CPU's for the same rounded inputs."""
+    from torch_lstm_grad import ops
+
+    torch.manual_seed(5)
+    T, B, I, H = 5, 3, 4, 6  # noqa: E741
+    g = lambda *s: (torch.randn(*s) * 0.5).to(dtype)  # noqa: E731
+    if op == "GRUBlockCell":
+        base = [g(B, I), g(B, H), g(I + H, 2 * H), g(I + H, H), g(2 * H), g(H)]
+    elif op == "keras_gru":
+        base = [g(T, B, I), g(B, H), g(I, 3 * H), g(H, 3 * H), g(2, 3 * H)]
+    else:
+        base = [g(T, B, I), g(B, H), g(B, H), g(I + H, 4 * H), g(H), g(H), g(H), g(4 * H)]
+        if op == "LSTMBlockCell":
+            base[0] = base[0][0]
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(base, device)
+        if op == "GRUBlockCell":
+            out = R.GRUBlockCell(*ins)
+            outs = [out.h]
+        elif op == "keras_gru":
+            out = ops.keras_gru(*ins, seq_len_max=T - 1, reset_after=True)
+            outs = [out.h]
+        elif op == "block_lstm_ex":
+            out = ops.block_lstm_ex(ins[0], ins[1], ins[2], ins[3], ins[7], seq_len_max=T - 1,
+                                    wci=ins[4], wcf=ins[5], wco=ins[6], cell_clip=0.4,
+                                    use_peephole=True, gate_activation="hard_sigmoid_keras3")
+            outs = [out.cs, out.h]
+        else:
+            call = getattr(R, op)
+            kw = {"use_peephole": True, "cell_clip": 0.5}
+            out = call(*ins, **kw) if op == "LSTMBlockCell" else call(T - 1, *ins, **kw)
+            outs = [out.cs, out.h]
+        results.append(list(out) + list(_grads(outs, ins, len(outs))))
+    _compare_low(results[0], results[1], _LOW[dtype])
