@@ -6,15 +6,38 @@ A message is a run of `varint tag` + value, `tag = field << 3 | wire type`: 0 va
 2 length-delimited (bytes, strings, sub-messages, packed repeated scalars), 5 fixed32.
 `fields(buf)` returns every field's values in order; sub-messages stay bytes until the caller
 parses them. Field numbers are those of TF's `.proto` files, named where they are used.
+
+The bytes come from files that may be corrupt or hostile: every length is checked against the
+bytes left before it is used, and a field read with the wrong wire type (a number where a
+message or string belongs, or the reverse) raises ValueError through `integer`, `message`,
+`string` and `fields` rather than failing later as a TypeError in the caller. The callers add
+the file's name (`guard.reading`).
 """
 
 from __future__ import annotations
 
+import math
 import struct
 
 import numpy as np
 
-__all__ = ["fields", "int64", "last", "packed_floats", "packed_varints", "tensor_value", "varint"]
+__all__ = [
+    "fields",
+    "int64",
+    "integer",
+    "last",
+    "message",
+    "packed_floats",
+    "packed_varints",
+    "string",
+    "strings",
+    "tensor_value",
+    "varint",
+]
+
+# The most bytes a TensorProto may fill from fewer stored values (TF stores a constant of equal
+# values as one value and its shape): a hostile shape must not allocate without bound.
+MAX_FILLED_BYTES = 1 << 28
 
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -36,6 +59,8 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
 def fields(buf: bytes) -> dict[int, list]:
     """Field number -> list of values: ints for varint/fixed fields, bytes for length-delimited
     ones (sub-messages are parsed by the caller)."""
+    if not isinstance(buf, (bytes, bytearray, memoryview)):
+        raise ValueError("a number where a message belongs (wrong wire type)")
     out: dict[int, list] = {}
     pos = 0
     while pos < len(buf):
@@ -50,9 +75,10 @@ def fields(buf: bytes) -> dict[int, list]:
             pos += 8
         elif wire == 2:
             n, pos = varint(buf, pos)
+            if n > len(buf) - pos:
+                left = len(buf) - pos
+                raise ValueError(f"truncated length-delimited field ({n} bytes, {left} left)")
             value = bytes(buf[pos : pos + n])
-            if len(value) != n:
-                raise ValueError("truncated length-delimited field")
             pos += n
         elif wire == 5:
             if pos + 4 > len(buf):
@@ -75,6 +101,41 @@ def last(f: dict, n: int, default=0):
     return f[n][-1] if n in f else default
 
 
+def integer(f: dict, n: int, default=0):
+    """A non-repeated number field (varint or fixed), or `default`."""
+    v = last(f, n, default)
+    if v is not default and not isinstance(v, int):
+        raise ValueError(f"field {n}: bytes where a number belongs (wrong wire type)")
+    return v
+
+
+def message(f: dict, n: int) -> bytes:
+    """A non-repeated message or bytes field, b"" when absent."""
+    v = last(f, n, b"")
+    if not isinstance(v, bytes):
+        raise ValueError(f"field {n}: a number where a message or string belongs (wrong wire type)")
+    return v
+
+
+def _text(v, n: int) -> str:
+    if not isinstance(v, bytes):
+        raise ValueError(f"field {n}: a number where a string belongs (wrong wire type)")
+    try:
+        return v.decode()
+    except UnicodeDecodeError as err:
+        raise ValueError(f"field {n}: a string that is not UTF-8 ({err.reason})") from err
+
+
+def string(f: dict, n: int) -> str:
+    """A non-repeated string field, decoded (proto3 strings are UTF-8), "" when absent."""
+    return _text(last(f, n, b""), n)
+
+
+def strings(f: dict, n: int) -> list[str]:
+    """A repeated string field, decoded."""
+    return [_text(v, n) for v in f.get(n, [])]
+
+
 def packed_varints(values: list) -> list[int]:
     """A repeated varint field, packed (bytes) or not (ints), as ints."""
     out: list[int] = []
@@ -95,9 +156,13 @@ def packed_floats(values: list, fmt: str) -> list[float]:
     size = struct.calcsize(fmt)
     for v in values:
         if isinstance(v, bytes):
+            if len(v) % size:
+                raise ValueError(f"packed {fmt} values: {len(v)} bytes, not a multiple of {size}")
             out.extend(struct.unpack(f"<{len(v) // size}{fmt}", v))
-        else:
+        elif 0 <= v < 1 << (8 * size):
             out.append(struct.unpack(f"<{fmt}", struct.pack("<I" if size == 4 else "<Q", v))[0])
+        else:  # a varint (or a fixed64 for a float) where a fixed-width value belongs
+            raise ValueError(f"a {fmt} value {v} of the wrong wire type")
     return out
 
 
@@ -114,18 +179,26 @@ def tensor_value(buf: bytes) -> np.ndarray | None:
     dtype = last(f, 1)
     if dtype not in _TENSOR_DTYPES:
         return None
-    shape_f = fields(last(f, 2, b""))
-    shape = tuple(int64(last(fields(d), 1)) for d in shape_f.get(2, []))
+    shape_f = fields(message(f, 2))
+    shape = tuple(int64(integer(fields(d), 1)) for d in shape_f.get(2, []))
+    if any(d < 0 for d in shape) or integer(shape_f, 3):
+        raise ValueError(f"TensorProto: shape {list(shape)} is not a constant's")
     np_dtype = np.dtype(_TENSOR_DTYPES[dtype])
-    count = int(np.prod(shape, dtype=np.int64))
+    count = math.prod(shape)
     if 4 in f:
-        return np.frombuffer(last(f, 4), np_dtype).reshape(shape).astype(np_dtype.newbyteorder("="))
+        content = message(f, 4)
+        if len(content) != count * np_dtype.itemsize:
+            raise ValueError(
+                f"TensorProto: {len(content)} bytes of content for shape {list(shape)} of "
+                f"{np_dtype}"
+            )
+        return np.frombuffer(content, np_dtype).reshape(shape).astype(np_dtype.newbyteorder("="))
     if dtype == 1:
         vals = packed_floats(f.get(5, []), "f")
     elif dtype == 2:
         vals = packed_floats(f.get(6, []), "d")
-    elif dtype == 3:
-        vals = [int64(v) for v in packed_varints(f.get(7, []))]
+    elif dtype == 3:  # an int32 field keeps a varint's low 32 bits, as protobuf reads it
+        vals = [((v & 0xFFFFFFFF) ^ 0x80000000) - 0x80000000 for v in packed_varints(f.get(7, []))]
     elif dtype == 9:
         vals = [int64(v) for v in packed_varints(f.get(10, []))]
     else:
@@ -133,6 +206,11 @@ def tensor_value(buf: bytes) -> np.ndarray | None:
     arr = np.array(vals, dtype=np_dtype.newbyteorder("="))
     if arr.size == count:
         return arr.reshape(shape)
+    if arr.size <= 1 and count * np_dtype.itemsize > MAX_FILLED_BYTES:
+        raise ValueError(
+            f"TensorProto: shape {list(shape)} would fill {count * np_dtype.itemsize} bytes "
+            f"from {arr.size} stored value(s) (more than {MAX_FILLED_BYTES})"
+        )
     if arr.size == 1:
         return np.full(shape, arr[0], dtype=arr.dtype)
     if arr.size == 0:
