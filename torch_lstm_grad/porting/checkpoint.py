@@ -20,6 +20,7 @@ import os
 
 import numpy as np
 
+from . import guard
 from .object_graph import OBJECT_GRAPH_KEY, read_object_graph
 from .source import Source, Writer
 
@@ -38,45 +39,58 @@ _NOT_READ = (
 
 
 class _Reader:
-    """The two readers behind one interface: names -> shapes, float tensors, string tensors."""
+    """The two readers behind one interface: names -> shapes, float tensors, string tensors.
+
+    Either way the package's own reader opens the checkpoint first and checks its index (block
+    checksums, every entry parsed, each tensor's bytes inside its data file and as many as its
+    shape takes, slices inside their variable): TF's reader aborts the whole process (a C++
+    CHECK) on an index entry it cannot parse or a shape it cannot hold, and allocates what a
+    hostile entry's shape says. TF's reader then checks each tensor's crc32c as it reads it,
+    the package's own likewise."""
 
     def __init__(self, path: str, kind: str):
-        self.kind = kind
+        from .tensorbundle import TensorBundleReader
+
+        self.kind, self.path = kind, path
+        try:
+            self.bundle = TensorBundleReader(path)
+        except FileNotFoundError as err:
+            raise ValueError(f"{path}: {_NOT_READ} ({err})") from err
+        except (OSError, ValueError) as err:
+            if not os.path.isfile(path + ".index") or "not an SSTable" in str(err):
+                raise ValueError(f"{path}: {_NOT_READ} ({err})") from err
+            if path in str(err):  # it names the index or data file and the check
+                raise guard.CorruptFile(str(err)) from err
+            raise guard.CorruptFile(f"{path}: a TF checkpoint that cannot be read: {err}") from err
+        self.dtypes = self.bundle.get_variable_to_dtype_map()
         if kind == "tensorflow":
             import tensorflow as tf
 
-            try:
+            with guard.reading(path, "TF's checkpoint reader", ("tensorflow",)):
                 self.r = tf.train.load_checkpoint(path)
-            except (tf.errors.OpError, ValueError) as err:
-                first = str(err).splitlines()[0] if str(err) else ""
-                raise ValueError(
-                    f"{path}: {_NOT_READ} ({type(err).__name__}: {first})"
-                ) from err
-            self.shapes = self.r.get_variable_to_shape_map()
+                self.shapes = self.r.get_variable_to_shape_map()
         else:
-            from .tensorbundle import TensorBundleReader
-
-            try:
-                self.r = TensorBundleReader(path)
-            except (OSError, ValueError) as err:
-                raise ValueError(
-                    f"{path}: {_NOT_READ} (TF-free reader: {type(err).__name__}: {err})"
-                ) from err
-            self.shapes = self.r.get_variable_to_shape_map()
-            self.dtypes = self.r.get_variable_to_dtype_map()
+            self.r = self.bundle
+            self.shapes = self.bundle.get_variable_to_shape_map()
 
     def float_tensor(self, name: str) -> np.ndarray | None:
-        if self.kind == "tensorbundle" and self.dtypes[name] in ("string", "resource", "variant"):
+        if self.dtypes.get(name) in ("string", "resource", "variant"):
             return None
-        value = np.asarray(self.r.get_tensor(name))
+        with guard.reading(self.path, f"tensor {name!r}", ("tensorflow",)):
+            value = np.asarray(self.r.get_tensor(name))
         if value.dtype.name == "bfloat16":  # TF's (ml_dtypes) bfloat16: widened exactly
             return value.astype(np.float32)
         return value if value.dtype.kind == "f" else None
 
     def bytes_tensor(self, name: str) -> bytes:
-        if self.kind == "tensorflow":
-            return self.r.get_tensor(name)
-        return self.r.get_strings(name)[0]
+        with guard.reading(self.path, f"tensor {name!r}", ("tensorflow",)):
+            if self.kind == "tensorflow":
+                value = self.r.get_tensor(name)
+            else:
+                value = self.r.get_strings(name)[0]
+        if not isinstance(value, bytes):
+            raise guard.CorruptFile(f"{self.path}: tensor {name!r} is not a string")
+        return value
 
 
 def open_checkpoint(path: str, reader: str | None = None) -> _Reader:
@@ -134,7 +148,8 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
             source.graph = read_meta_graph(meta)
             source.format += f" with its meta graph ({os.path.basename(meta)})"
         return source
-    graph = read_object_graph(r.bytes_tensor(OBJECT_GRAPH_KEY))
+    with guard.reading(path, f"the object graph ({OBJECT_GRAPH_KEY})"):
+        graph = read_object_graph(r.bytes_tensor(OBJECT_GRAPH_KEY))
     full_names = [g.full_name for g in graph if not g.optimizer_state]
     variables, keys, ignored = {}, {}, {}
     for g in graph:

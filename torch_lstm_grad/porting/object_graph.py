@@ -45,25 +45,22 @@ def _nodes(data: bytes):
     for node in proto.fields(data).get(1, []):
         f = proto.fields(node)
         children = [
-            (proto.last(c, 1), proto.last(c, 2, b"").decode())
-            for c in map(proto.fields, f.get(1, []))
+            (proto.integer(c, 1), proto.string(c, 2)) for c in map(proto.fields, f.get(1, []))
         ]
         attrs = [
-            (
-                proto.last(a, 1, b"").decode(),
-                proto.last(a, 2, b"").decode(),
-                proto.last(a, 3, b"").decode(),
-            )
+            (proto.string(a, 1), proto.string(a, 2), proto.string(a, 3))
             for a in map(proto.fields, f.get(2, []))
         ]
-        slots = [proto.last(s, 3) for s in map(proto.fields, f.get(3, []))]
+        slots = [proto.integer(s, 3) for s in map(proto.fields, f.get(3, []))]
         out.append((children, attrs, slots))
     return out
 
 
-def _paths(nodes, skip: set[str]) -> dict[int, str]:
+def _paths(nodes, skip: set[str], budget: int) -> dict[int, str]:
     """Shortest path (local names joined by "/") from the root to every node reachable without
-    crossing an edge named in `skip`."""
+    crossing an edge named in `skip`. Each node's path repeats its parents' names: a hostile
+    graph (a long chain of long names) would make them quadratic in its size, so their total
+    length is bounded by `budget`."""
     seen = {0: ""}
     queue = deque([0])
     while queue:
@@ -72,6 +69,9 @@ def _paths(nodes, skip: set[str]) -> dict[int, str]:
             if name in skip or child in seen or not 0 <= child < len(nodes):
                 continue
             seen[child] = f"{seen[n]}/{name}" if seen[n] else name
+            budget -= len(seen[child])
+            if budget < 0:
+                raise ValueError("object graph: its paths are too long for its size")
             queue.append(child)
     return seen
 
@@ -81,8 +81,9 @@ def read_object_graph(data: bytes) -> list[GraphVariable]:
     nodes = _nodes(data)
     if not nodes:
         return []
-    model = _paths(nodes, _OPTIMIZER_EDGES)
-    anywhere = _paths(nodes, set())
+    budget = 16 * len(data) + (1 << 20)  # real graphs' paths take a few times their size
+    model = _paths(nodes, _OPTIMIZER_EDGES, budget)
+    anywhere = _paths(nodes, set(), budget)
     slots = {s for _, _, ss in nodes for s in ss}
     out = []
     for i, (_, attrs, _) in enumerate(nodes):
