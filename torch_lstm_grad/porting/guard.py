@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 
 __all__ = ["CorruptFile", "check", "reading"]
 
@@ -89,12 +88,3 @@ def reading(path, what: str, libraries=()):
         if not _raised_in(err, libraries):
             raise
         raise CorruptFile(f"{path}: {what} ({type(err).__name__}: {_first_line(err)})") from err
-
-
-def recursion_headroom() -> int:
-    """Frames left before Python's recursion limit (nesting bounds stay well under it)."""
-    depth, frame = 0, sys._getframe()
-    while frame is not None:
-        depth += 1
-        frame = frame.f_back
-    return sys.getrecursionlimit() - depth
