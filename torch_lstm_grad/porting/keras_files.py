@@ -16,23 +16,37 @@ What each stores (read with h5py; nothing is imported from Keras):
 
 Variables come out as `<layer>/[<sublayer>/][<cell>/]<weight>`, the names Keras gives its
 variables (and TF2 checkpoints record as `full_name`), so every format meets one describer.
+
+Corrupt or hostile files (`guard.py`): a zip member's sizes are checked against the archive's
+before it is read and its CRC-32 is verified (zipfile); an HDF5 file's structure is walked
+before HDF5 reads it (`hdf5_check.py`: HDF5 allocates what a length field says before checking
+it against the file, and loops for ever on a global heap object of size 0); only the
+attributes used are read, a dataset only when its shape takes no more bytes than the file
+holds, a model config only to a bounded nesting depth; what h5py, zipfile or json raise becomes
+one error naming the file.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import mmap
 import os
 import zipfile
 
 import numpy as np
 
+from . import guard
+from .hdf5_check import check_hdf5
 from .source import KerasLayer, Source, Writer, keras_version_tuple
 
 __all__ = ["is_keras_file", "layers_from_config", "read_keras", "read_keras_config"]
 
 _CELL_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _MASK_PRODUCERS = {"Masking", "Embedding"}
+_LIBRARIES = ("h5py", "zipfile", "json", "zlib")
+_MAX_NESTING = 64  # models inside models in a config (Keras files nest a few)
+_DEFLATE_RATIO = 1032  # the most deflate expands (zlib's technical limit)
 
 
 def is_keras_file(path: str) -> bool:
@@ -50,45 +64,129 @@ def _str(v) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def _float_array(obj) -> np.ndarray | None:
-    value = np.array(obj)
-    return value if value.dtype.kind == "f" else None
+def _float_array(obj, limit: int) -> np.ndarray | None:
+    """A floating-point dataset's values, None for other dtypes; its shape must not take more
+    than `limit` bytes (the file's size) before anything is allocated."""
+    import h5py
+
+    if not isinstance(obj, h5py.Dataset):
+        raise ValueError(f"{obj.name}: a {type(obj).__name__} where a weight's dataset belongs")
+    if obj.dtype.kind != "f":
+        return None
+    nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize if obj.shape else 8
+    filtered = obj.id.get_create_plist().get_nfilters() > 0
+    if nbytes > limit * (_DEFLATE_RATIO if filtered else 1):
+        raise ValueError(
+            f"dataset {obj.name}: shape {obj.shape} of {obj.dtype} takes {nbytes} bytes, more "
+            f"than the file holds ({limit} bytes)"
+        )
+    return np.array(obj)
+
+
+def _attr(obj, name: str, limit: int):
+    """Attribute `name` of an HDF5 object, or None; its shape is checked before it is read."""
+    if name not in obj.attrs:
+        return None
+    aid = obj.attrs.get_id(name)
+    count = int(np.prod(aid.shape, dtype=object)) if aid.shape else 1
+    if count * max(aid.dtype.itemsize, 1) > limit:
+        raise ValueError(f"attribute {name!r} of {obj.name}: shape {aid.shape} exceeds the file")
+    return obj.attrs[name]
+
+
+def _open_h5(path: str, data: bytes | None = None):
+    """An h5py File on `path` (or on `data`, a zip member's bytes) after the checks HDF5 does
+    not make itself; `limit` for `_float_array` and `_attr` is the file's size."""
+    import h5py
+
+    if data is None:
+        with open(path, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
+            if size:
+                with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as view:
+                    check_hdf5(view)
+        return h5py.File(path, "r"), size
+    check_hdf5(data)
+    return h5py.File(io.BytesIO(data), "r"), len(data)
+
+
+def _zip_member(z: zipfile.ZipFile, name: str, archive_size: int) -> bytes:
+    """A member's bytes, its sizes checked against the archive's before anything is read (the
+    CRC-32 is checked by zipfile as it reads)."""
+    info = z.getinfo(name)
+    stored = info.compress_type == zipfile.ZIP_STORED
+    if (
+        info.header_offset + info.compress_size > archive_size
+        or (stored and info.file_size != info.compress_size)
+        or info.file_size > _DEFLATE_RATIO * max(info.compress_size, 1)
+    ):
+        raise ValueError(
+            f"zip member {name}: {info.compress_size} bytes at {info.header_offset} "
+            f"({info.file_size} uncompressed) do not fit the archive ({archive_size} bytes)"
+        )
+    return z.read(name)
+
+
+def _json(raw: bytes, what: str):
+    """A JSON document that must be an object (a model config, metadata.json)."""
+    try:
+        value = json.loads(raw)
+    except (ValueError, RecursionError) as err:  # RecursionError: the decoder's nesting limit
+        raise ValueError(f"{what}: not JSON ({type(err).__name__}: {err})") from err
+    if not isinstance(value, dict):
+        raise ValueError(f"{what}: a JSON {type(value).__name__}, not an object")
+    return value
 
 
 # -- model configs ------------------------------------------------------------------------------
 
 
-def _walk_config(cfg: dict, out: dict[str, KerasLayer], masks: list[str]) -> None:
+def _walk_config(cfg: dict, out: dict[str, KerasLayer], masks: list[str], depth: int = 0) -> None:
     """Every layer of a (possibly nested) model config into `out`, by layer name."""
+    if not isinstance(cfg, dict):
+        raise ValueError(f"model config: a layer entry is a {type(cfg).__name__}, not an object")
+    if depth > _MAX_NESTING:
+        raise ValueError(f"model config: models nested more than {_MAX_NESTING} deep")
     inner = cfg.get("config", {})
-    layers = inner.get("layers") if isinstance(inner, dict) else None
+    if not isinstance(inner, dict):
+        raise ValueError(f"model config: a layer's config is a {type(inner).__name__}")
+    layers = inner.get("layers")
     if isinstance(layers, list):  # a model: Sequential, Functional, Model
         for layer in layers:
-            _walk_config(layer, out, masks)
+            _walk_config(layer, out, masks, depth + 1)
         return
     name = inner.get("name") or cfg.get("name")
     cls = cfg.get("class_name", "")
     if not name:
         return
+    if not isinstance(name, str) or not isinstance(cls, str):
+        raise ValueError(f"model config: a layer named {name!r} of class {cls!r}")
     if name in out:
         raise ValueError(
             f"model config: two layers named {name!r} (nested models): cannot tell which "
             "weights belong to which"
         )
     mask_from = None
-    for node in cfg.get("inbound_nodes") or []:
+    nodes = cfg.get("inbound_nodes") or []
+    for node in nodes if isinstance(nodes, list) else []:
         if isinstance(node, dict):  # Keras 3: {"args": [...], "kwargs": {"mask": tensor}}
-            mask = (node.get("kwargs") or {}).get("mask")
+            kwargs = node.get("kwargs") or {}
+            mask = kwargs.get("mask") if isinstance(kwargs, dict) else None
             if isinstance(mask, dict):
-                history = (mask.get("config") or {}).get("keras_history") or [None]
-                mask_from = history[0] or "?"
+                mcfg = mask.get("config") or {}
+                history = (mcfg.get("keras_history") if isinstance(mcfg, dict) else None) or [None]
+                mask_from = str(history[0]) if isinstance(history, list) and history[0] else "?"
     if cls in _MASK_PRODUCERS and (cls == "Masking" or inner.get("mask_zero")):
         masks.append(name)
     out[name] = KerasLayer(name, cls, inner, mask_from)
     if cls == "Bidirectional":  # the wrapped layers are configs of their own
         for key in ("layer", "backward_layer"):
             sub = inner.get(key)
-            if isinstance(sub, dict) and sub.get("config", {}).get("name"):
+            if (
+                isinstance(sub, dict)
+                and isinstance(sub.get("config"), dict)
+                and isinstance(sub["config"].get("name"), str)
+            ):
                 sub_name = sub["config"]["name"]
                 out.setdefault(
                     f"{name}/{key}",
@@ -111,7 +209,7 @@ def layers_from_config(cfg: dict) -> tuple[dict[str, KerasLayer], list[str]]:
 # -- weights ------------------------------------------------------------------------------------
 
 
-def _keras3_weights(h5) -> dict[str, np.ndarray]:
+def _keras3_weights(h5, limit: int) -> dict[str, np.ndarray]:
     """A Keras 3 weights file: `layers/.../vars/<i>`, named by the `name` attributes."""
     import h5py
 
@@ -123,22 +221,24 @@ def _keras3_weights(h5) -> dict[str, np.ndarray]:
         parts = path.split("/")
         if len(parts) < 2 or parts[-2] != "vars" or parts[0] == "optimizer":
             return  # not a weight (the optimizer's state is in its own group)
+        if not parts[-1].isdecimal():
+            raise ValueError(f"dataset {path}: a variable that is not numbered")
         names = []
         for depth in range(1, len(parts) - 2):  # the groups between the root and "vars"
             group_path = "/".join(parts[:depth])
             if parts[depth - 1] == "layers":
                 continue  # a container of layers, not a layer
             vars_group = h5.get(f"{group_path}/vars")
-            name = _str(vars_group.attrs.get("name", parts[depth - 1])) if vars_group else None
+            name = _name(vars_group, parts[depth - 1], limit) if vars_group else None
             names.append(name or parts[depth - 1])
         owner = h5[f"{'/'.join(parts[:-2])}/vars"]
-        owner_name = _str(owner.attrs.get("name", parts[-3]))
+        owner_name = _name(owner, parts[-3], limit)
         if parts[-3] != "layers":
             names.append(owner_name)
         index = int(parts[-1])
         is_cell = parts[-3] == "cell" or owner_name.endswith("_cell")
         leaf = _CELL_WEIGHTS[index] if is_cell and index < 3 else str(index)
-        value = _float_array(obj)
+        value = _float_array(obj, limit)
         if value is not None:
             out["/".join([*names, leaf])] = value
 
@@ -146,32 +246,49 @@ def _keras3_weights(h5) -> dict[str, np.ndarray]:
     return out
 
 
-def _legacy_weights(group) -> dict[str, np.ndarray]:
+def _name(obj, default: str, limit: int) -> str:
+    """A Keras 3 `vars` group's `name` attribute (a string), else `default`."""
+    value = _attr(obj, "name", limit)
+    if value is None:
+        return default
+    if not isinstance(value, (str, bytes)):
+        raise ValueError(f"{obj.name}: its name attribute is a {type(value).__name__}")
+    return _str(value) or default
+
+
+def _legacy_weights(group, limit: int) -> dict[str, np.ndarray]:
     """A legacy layout: one group per layer listing its `weight_names`."""
     out: dict[str, np.ndarray] = {}
     for layer in group:
-        names = group[layer].attrs.get("weight_names", [])
+        names = _attr(group[layer], "weight_names", limit)
+        if names is None:
+            continue
+        if not isinstance(names, np.ndarray) or names.ndim != 1:
+            raise ValueError(f"layer {layer!r}: weight_names is not a list of names")
         for n in names:
             n = _str(n)
-            value = _float_array(group[layer][n])
+            value = _float_array(group[layer][n], limit)
             if value is not None:
                 out[n.removesuffix(":0")] = value
     return out
 
 
-def _h5_source(path: str, h5, file_label: str) -> Source:
+def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
     """A Source from an open h5py File (a `.weights.h5`, a legacy `.h5`, or the weights inside
-    a `.keras` archive)."""
-    attrs = {k: _str(v) for k, v in h5.attrs.items() if k in ("keras_version", "backend")}
+    a `.keras` archive); `limit`: the file's size in bytes."""
+
+    def keras_attrs(obj) -> dict[str, str]:
+        values = {k: _attr(obj, k, limit) for k in ("keras_version", "backend")}
+        return {k: _str(v) for k, v in values.items() if v is not None}
+
+    attrs = keras_attrs(h5)
     if "layers" in h5 and "vars" in h5 and "keras_version" not in attrs:
-        variables = _keras3_weights(h5)
+        variables = _keras3_weights(h5, limit)
         writer = Writer("keras", None, 3, "the Keras 3 weights layout; the version is not stored")
         return Source(path, f"Keras 3 weights ({file_label})", writer, variables)
     if "model_weights" in h5:
         weights = h5["model_weights"]
-        attrs = attrs or {
-            k: _str(v) for k, v in weights.attrs.items() if k in ("keras_version", "backend")
-        }
+        attrs = attrs or keras_attrs(weights)
     else:
         weights = h5
     if "keras_version" not in attrs and "layer_names" not in weights.attrs:
@@ -184,10 +301,11 @@ def _h5_source(path: str, h5, file_label: str) -> Source:
     backend = attrs.get("backend")
     how = "keras_version attribute" + (f", backend {backend}" if backend else "")
     writer = Writer("keras", version, major, how if version else "no keras_version attribute")
-    source = Source(path, "", writer, _legacy_weights(weights))
-    if "model_config" in h5.attrs:
+    source = Source(path, "", writer, _legacy_weights(weights, limit))
+    config = _attr(h5, "model_config", limit)
+    if config is not None:
         source.format = f"Keras legacy HDF5 model ({file_label}: model_config + weights)"
-        source.layers, source.mask_layers = layers_from_config(_str(h5.attrs["model_config"]))
+        source.layers, source.mask_layers = layers_from_config(_json(_str(config), "model_config"))
         source.config_origin = "the file's model_config"
     else:
         source.format = f"Keras legacy HDF5 weights ({file_label}: weights only, no config)"
@@ -198,19 +316,28 @@ def _h5_source(path: str, h5, file_label: str) -> Source:
 
 def read_keras(path: str) -> Source:
     """A `.keras` archive, a Keras 3 `.weights.h5` or a legacy `.h5`."""
-    import h5py
+    with guard.reading(path, "Keras file", _LIBRARIES):
+        return _read_keras(path)
 
+
+def _read_keras(path: str) -> Source:
     if zipfile.is_zipfile(path):
+        size = os.path.getsize(path)
         with zipfile.ZipFile(path) as z:
             names = set(z.namelist())
             if "model.weights.h5" not in names:
                 raise ValueError(f"{path}: a zip without model.weights.h5 (not a .keras file)")
-            weights = z.read("model.weights.h5")
-            config = json.loads(z.read("config.json")) if "config.json" in names else None
-            meta = json.loads(z.read("metadata.json")) if "metadata.json" in names else {}
-        with h5py.File(io.BytesIO(weights), "r") as h5:
-            source = _h5_source(path, h5, "model.weights.h5")
+            weights = _zip_member(z, "model.weights.h5", size)
+            config = _json(_zip_member(z, "config.json", size), "config.json") if (
+                "config.json" in names) else None  # fmt: skip
+            meta = _json(_zip_member(z, "metadata.json", size), "metadata.json") if (
+                "metadata.json" in names) else {}  # fmt: skip
+        h5, limit = _open_h5(f"{path} (model.weights.h5)", weights)
+        with h5:
+            source = _h5_source(path, h5, "model.weights.h5", limit)
         version = meta.get("keras_version")
+        if version is not None and not isinstance(version, str):
+            raise ValueError(f"metadata.json: keras_version {version!r} is not a string")
         major = keras_version_tuple(version)[0] if version else 3
         source.writer = Writer(
             "keras",
@@ -225,31 +352,42 @@ def read_keras(path: str) -> Source:
             source.layers, source.mask_layers = layers_from_config(config)
             source.config_origin = "config.json"
         return source
-    with h5py.File(path, "r") as h5:
-        return _h5_source(path, h5, os.path.basename(path))
+    h5, limit = _open_h5(path)
+    with h5:
+        return _h5_source(path, h5, os.path.basename(path), limit)
 
 
 def read_keras_config(path: str) -> tuple[dict[str, KerasLayer], list[str], str | None]:
     """`(layers, mask producers, keras_version or None)` of a model config given on its own: a
     JSON file (`model.to_json()`, or a `.keras` archive's config.json), a `.keras` archive or a
     legacy `.h5` holding `model_config`."""
-    import h5py
+    with guard.reading(path, "Keras model config", _LIBRARIES):
+        layers, masks, version = _read_keras_config(path)
+    if version is not None and not isinstance(version, str):
+        raise guard.CorruptFile(f"{path}: keras_version {version!r} is not a string")
+    return layers, masks, version
 
+
+def _read_keras_config(path: str):
     if zipfile.is_zipfile(path):
+        size = os.path.getsize(path)
         with zipfile.ZipFile(path) as z:
-            cfg = json.loads(z.read("config.json"))
-            meta = json.loads(z.read("metadata.json")) if "metadata.json" in z.namelist() else {}
+            cfg = _json(_zip_member(z, "config.json", size), "config.json")
+            meta = _json(_zip_member(z, "metadata.json", size), "metadata.json") if (
+                "metadata.json" in z.namelist()) else {}  # fmt: skip
         return (*layers_from_config(cfg), meta.get("keras_version"))
     if _is_h5(path):
-        with h5py.File(path, "r") as h5:
-            if "model_config" not in h5.attrs:
+        h5, limit = _open_h5(path)
+        with h5:
+            config = _attr(h5, "model_config", limit)
+            if config is None:
                 raise ValueError(f"--config {path}: an HDF5 file without model_config")
-            version = h5.attrs.get("keras_version")
+            version = _attr(h5, "keras_version", limit)
             return (
-                *layers_from_config(_str(h5.attrs["model_config"])),
+                *layers_from_config(_json(_str(config), "model_config")),
                 _str(version) if version is not None else None,
             )
-    with open(path) as fh:
-        cfg = json.load(fh)
+    with open(path, "rb") as fh:
+        cfg = json.loads(fh.read())
     version = cfg.get("keras_version") if isinstance(cfg, dict) else None
     return (*layers_from_config(cfg), version)
