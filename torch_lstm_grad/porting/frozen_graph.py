@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from . import proto, textproto
+from . import guard, proto, textproto
 from .source import Source, Writer
 from .tf1_graph import graph_from_graph_def
 
@@ -32,14 +32,12 @@ def _check_nodes(path: str, data: bytes) -> int:
     try:
         nodes = proto.fields(data).get(1, [])
         for buf in nodes:
-            if not isinstance(buf, bytes):
-                raise ValueError("a node is not a message")
             f = proto.fields(buf)
-            name = proto.last(f, 1, b"").decode()
-            op = proto.last(f, 2, b"").decode()
+            name = proto.string(f, 1)
+            op = proto.string(f, 2)
             if not _NAME.fullmatch(name) or not _OP.fullmatch(op):
                 raise ValueError(f"a node named {name[:40]!r} with op {op[:40]!r}")
-    except (ValueError, UnicodeDecodeError, AttributeError) as err:
+    except ValueError as err:
         raise ValueError(f"{path}: not a GraphDef ({err})") from err
     if not nodes:
         raise ValueError(f"{path}: not a GraphDef (no nodes)")
@@ -74,10 +72,11 @@ def is_graph_def(path: str) -> bool:
 def read_graph_def(path: str) -> Source:
     data, form = _load(path)
     count = _check_nodes(path, data)
-    graph = graph_from_graph_def(data, label="frozen graph")
-    f = proto.fields(data)
-    versions = proto.fields(proto.last(f, 4, b""))  # VersionDef {producer = 1}
-    producer = proto.last(versions, 1, None)
+    with guard.reading(path, "frozen GraphDef"):
+        graph = graph_from_graph_def(data, label="frozen graph")
+        f = proto.fields(data)
+        versions = proto.fields(proto.message(f, 4))  # VersionDef {producer = 1}
+        producer = proto.integer(versions, 1, None)
     variables, ignored = {}, {}
     for name, node in graph.nodes.items():
         if node.op != "Const" or "::" in name:  # function bodies' constants are the ops'

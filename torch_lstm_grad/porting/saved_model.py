@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import proto
+from . import guard, proto
 from .checkpoint import open_checkpoint, read_checkpoint
 from .describe_keras import keras_rnn_scopes
 from .keras_files import layers_from_config
@@ -84,22 +84,19 @@ def _objects(buf: bytes) -> SavedObjects:
     for i, node in enumerate(f.get(1, [])):
         n = proto.fields(node)
         out.children.append(
-            [
-                (proto.last(c, 1), proto.last(c, 2, b"").decode())
-                for c in map(proto.fields, n.get(1, []))
-            ]
+            [(proto.integer(c, 1), proto.string(c, 2)) for c in map(proto.fields, n.get(1, []))]
         )
         if 4 in n:
-            u = proto.fields(proto.last(n, 4))
-            out.identifiers[i] = proto.last(u, 1, b"").decode()
-            if proto.last(u, 3, b""):
-                out.metadata[i] = proto.last(u, 3)
+            u = proto.fields(proto.message(n, 4))
+            out.identifiers[i] = proto.string(u, 1)
+            if proto.message(u, 3):
+                out.metadata[i] = proto.message(u, 3)
         if 7 in n:
-            out.variable_names[i] = proto.last(proto.fields(proto.last(n, 7)), 6, b"").decode()
+            out.variable_names[i] = proto.string(proto.fields(proto.message(n, 7)), 6)
     for entry in f.get(2, []):
         e = proto.fields(entry)
-        fn = proto.fields(proto.last(e, 2, b""))
-        out.bound_inputs[proto.last(e, 1, b"").decode()] = proto.packed_varints(fn.get(2, []))
+        fn = proto.fields(proto.message(e, 2))
+        out.bound_inputs[proto.string(e, 1)] = proto.packed_varints(fn.get(2, []))
     return out
 
 
@@ -116,23 +113,19 @@ def _meta_graphs(path: str, data: bytes) -> list[MetaGraph]:
     out = []
     for buf in proto.fields(data).get(2, []):
         m = proto.fields(buf)
-        info = proto.fields(proto.last(m, 1, b""))
+        info = proto.fields(proto.message(m, 1))
         graph_def, version = meta_graph_parts(buf)
         signatures = {}
         for entry in m.get(5, []):
             e = proto.fields(entry)
-            sig = proto.fields(proto.last(e, 2, b""))
+            sig = proto.fields(proto.message(e, 2))
             outputs = [
-                proto.last(proto.fields(proto.last(proto.fields(o), 2, b"")), 1, b"").decode()
+                proto.string(proto.fields(proto.message(proto.fields(o), 2)), 1)
                 for o in sig.get(2, [])
             ]
-            signatures[proto.last(e, 1, b"").decode()] = outputs
-        objects = _objects(proto.last(m, 7)) if 7 in m else None
-        out.append(
-            MetaGraph(
-                [t.decode() for t in info.get(4, [])], version, graph_def, signatures, objects
-            )
-        )
+            signatures[proto.string(e, 1)] = outputs
+        objects = _objects(proto.message(m, 7)) if 7 in m else None
+        out.append(MetaGraph(proto.strings(info, 4), version, graph_def, signatures, objects))
     if not out:
         raise ValueError(f"{path}: a saved_model.pb without meta graphs")
     return out
@@ -184,8 +177,9 @@ def _keras_metadata(directory: str, objects: SavedObjects | None):
     if os.path.isfile(path):
         with open(path, "rb") as fh:
             data = fh.read()
-        for node in proto.fields(data).get(1, []):
-            entries.append(proto.last(proto.fields(node), 5, b""))
+        with guard.reading(path, "keras_metadata.pb (SavedMetadata)"):
+            for node in proto.fields(data).get(1, []):
+                entries.append(proto.message(proto.fields(node), 5))
         where = "keras_metadata.pb"
     elif objects is not None and objects.metadata:
         entries = list(objects.metadata.values())
@@ -194,8 +188,8 @@ def _keras_metadata(directory: str, objects: SavedObjects | None):
     for raw in entries:
         try:
             value = json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as err:
-            raise ValueError(f"{where}: an entry is not JSON ({err})") from err
+        except (ValueError, RecursionError) as err:  # the C decoder's nesting limit
+            raise guard.CorruptFile(f"{directory}: {where}: an entry is not JSON ({err})") from err
         if isinstance(value, dict):
             out.append(value)
     return out, where
@@ -235,7 +229,8 @@ def _tf2_variables(prefix: str, reader, objects: SavedObjects):
     """Variables by their SavedVariable names; duplicates of one name (Keras 3 saves some
     variables twice) kept once when their values are equal."""
     r = open_checkpoint(prefix, reader)
-    nodes = read_object_graph(r.bytes_tensor(OBJECT_GRAPH_KEY))
+    with guard.reading(prefix, f"the object graph ({OBJECT_GRAPH_KEY})"):
+        nodes = read_object_graph(r.bytes_tensor(OBJECT_GRAPH_KEY))
     bound = {i for ids in objects.bound_inputs.values() for i in ids}
     variables: dict[str, np.ndarray] = {}
     keys: dict[str, str] = {}
@@ -293,8 +288,8 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
         data = fh.read()
     try:
         meta = _choose_meta_graph(pb, _meta_graphs(pb, data))
-    except (ValueError, UnicodeDecodeError) as err:
-        raise ValueError(f"{pb}: not a readable SavedModel ({err})") from err
+    except ValueError as err:
+        raise guard.CorruptFile(f"{pb}: not a readable SavedModel ({err})") from err
     chosen = choose_signature(directory, meta, signature)
     prefix = os.path.join(directory, "variables", "variables")
     if not os.path.isfile(prefix + ".index"):
@@ -302,7 +297,8 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
             f"{directory}: no variables/variables.index (a SavedModel without variables)"
         )
     label = "SavedModel's graph" + (f" (signature {chosen})" if chosen else "")
-    graph = graph_from_graph_def(meta.graph_def, meta.tf_version, label)
+    with guard.reading(pb, "the meta graph's GraphDef"):
+        graph = graph_from_graph_def(meta.graph_def, meta.tf_version, label)
     graph.signature_outputs = meta.signatures.get(chosen, []) if chosen else []
     r = open_checkpoint(prefix, reader)
     if OBJECT_GRAPH_KEY not in r.shapes:  # TF1: SavedModelBuilder
@@ -318,6 +314,9 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
     variables, keys, ignored, by_name = _tf2_variables(prefix, reader, meta.objects)
     _link_variables(graph, meta.objects, by_name)
     entries, where = _keras_metadata(directory, meta.objects)
+    where_path = (
+        os.path.join(directory, "keras_metadata.pb") if where == "keras_metadata.pb" else pb
+    )
     identifiers = set(meta.objects.identifiers.values())
     source = Source(
         directory,
@@ -332,7 +331,8 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
     source.graph = graph
     source.signature = chosen
     if entries:
-        _apply_keras_metadata(source, entries, where)
+        with guard.reading(where_path, f"the Keras model config in {where}", ("json",)):
+            _apply_keras_metadata(source, entries, where)
         source.format += f" with the Keras model config ({where})"
         # The config says what each layer computes; the saved loops, where they read, say where
         # it runs in the functions (for `verify` without tf_keras).

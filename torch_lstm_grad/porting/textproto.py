@@ -226,9 +226,18 @@ def _scalar(kind: str, token: tuple[str, str], field: str) -> bytes:
 _WIRE = {"string": 2, "int": 0, "bool": 0, "enum": 0, "float": 5, "double": 1}
 
 
+_MAX_NESTING = 100  # messages and lists inside each other (protobuf's own parsers stop at 100)
+
+
 class _Parser:
     def __init__(self, text: str):
-        self.toks, self.i = _tokens(text), 0
+        self.toks, self.i, self.depth = _tokens(text), 0, 0
+
+    def nest(self) -> None:
+        """One level deeper; a hostile text must not exhaust Python's recursion limit."""
+        self.depth += 1
+        if self.depth > _MAX_NESTING:
+            raise ValueError(f"text format: nested more than {_MAX_NESTING} deep")
 
     def peek(self) -> tuple[str, str] | None:
         return self.toks[self.i] if self.i < len(self.toks) else None
@@ -290,6 +299,7 @@ class _Parser:
             raise ValueError(f"text format: field {field!r} has no value")
         if tok[1] == "[":
             self.take()
+            self.nest()
             out = []
             while self.peek() is not None and self.peek()[1] != "]":
                 if self.peek()[1] == ",":
@@ -297,14 +307,19 @@ class _Parser:
                     continue
                 out += self.values(kind, field)
             self.expect("]")
+            self.depth -= 1
             return out
         if tok[1] in ("{", "<"):
             self.take()
+            self.nest()
             close = "}" if tok[1] == "{" else ">"
             if kind is not None and kind.startswith("map:"):
-                return [self.map_entry(kind[4:], close, field)]
-            msg = kind if kind is not None and kind in SCHEMA else None
-            return [self.message(msg, close)]
+                out = [self.map_entry(kind[4:], close, field)]
+            else:
+                msg = kind if kind is not None and kind in SCHEMA else None
+                out = [self.message(msg, close)]
+            self.depth -= 1
+            return out
         value = self.take()
         if tok[0] == "str":  # adjacent strings are one string
             while self.peek() is not None and self.peek()[0] == "str":

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import proto
+from . import guard, proto
 
 __all__ = ["GraphCell", "TF1Graph", "graph_from_graph_def", "meta_graph_parts", "read_meta_graph"]
 
@@ -89,6 +89,7 @@ class _Node:
     inputs: list[tuple[str, int]]  # (node key, output index)
     attrs: dict
     raw: bytes = b""  # the NodeDef as stored (`verify` runs copies of a cell's ops)
+    caller: tuple[str, int] | None = None  # a function argument: the node and input feeding it
 
 
 @dataclass
@@ -111,40 +112,47 @@ class GraphCell:
 def _attr_value(buf: bytes):
     f = proto.fields(buf)
     if 2 in f:
-        return proto.last(f, 2).decode(errors="replace")
+        return proto.message(f, 2).decode(errors="replace")
     if 3 in f:
-        return proto.int64(proto.last(f, 3))
+        return proto.int64(proto.integer(f, 3))
     if 4 in f:
         return proto.packed_floats([proto.last(f, 4)], "f")[0]
     if 5 in f:
-        return bool(proto.last(f, 5))
+        return bool(proto.integer(f, 5))
     if 8 in f:
-        return proto.tensor_value(proto.last(f, 8))
+        return proto.tensor_value(proto.message(f, 8))
     if 10 in f:
-        return {"func": proto.last(proto.fields(proto.last(f, 10)), 1, b"").decode()}
+        return {"func": proto.string(proto.fields(proto.message(f, 10)), 1)}
     return None
 
 
 def _parse_node(buf: bytes, prefix: str, args: set[str]) -> _Node:
     f = proto.fields(buf)
-    name = proto.last(f, 1, b"").decode()
+    name = proto.string(f, 1)
     inputs = []
-    for raw in f.get(3, []):
-        ref = raw.decode()
+    for ref in proto.strings(f, 3):
         if ref.startswith("^"):
             continue
         parts = ref.split(":")
         if prefix and parts[0] in args:  # a function argument
             inputs.append((f"{prefix}{parts[0]}", 0))
         elif prefix:  # "node:out_arg:k" inside a function body
-            inputs.append((f"{prefix}{parts[0]}", int(parts[2]) if len(parts) == 3 else 0))
+            inputs.append(
+                (f"{prefix}{parts[0]}", _output_index(parts[2]) if len(parts) == 3 else 0)
+            )
         else:  # "node" or "node:k" in the main graph
-            inputs.append((parts[0], int(parts[1]) if len(parts) == 2 else 0))
+            inputs.append((parts[0], _output_index(parts[1]) if len(parts) == 2 else 0))
     attrs = {}
     for entry in f.get(5, []):
         e = proto.fields(entry)
-        attrs[proto.last(e, 1, b"").decode()] = _attr_value(proto.last(e, 2, b""))
-    return _Node(f"{prefix}{name}", proto.last(f, 2, b"").decode(), inputs, attrs, buf)
+        attrs[proto.string(e, 1)] = _attr_value(proto.message(e, 2))
+    return _Node(f"{prefix}{name}", proto.string(f, 2), inputs, attrs, buf)
+
+
+def _output_index(text: str) -> int:
+    if not text.isdecimal() or len(text) > 9:
+        raise ValueError(f"an input's output index {text[:20]!r} is not a number")
+    return int(text)
 
 
 class TF1Graph:
@@ -178,8 +186,8 @@ class TF1Graph:
             return ref
         if node.op in _PASS_THROUGH and node.inputs:
             return self.resolve(node.inputs[0], depth + 1)
-        if node.op == "_Arg" and "caller" in node.attrs:
-            caller, index = node.attrs["caller"]
+        if node.op == "_Arg" and node.caller is not None:
+            caller, index = node.caller
             return self.resolve(self.nodes[caller].inputs[index], depth + 1)
         return ref
 
@@ -289,7 +297,7 @@ class TF1Graph:
             if not sep:
                 return key
             args = self.functions.get(fn, [])
-            caller = self.nodes[args[0]].attrs.get("caller") if args else None
+            caller = self.nodes[args[0]].caller if args else None
             if caller is None:
                 return key.rpartition("::")[2]
             key = caller[0]
@@ -581,9 +589,9 @@ def graph_from_graph_def(
     for lib in graph.get(2, []):
         for fn in proto.fields(lib).get(1, []):
             ff = proto.fields(fn)
-            sig = proto.fields(proto.last(ff, 1, b""))
-            fname = proto.last(sig, 1, b"").decode()
-            args = [proto.last(proto.fields(a), 1, b"").decode() for a in sig.get(2, [])]
+            sig = proto.fields(proto.message(ff, 1))
+            fname = proto.string(sig, 1)
+            args = [proto.string(proto.fields(a), 1) for a in sig.get(2, [])]
             prefix = f"{fname}::"
             for a in args:
                 nodes[prefix + a] = _Node(prefix + a, "_Arg", [], {})
@@ -594,14 +602,20 @@ def graph_from_graph_def(
             ret = {}  # ret: map<output name, "node:out_arg:k" or an argument>
             for entry in ff.get(4, []):
                 e = proto.fields(entry)
-                parts = proto.last(e, 2, b"").decode().split(":")
-                ret[proto.last(e, 1, b"").decode()] = (
+                parts = proto.string(e, 2).split(":")
+                ret[proto.string(e, 1)] = (
                     prefix + parts[0],
-                    int(parts[2]) if len(parts) == 3 else 0,
+                    _output_index(parts[2]) if len(parts) == 3 else 0,
                 )
-            outputs = [proto.last(proto.fields(a), 1, b"").decode() for a in sig.get(3, [])]
+            outputs = [proto.string(proto.fields(a), 1) for a in sig.get(3, [])]
             ordered[fname] = [ret[o] for o in outputs if o in ret]
             returns |= set(ret.values())
+    # TF refuses a graph whose node reads a node that is not there (import_graph_def): so do we,
+    # before a matcher looks the name up.
+    for n in nodes.values():
+        for ref in n.inputs:
+            if ref[0] not in nodes:
+                raise ValueError(f"node {n.name!r} reads {ref[0]!r}, which is not in the graph")
     # A loop or call passes its inputs to its function's arguments, in order.
     for n in list(nodes.values()):
         for key in ("body", "cond", "f"):
@@ -609,7 +623,7 @@ def graph_from_graph_def(
             if isinstance(fn, dict) and fn.get("func") in bodies:
                 for index, arg in enumerate(bodies[fn["func"]]):
                     if index < len(n.inputs):
-                        nodes[arg].attrs["caller"] = (n.name, index)
+                        nodes[arg].caller = (n.name, index)
     g = TF1Graph(nodes, tf_version, label)
     g.functions, g.returns = bodies, {g.resolve(r) for r in returns}
     g.function_returns = ordered
@@ -620,11 +634,12 @@ def meta_graph_parts(data: bytes) -> tuple[bytes, str]:
     """`(graph_def, tensorflow_version)` of a serialized MetaGraphDef (meta_info_def = 1
     {tensorflow_version = 5}, graph_def = 2)."""
     meta = proto.fields(data)
-    info = proto.fields(proto.last(meta, 1, b""))
-    return proto.last(meta, 2, b""), proto.last(info, 5, b"").decode() or "?"
+    info = proto.fields(proto.message(meta, 1))
+    return proto.message(meta, 2), proto.string(info, 5) or "?"
 
 
 def read_meta_graph(path: str) -> TF1Graph:
     with open(path, "rb") as fh:
         data = fh.read()
-    return graph_from_graph_def(*meta_graph_parts(data))
+    with guard.reading(path, "TF1 meta graph (MetaGraphDef)"):
+        return graph_from_graph_def(*meta_graph_parts(data))
