@@ -129,7 +129,10 @@ def _convert(args: argparse.Namespace) -> int:
             signature=args.signature,
         )
     except (ValueError, NotImplementedError, OSError) as err:
-        print(f"torch-lstm-grad convert: {err}", file=sys.stderr)
+        message = str(err)
+        if args.src not in message.split("\n", 1)[0]:  # a layer's refusal names the layer
+            message = f"{args.src}: {message}"
+        print(f"torch-lstm-grad convert: {message}", file=sys.stderr)
         return 2
     print(f"wrote {args.output} (load with torch_lstm_grad.load)")
     if not args.verify:

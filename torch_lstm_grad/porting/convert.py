@@ -8,10 +8,18 @@ Whatever the modules cannot reproduce exactly raises `Refused` (the CLI exits 2)
 written, unless `approximate=True`, which builds the nearest module where one exists and
 returns the difference among the warnings. `load` rebuilds the modules and refuses a file
 whose descriptions this version cannot honour.
+
+The file records the SHA-256 of its own contents (`_digest`: every key, value and tensor's
+dtype, shape and bytes, in a canonical order) under "sha256"; `load` recomputes it and refuses
+a file that was changed or damaged after it was written (torch.load itself checks no CRC:
+a flipped byte in a tensor would load as another number). A digest is no signature: whoever
+can write the file can write a matching digest, so only load files you trust (torch.load runs
+with weights_only=True all the same).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 import warnings
@@ -19,6 +27,7 @@ import warnings
 import numpy as np
 import torch
 
+from . import guard
 from .builders import build, module_from_entry
 from .checkpoint import read_checkpoint
 from .describe_keras import describe_keras, keras_rnn_scopes
@@ -32,8 +41,10 @@ from .statements import Statements
 
 __all__ = ["FORMAT", "convert", "describe", "load", "read_source", "read_variables"]
 
-FORMAT = "torch_lstm_grad.convert/2"
-_OLD_FORMATS = ("torch_lstm_grad.convert/1",)
+FORMAT = "torch_lstm_grad.convert/3"
+# /1 did not record what each layer computed; /2 had no digest of its contents.
+_OLD_FORMATS = ("torch_lstm_grad.convert/1", "torch_lstm_grad.convert/2")
+_DIGEST_KEY = "sha256"
 
 
 def read_source(path, reader: str | None = None, config=None, signature=None) -> Source:
@@ -99,6 +110,36 @@ def describe(source: Source, statements: Statements | None = None):
         d, r = describe_tf1(source, statements, exclude=keras_names)
         out, refusals = out + d, refusals + r
     return out, refusals
+
+
+def _digest(data) -> str:
+    """SHA-256 of a saved dict's contents in a canonical form (dict keys sorted, every value's
+    type, every tensor's dtype and shape before its bytes), the digest key itself left out."""
+    h = hashlib.sha256()
+
+    def feed(x) -> None:
+        if isinstance(x, dict):
+            keys = sorted((k for k in x if k != _DIGEST_KEY or x is not data), key=repr)
+            h.update(b"{%d;" % len(keys))
+            for k in keys:
+                feed(k)
+                feed(x[k])
+        elif isinstance(x, (list, tuple)):
+            h.update(b"%s%d;" % (b"[" if isinstance(x, list) else b"(", len(x)))
+            for v in x:
+                feed(v)
+        elif isinstance(x, torch.Tensor):
+            t = x.detach().cpu().contiguous()
+            h.update(f"T{t.dtype}{tuple(t.shape)};".encode())
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif x is None or isinstance(x, (bool, int, float, str, bytes)):
+            text = repr(x).encode("utf-8", "surrogatepass")
+            h.update(b"%s:%d:%s;" % (type(x).__name__.encode(), len(text), text))
+        else:
+            raise TypeError(f"cannot digest a {type(x).__name__}")
+
+    feed(data)
+    return h.hexdigest()
 
 
 def _stderr(line: str) -> None:
@@ -183,6 +224,7 @@ def convert(
         "approximate": bool(build_warnings),
         "modules": entries,
     }
+    data[_DIGEST_KEY] = _digest(data)
     torch.save(data, out)
     return data
 
@@ -191,17 +233,32 @@ def load(path) -> dict[str, torch.nn.Module]:
     """The modules of a file written by `convert` (`torch-lstm-grad convert`), by name. Each
     carries its layer description as `module.port_description`. Raises ValueError for a file
     this version cannot honour (an older format, which did not record what each layer
-    computed, or a layer variant this version's kernels lack)."""
-    data = torch.load(path, weights_only=True)
-    if not isinstance(data, dict) or "format" not in data:
+    computed or carried no digest, or a layer variant this version's kernels lack) and for one
+    that is damaged or was changed after convert wrote it (its SHA-256 digest)."""
+    with guard.reading(path, "not a readable torch-lstm-grad convert file", ("torch", "zipfile")):
+        # torch.load's zip reader raises RuntimeError on a damaged archive, its weights-only
+        # unpickler UnpicklingError (or others) on a damaged pickle: errors of the file.
+        data = torch.load(path, weights_only=True)
+    if not isinstance(data, dict) or not isinstance(data.get("format"), str):
         raise ValueError(f"{path}: not a torch-lstm-grad convert file (format {FORMAT!r})")
     if data["format"] in _OLD_FORMATS:
         raise ValueError(
             f"{path}: written by an earlier torch-lstm-grad ({data['format']}) that did not "
-            "record what each layer computed and may have guessed it: convert the source again"
+            "record what each layer computed, or no digest of the file: convert the source again"
         )
     if data["format"] != FORMAT:
         raise ValueError(f"{path}: format {data['format']!r}, this version reads {FORMAT!r}")
+    try:
+        digest = _digest(data)
+    except (TypeError, RuntimeError) as err:  # a value convert never writes
+        raise guard.CorruptFile(f"{path}: not a torch-lstm-grad convert file ({err})") from err
+    if data.get(_DIGEST_KEY) != digest:
+        raise guard.CorruptFile(
+            f"{path}: its contents do not match the SHA-256 digest written with them: the file "
+            "was changed or damaged after convert wrote it"
+        )
+    if not isinstance(data.get("modules"), dict):
+        raise ValueError(f"{path}: no modules")
     if data.get("approximate"):
         warnings.warn(
             f"{path} was converted with --approximate: its modules differ from the "
@@ -212,10 +269,11 @@ def load(path) -> dict[str, torch.nn.Module]:
     for name, e in data["modules"].items():
         try:
             module = module_from_entry(e)
-        except (NotImplementedError, ValueError, TypeError, KeyError) as err:
+            module.port_description = LayerDescription.from_dict(e["description"])
+        except (NotImplementedError, ValueError, TypeError, KeyError, AttributeError) as err:
+            kind = e.get("kind") if isinstance(e, dict) else None
             raise ValueError(
-                f"{path}: layer {name!r} ({e.get('kind')}) cannot be built by this version: {err}"
+                f"{path}: layer {name!r} ({kind}) cannot be built by this version: {err}"
             ) from err
-        module.port_description = LayerDescription.from_dict(e["description"])
         out[name] = module
     return out
