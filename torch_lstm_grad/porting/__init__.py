@@ -4,7 +4,8 @@ The flow, one module each:
 
     keras_files.py, checkpoint.py      readers: a file's variables under uniform names, and what
     (tensorbundle.py, object_graph.py,   the file says about its writer and layers (a Keras
-     tf1_graph.py, proto.py)             config, a TF2 object graph, a TF1 meta graph) -> Source
+     tf1_graph.py, proto.py, guard.py)   config, a TF2 object graph, a TF1 meta graph) -> Source;
+                                         a corrupt or hostile file: one ValueError naming it
     describe_keras.py, describe_tf1.py  Source -> one LayerDescription per recurrent layer
     (description.py, statements.py)      (description.py): every attribute with its origin
     builders.py, build_tf1.py           LayerDescription -> module, or Refused
