@@ -234,7 +234,12 @@ def _hostile_cases(tmp) -> list[tuple[str, str, str]]:
         at = data.index(b"\x10\x00\x10\x00", 96) + 16
         return data[:at] + (1 << 62).to_bytes(8, "little") + data[at + 8 :]
 
+    def vlen_kind(data):  # the backend attribute's string type made kind 5: h5py crashed on it
+        at = data.index(b"backend\x00") + 9
+        return data[:at] + b"\x05" + data[at + 1 :]
+
     case("h5", "h5", "model.h5", zero_gcol, "global heap collection")
+    case("h5", "h5", "model.h5", vlen_kind, "variable-length type")
     case("weights_h5", "weights_h5", "model.weights.h5", huge_continuation, "continuation")
 
     def keras_config(config: bytes):
@@ -309,11 +314,11 @@ _HOSTILE = textwrap.dedent(
 
 
 def test_hostile_files_are_refused(tmp_path):
-    """Files made to hurt each reader (HDF5's endless loop and its allocation before its
-    bounds check, configs and text nested past Python's recursion limit, checkpoint entries
-    that abort TF's reader, a constant filling 4 TiB from one value, a .pt whose tensor was
-    changed) are each refused in one line naming the file and the check, by both checkpoint
-    readers."""
+    """Files made to hurt each reader (HDF5's endless loop, its allocation before its bounds
+    check, an attribute type h5py crashes on, configs and text nested past Python's recursion
+    limit, checkpoint entries that abort TF's reader, a constant filling 4 TiB from one value, a
+    .pt whose tensor was changed) are each refused in one line naming the file and the check,
+    by both checkpoint readers."""
     cases = _hostile_cases(str(tmp_path))
     runs = []
     for fmt, d, why in cases:

@@ -244,6 +244,14 @@ class _Describer:
         d = LayerDescription(name, f"keras.{cls}", where)
         d.weights = dict(weights)
         names = [n for n in (config_name, name) if n]
+        if "kernel" not in weights:  # a damaged file can lose a weight's name
+            self.refuse(
+                name,
+                "weights",
+                f"{sorted(weights)} under {scope}",
+                f"no kernel: a Keras {cls} has a kernel and a recurrent_kernel",
+            )
+            return d
         kernel, rk = v[weights["kernel"]], v[weights["recurrent_kernel"]]
         units, gates = rk.shape[0], _GATES[cls]
         if (

@@ -10,6 +10,10 @@ as symbol tables: v1 B-trees, symbol table nodes and local heaps) and refuses (V
   runs past the end of the file, or a message that runs past its chunk;
 * a local heap whose data segment, a B-tree or symbol table node whose entries, lie outside the
   file or exceed what the superblock's K allows;
+* an attribute whose values do not fit its message, or a variable-length value (a string)
+  longer than the file: HDF5 allocates that length before it looks the value up; an
+  attribute's or a dataset's datatype of an unknown class, version or variable-length kind
+  (h5py crashes on the last);
 * a global heap collection ("GCOL", where variable-length strings live) that runs past the end
   of the file, or whose objects do not tile it: HDF5 walks a collection by each object's size
   and loops for ever on an object of size 0 (a zeroed run of the file).
@@ -110,7 +114,76 @@ class _Walk:
             elif kind == 0x11:  # symbol table: the group's B-tree and local heap
                 self.visit("btree", self.addr(data))
                 self.visit("heap", self.addr(data + o))
+            elif kind == 0x0C:
+                self.attribute(data, data + msize)
+            elif kind == 0x03:  # a dataset's datatype
+                self.datatype(data, data + msize, 0)
             pos = data + msize
+
+    def attribute(self, pos: int, end: int) -> None:
+        """An attribute message: its data must fit the message, and a variable-length value's
+        length (HDF5 allocates it before it looks the value up) the file."""
+        version, flags = self.uint(pos, 1), self.uint(pos + 1, 1)
+        if version not in (1, 2, 3) or (version > 1 and flags & 3):
+            return  # HDF5 refuses the version; a shared datatype or dataspace is elsewhere
+        name, dt_size, ds_size = self.uint(pos + 2, 2), self.uint(pos + 4, 2), self.uint(pos + 6, 2)
+        if version == 1:  # each part padded to 8 bytes
+            dt = pos + 8 + (name + 7) // 8 * 8
+            ds = dt + (dt_size + 7) // 8 * 8
+            at = ds + (ds_size + 7) // 8 * 8
+        else:
+            dt = pos + 8 + (version == 3) + name
+            ds, at = dt + dt_size, dt + dt_size + ds_size
+        if at > end:
+            self.fail(f"attribute message at {pos}: its parts run past it")
+        self.datatype(dt, ds, 0)
+        count = self.elements(ds)
+        if count is None:
+            return
+        vlen = self.uint(dt, 1) & 0x0F == 9
+        width = 4 + self.offsets + 4 if vlen else self.uint(dt + 4, 4)
+        if count * width > end - at:
+            self.fail(f"attribute at {pos}: {count} values of {width} bytes in {end - at}")
+        if vlen:  # each value: its length (4), its global heap collection and index
+            base = max(self.uint(dt + 12, 4), 1)  # the base type's size
+            for i in range(count):
+                length = self.uint(at + i * width, 4)
+                if length * base > self.eof:
+                    self.fail(f"attribute at {pos}: a value {length} x {base} bytes long")
+
+    def datatype(self, pos: int, end: int, depth: int) -> None:
+        """A datatype message's class, version and the bit fields h5py converts by: HDF5 takes
+        a variable-length type of kind 2-15 (only 0, a sequence, and 1, a string, exist) and
+        h5py then crashes (SIGSEGV) reading the value. A variable-length type's base type (its
+        properties) is checked likewise."""
+        if pos + 8 > end or depth > 8:
+            self.fail(f"datatype at {pos}: past its message or nested {depth} deep")
+        head, bits = self.uint(pos, 1), self.uint(pos + 1, 3)
+        cls, version = head & 0x0F, head >> 4
+        if not 1 <= version <= 5 or cls > 10:
+            self.fail(f"datatype at {pos}: class {cls} version {version}")
+        if cls == 3 and (bits & 0x0F > 2 or bits >> 4 & 0x0F > 1):  # padding, character set
+            self.fail(f"datatype at {pos}: a string of padding {bits & 0x0F}, set {bits >> 4}")
+        if cls == 9:
+            if bits & 0x0F > 1 or bits >> 4 & 0x0F > 2 or bits >> 8 & 0x0F > 1:
+                self.fail(f"datatype at {pos}: a variable-length type with bits {bits:#x}")
+            self.datatype(pos + 8, end, depth + 1)
+
+    def elements(self, pos: int) -> int | None:
+        """The number of elements of a dataspace message, None for a version HDF5 refuses."""
+        version, rank = self.uint(pos, 1), self.uint(pos + 1, 1)
+        if version == 1:
+            dims = pos + 8
+        elif version == 2:
+            if self.uint(pos + 3, 1) == 2:  # a null dataspace
+                return 0
+            dims = pos + 4
+        else:
+            return None
+        count = 1
+        for i in range(rank):
+            count *= self.uint(dims + i * self.lengths, self.lengths)
+        return count
 
     def heap(self, pos: int) -> None:
         n = self.lengths

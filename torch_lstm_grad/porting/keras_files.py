@@ -218,6 +218,8 @@ def _keras3_weights(h5, limit: int) -> dict[str, np.ndarray]:
     def visit(path, obj):
         if not isinstance(obj, h5py.Dataset):
             return
+        if not isinstance(path, str):  # h5py passes a name that is not UTF-8 as bytes
+            raise ValueError(f"an object named {path[:60]!r}, not UTF-8")
         parts = path.split("/")
         if len(parts) < 2 or parts[-2] != "vars" or parts[0] == "optimizer":
             return  # not a weight (the optimizer's state is in its own group)
