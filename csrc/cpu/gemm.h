@@ -441,6 +441,16 @@ class RecurrentGemm {
   static constexpr int64_t kMinSteps = 4;                     // preparing pays off from here
   static constexpr int64_t kMinOneDnnMacs = int64_t{1} << 22;  // per product
   static constexpr int64_t kMinSplitMacs = int64_t{1} << 20;  // per product, to use threads
+  // The blocks form on AVX2 (brgemm's AVX2 kernel): only for products below 2^21
+  // multiply-adds, where the backward's per-step sums are pairwise on it (pairwise_gemm.h's
+  // kPairwiseMaxStepMacs: TF's test shapes, more accurate than TF). Larger products take
+  // oneDNN's matmul or MKL's packed sgemm, a step's cell after its product: paired on AVX2
+  // (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, one
+  // thread), against the blocks form, BlockLSTM fwd 1.39x -> 1.16x nn.LSTM at 50,32,256,256
+  // and 1.78x -> 1.08x at 100,16,128,512, fwd+bwd 1.24x -> 1.10x and 1.37x -> 1.01x,
+  // LSTMBlockFusedCell inference 1.40x -> 1.24x at 50,8,256,256 and 1.59x -> 1.08x at
+  // 20,64,512,512. On AVX-512 the blocks form is the faster at every size.
+  static constexpr int64_t kMaxAvx2BlockMacs = int64_t{1} << 21;
 
   // panel_gates (G > 0): b is [K, G·H], G gate blocks of H units, and a caller that fuses its
   // cell per unit (blocks()) may take the panels form for m <= kMaxPanelRows rows: `packed`
@@ -473,7 +483,8 @@ class RecurrentGemm {
     b_ = b.to(at::toOpMathType(b.scalar_type()));
     if (b_.scalar_type() != at::kFloat || b_.numel() == 0 || m == 0 || steps < kMinSteps) return;
     const int64_t K = b_.size(0), N = b_.size(1);
-    if (allow_blocks && brgemm_available()) {
+    if (allow_blocks && brgemm_available() &&
+        (cpu::isa() == Isa::kAvx512 || m * K * N < kMaxAvx2BlockMacs)) {
       b_ = contiguous_matrix(b_);
       blocks_ = true;
       return;
