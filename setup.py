@@ -87,6 +87,10 @@ def get_extensions():
     # -fno-trapping-math (as torch itself uses) lets GCC if-convert the clamps in the pointwise
     # loops, which is what lets them vectorise.
     cxx += ["-std=c++20", "-fno-math-errno", "-fno-trapping-math"]
+    # The AVX2 rows compute on eight-float GCC vectors (csrc/cpu/activations.h's f32x8) in
+    # always-inlined functions: no call passes one, so the note that such a call's ABI depends
+    # on AVX (GCC's and clang's -Wpsabi, once per instantiation) does not apply.
+    cxx += ["-Wno-psabi"]
     # at::parallel_for is a header template that is parallel only where _OPENMP is defined, i.e.
     # in code compiled with -fopenmp; without it every parallel_for here runs on one thread.
     # Linking with -fopenmp records libgomp.so.1, which resolves to the copy torch has loaded.
