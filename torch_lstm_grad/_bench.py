@@ -411,10 +411,13 @@ def _machine_info(tf, min_run_time: float, rounds: int) -> dict:
         cpu_model=_cpu_model(),
         cpu_count=os.cpu_count(),
         # What the kernels ran: the package's choice (ATEN_CPU_CAPABILITY honoured), ATen's (for
-        # nn.LSTM's pointwise work) and oneDNN's cap (nn.LSTM's and brgemm's GEMMs).
+        # nn.LSTM's pointwise work), oneDNN's cap (nn.LSTM's and brgemm's GEMMs) and MKL's (the
+        # packed sgemm of the recurrent products, ATen's GEMMs): an AVX2 row measured on an
+        # AVX-512 CPU needs all three lowered.
         kernels_isa=str(torch.ops.torch_lstm_grad._cpu_isa()),
         aten_cpu_capability=torch.backends.cpu.get_cpu_capability(),
         onednn_max_cpu_isa=os.environ.get("ONEDNN_MAX_CPU_ISA", "(not set)"),
+        mkl_enable_instructions=os.environ.get("MKL_ENABLE_INSTRUCTIONS", "(not set)"),
         torch_version=torch.__version__,
         torch_threads=torch.get_num_threads(),
         torch_interop_threads=torch.get_num_interop_threads(),
@@ -557,7 +560,8 @@ def run(args: argparse.Namespace) -> int:
     )
     print(
         f"instruction set: kernels {info['kernels_isa']}, ATen {info['aten_cpu_capability']}, "
-        f"ONEDNN_MAX_CPU_ISA {info['onednn_max_cpu_isa']}"
+        f"ONEDNN_MAX_CPU_ISA {info['onednn_max_cpu_isa']}, "
+        f"MKL_ENABLE_INSTRUCTIONS {info['mkl_enable_instructions']}"
     )
     run_time = args.min_run_time * args.rounds
     results = []
