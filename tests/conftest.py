@@ -32,6 +32,16 @@ def _seed():
     torch.manual_seed(0)
 
 
+@pytest.fixture
+def no_tf32():
+    """TF32 off for the test (CUDA matmuls and cuDNN): the GPU-against-CPU comparisons hold
+    float32 to float32's tolerances."""
+    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
+
+
 @pytest.fixture(params=DEVICES)
 def device(request):
     return request.param

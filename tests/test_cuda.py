@@ -11,17 +11,13 @@ from conftest import _CUDA_SKIP, CUDA_OK
 
 from torch_lstm_grad import raw_ops as R
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP)]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP),
+    pytest.mark.usefixtures("no_tf32"),
+]
 
 TOL = {torch.float64: 1e-10, torch.float32: 2e-5}
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _lstm_args(T=5, B=3, I=4, H=6, dtype=torch.float64):

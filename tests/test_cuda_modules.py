@@ -13,18 +13,14 @@ from conftest import _CUDA_SKIP, CUDA_OK
 from torch_lstm_grad import keras_layers as K
 from torch_lstm_grad import modules as M
 
-pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP)]
+pytestmark = [
+    pytest.mark.cuda,
+    pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP),
+    pytest.mark.usefixtures("no_tf32"),
+]
 
 T, B, I = 5, 3, 4  # noqa: E741
 LENGTHS = [5, 2, 0]
-
-
-@pytest.fixture(autouse=True)
-def _no_tf32():
-    old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    yield
-    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
 def _seq(device):

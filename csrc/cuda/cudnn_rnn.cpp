@@ -621,6 +621,9 @@ Grads4 cudnn_rnn_backprop_impl(
           c.lstm() ? states_out(dcx.to(dtype), c) : at::zeros({}, input.options()), dw.to(dtype)};
 }
 
+// CudnnRNNBackpropV3 (kConsume false: cuDNN writes into a copy of the reserve) and
+// _cudnn_rnn_backprop_consuming (true: into the reserve itself, marked used), one signature.
+template <bool kConsume>
 Grads4 cudnn_rnn_backprop_cuda(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
@@ -634,31 +637,15 @@ Grads4 cudnn_rnn_backprop_cuda(
                                  output_h, output_c, output_backprop, output_h_backprop,
                                  output_c_backprop, reserve_space, host_reserved, rnn_mode,
                                  input_mode, direction, dropout, seed, seed2, num_proj,
-                                 time_major, /*consume=*/false);
-}
-
-Grads4 cudnn_rnn_backprop_consuming_cuda(
-    const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
-    const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
-    const at::Tensor& output, const at::Tensor& output_h, const at::Tensor& output_c,
-    const at::Tensor& output_backprop, const at::Tensor& output_h_backprop,
-    const at::Tensor& output_c_backprop, const at::Tensor& reserve_space,
-    const at::Tensor& host_reserved, c10::string_view rnn_mode, c10::string_view input_mode,
-    c10::string_view direction, double dropout, int64_t seed, int64_t seed2, int64_t num_proj,
-    bool time_major) {
-  return cudnn_rnn_backprop_impl(input, input_h, input_c, params, sequence_lengths, output,
-                                 output_h, output_c, output_backprop, output_h_backprop,
-                                 output_c_backprop, reserve_space, host_reserved, rnn_mode,
-                                 input_mode, direction, dropout, seed, seed2, num_proj,
-                                 time_major, /*consume=*/true);
+                                 time_major, kConsume);
 }
 
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CUDA, m) {
   m.impl("cudnn_rnn", &cudnn_rnn_cuda);
-  m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cuda);
-  m.impl("_cudnn_rnn_backprop_consuming", &cudnn_rnn_backprop_consuming_cuda);
+  m.impl("cudnn_rnn_backprop", &cudnn_rnn_backprop_cuda<false>);
+  m.impl("_cudnn_rnn_backprop_consuming", &cudnn_rnn_backprop_cuda<true>);
 }
 
 }  // namespace torch_lstm_grad
