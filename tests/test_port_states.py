@@ -473,9 +473,10 @@ def test_lstm_fused_cell_one_row_and_no_rows_vs_tf():
 
 
 @pytest.mark.parametrize("cls", ["lstm", "gru"])
-def test_fused_cells_zero_steps_keep_the_initial_states(cls):
+def test_fused_cells_zero_and_one_steps(cls):
     """No steps (T = 0), recorded for autograd or not: no outputs, and the final state is the
-    initial one, as a loop of zero steps leaves it (and as the inference path gives)."""
+    initial one, as a loop of zero steps leaves it (and as the inference path gives). One step:
+    the final state is that step's (the loop of one LSTMBlockCell / GRU step)."""
     if cls == "lstm":
         cell = modules.LSTMBlockFusedCell(4, 3)
         state = (torch.randn(2, 4, requires_grad=True), torch.randn(2, 4, requires_grad=True))
@@ -491,6 +492,17 @@ def test_fused_cells_zero_steps_keep_the_initial_states(cls):
     states = (state, state) if cls == "gru" else (*state, *state)
     for got, want in zip(finals, states, strict=True):
         assert torch.equal(got, want)
+    x1 = torch.randn(1, 2, 3, requires_grad=True)
+    out1, final1 = cell(x1, state)
+    if cls == "gru":
+        assert torch.equal(final1, out1[0])
+    else:
+        step = modules.LSTMBlockCell(4, 3)
+        step.load_state_dict(cell.state_dict())
+        _, (cs_want, h_want) = step(x1[0], state)
+        torch.testing.assert_close(final1[0], cs_want)
+        torch.testing.assert_close(final1[1], h_want)
+        assert torch.equal(final1[1], out1[0])
 
 
 @pytest.mark.parametrize("reset_after", [True, False])
@@ -560,8 +572,9 @@ def test_cudnn_gradient_to_the_initial_state_alone(which):
     ups = [torch.randn_like(t) for t in (out, h, c)]
     (g,) = torch.autograd.grad(sum((a * u).sum() for a, u in zip((out, h, c), ups, strict=True)),
                                [state[which]])  # fmt: skip
-    (w,) = torch.autograd.grad(sum((a * u).sum() for a, u in zip((want, wh, wc), ups,
-                                                                   strict=True)), [state[which]])
+    (w,) = torch.autograd.grad(
+        sum((a * u).sum() for a, u in zip((want, wh, wc), ups, strict=True)), [state[which]]
+    )
     torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
