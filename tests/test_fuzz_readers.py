@@ -352,3 +352,36 @@ def test_hostile_files_are_refused(tmp_path):
         if outcome != "refused" or why not in detail
     ]
     assert not wrong, "\n".join(wrong)
+
+
+def test_config_values_of_any_type(tmp_path, capsys):
+    """Every key of the .keras seed's LSTM and GRU configs set to a list or to a dict of the
+    wrong shape (JSON a damaged or hostile config can hold): a conversion or a refusal, never
+    an exception out of the describers."""
+    import io
+    import zipfile
+
+    from torch_lstm_grad import cli
+
+    with zipfile.ZipFile(
+        os.path.join(ROOT, "tests", "data", "fuzz_seeds", "keras", "model.keras")
+    ) as z:
+        members = {i.filename: z.read(i.filename) for i in z.infolist()}
+    config = json.loads(members["config.json"])
+    layers = config["config"]["layers"]
+    src = tmp_path / "m.keras"
+    for index, layer in enumerate(layers):
+        if layer["class_name"] not in ("LSTM", "GRU"):
+            continue
+        for key in [*layer["config"], "unknown_key"]:
+            for value in ([1], {"class_name": 5, "config": [1]}):
+                changed = json.loads(json.dumps(config))
+                changed["config"]["layers"][index]["config"][key] = value
+                out = io.BytesIO()
+                with zipfile.ZipFile(out, "w") as z:
+                    for name, body in members.items():
+                        z.writestr(name, json.dumps(changed) if name == "config.json" else body)
+                src.write_bytes(out.getvalue())
+                code = cli.main(["convert", str(src), "-o", str(tmp_path / "o.pt")])
+                assert code in (0, 2), (layer["class_name"], key, value)
+                capsys.readouterr()

@@ -137,6 +137,8 @@ def _activation(raw, major: int | None) -> str | None:
 def _dtype_policy(raw) -> str:
     if isinstance(raw, dict):
         cfg = raw.get("config") or {}
+        if not isinstance(cfg, dict):  # a damaged config: the policy reads as its text
+            return str(raw)
         return str(cfg.get("name", raw.get("class_name", raw)))
     return "float32" if raw is None else str(raw)
 
@@ -268,7 +270,9 @@ class _Describer:
             return d
         d.set("units", units, "recurrent_kernel's shape")
         d.set("input_size", kernel.shape[0], "kernel's shape")
-        if config is not None and "units" in config and int(config["units"]) != units:
+        if config is not None and "units" in config and config["units"] != units:
+            # a number equal to the weights' (3, 3.0) passes; any other value, of any type
+            # (a damaged config's list or string too), is a refusal naming it
             self.refuse(name, "units", config["units"], f"the weights have {units} units")
         # bias and the GRU's reset position: by shape, checked against the config
         bias = v[weights["bias"]] if "bias" in weights else None
