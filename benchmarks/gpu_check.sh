@@ -15,6 +15,8 @@
 #   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype -> tests.log
 #   layout   the params layout against cudnnGetRNNWeightParams, every configuration
 #                                                                    -> tests.log, layout.json
+#   weights  torch's flattened cuDNN weights (benchmarks/cudnn_weight_order.py) against
+#            tests/data/cudnn_weight_order_h200.txt, the CPU tests' copy       -> tests.log
 #   memcheck compute-sanitizer memcheck over every CUDA kernel (benchmarks/gpu_memcheck.py,
 #            float32) without the caching allocator                           -> sanitizer.log
 #   bench    benchmarks/bench_gpu.py on three shapes, paired with nn.LSTM -> bench.log, bench.json
@@ -127,6 +129,9 @@ per_test=()
 step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
   tests/test_cuda.py tests/test_cuda_modules.py tests/test_cudnn_rnn.py tests/test_opcheck.py
 step layout 50 tests.log "$PY" benchmarks/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
+# cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
+step weights 30 tests.log bash -c "diff <(\"$PY\" benchmarks/cudnn_weight_order.py) \
+  tests/data/cudnn_weight_order_h200.txt && echo 'weights: as recorded'"
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 120 sanitizer.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer \
     --tool memcheck --error-exitcode 3 --leak-check no "$PY" benchmarks/gpu_memcheck.py

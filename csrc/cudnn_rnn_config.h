@@ -94,9 +94,13 @@ inline RNNConfig make_rnn_config(const std::string& rnn_mode, const std::string&
 }
 
 // Where each canonical tensor of one pseudo-layer (k = layer·D + direction) lives in `params`.
-// Layout: per pseudo-layer, the input matrices W_0..W_{G-1} [H, in_l] (absent for layer 0
-// under skip_input), the recurrent matrices R_0..R_{G-1} [H, P], the projection W_proj [P, H]
-// (num_proj > 0), then the biases bW_0..bW_{G-1}, bR_0..bR_{G-1} [H]. Each group of G is
+// Layout, cuDNN's own (its weight space as cudnnGetRNNWeightParams reports it, read on an H200
+// with cuDNN 9.19 for every mode, layer count, direction and projection: benchmarks/results/
+// gpu-2026-11-26.md), so that TF's opaque params, which are cuDNN's weight space, mean the same
+// here: first every pseudo-layer's matrices, in pseudo-layer order: the input matrices
+// W_0..W_{G-1} [H, in_l] (absent for layer 0 under skip_input), the recurrent matrices
+// R_0..R_{G-1} [H, P], the projection W_proj [P, H] (num_proj > 0); then every pseudo-layer's
+// biases, in the same order: bW_0..bW_{G-1}, bR_0..bR_{G-1} [H]. Each group of G is
 // contiguous, so W_all = [G·H, in_l] and R_all = [G·H, P] are plain views.
 struct PseudoLayerParams {
   int64_t w, r, proj, bw, br;  // element offsets; w/proj are -1 when absent
@@ -143,12 +147,14 @@ inline std::vector<PseudoLayerParams> params_layout(const RNNConfig& c, int64_t*
       off += c.G * c.H * c.P;
       p.proj = c.proj() ? off : -1;
       off += c.proj() ? c.P * c.H : 0;
-      p.bw = off;
-      off += c.G * c.H;
-      p.br = off;
-      off += c.G * c.H;
       out.push_back(p);
     }
+  }
+  for (PseudoLayerParams& p : out) {  // the biases, after every matrix
+    p.bw = off;
+    off += c.G * c.H;
+    p.br = off;
+    off += c.G * c.H;
   }
   TORCH_INTERNAL_ASSERT(off == *total);
   return out;
