@@ -163,12 +163,18 @@ inline bool brgemm_available() {
 }
 
 // Whether brgemm's bfloat16 kernel (bf16 x bf16 -> float32, B in VNNI pairs) runs on bf16
-// instructions: AVX512-BF16 or AMX. PyTorch's own check admits any AVX-512 CPU, where oneDNN
-// would emulate the bf16 products: not faster than float32, so not taken here.
+// instructions: AVX512-BF16 without AMX. PyTorch's own check admits any AVX-512 CPU, where
+// oneDNN would emulate the bf16 products: not faster than float32, so not taken here. Nor on a
+// CPU with AMX, where oneDNN builds an AMX kernel instead: for a small LSTM with projection
+// (its products' K or N is 3) it failed to (oneDNN's log: brgemm_desc_finalize failed), and
+// PyTorch's brgemm then ran tile loads with no tile configuration, which killed the process
+// with SIGILL (a Sapphire Rapids host, oneDNN 3.10.2, torch 2.11.0, with the process granted
+// AMX: benchmarks/results/gpu-2026-11-26.md).
+// There bfloat16 ops multiply in float32, the same products summed in another order.
 inline bool bf16_brgemm_available() {
 #if defined(__x86_64__)
   static const bool isa =
-      cpu::isa() == Isa::kAvx512 && (cpu_has("avx512_bf16") || cpu_has("amx_bf16"));
+      cpu::isa() == Isa::kAvx512 && cpu_has("avx512_bf16") && !cpu_has("amx_tile");
   return isa && brgemm_available();
 #else
   return false;
