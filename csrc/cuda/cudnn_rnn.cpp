@@ -471,10 +471,13 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                                                     : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   at::Tensor y = at::zeros(out_shape, opts), hy = h0.clone(), cy = c.lstm() ? c0.clone() : c0;
   // The reserve starts with the call's signature (cudnn_rnn_config.h), which the backward
-  // checks; cuDNN's reserve follows it, 256-byte aligned.
+  // checks; cuDNN's reserve follows it, 256-byte aligned. Zeroed: the padding after the
+  // signature and whatever cuDNN leaves unwritten (on an H200, more than half of a small
+  // model's reserve with short rows) would otherwise hold the allocator's leftovers, and the
+  // op's outputs would differ between two identical calls (opcheck's AOT test caught it).
   const int64_t elem = static_cast<int64_t>(input.element_size());
   const int64_t header = reserve_signature_bytes(c.B, 256);
-  at::Tensor reserve = at::empty({header / elem}, input.options());  // training, no row to run
+  at::Tensor reserve = at::zeros({header / elem}, input.options());  // training, no row to run
   if (!rows.lengths.empty() && c.T > 0) {
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
@@ -491,7 +494,7 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
     at::Tensor cyk = c.lstm() ? at::empty_like(cx) : at::Tensor();
     at::Tensor work = at::empty({static_cast<int64_t>(d.work_bytes)}, opts.dtype(at::kByte));
     if (is_training) {
-      reserve = at::empty({(header + static_cast<int64_t>(d.reserve_bytes) + elem - 1) / elem},
+      reserve = at::zeros({(header + static_cast<int64_t>(d.reserve_bytes) + elem - 1) / elem},
                           input.options());
     }
     const at::Tensor dev_lengths = to_device(rows.lengths, at::kInt, input.device());
