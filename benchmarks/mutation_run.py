@@ -923,6 +923,8 @@ def main(argv=None) -> int:
     p.add_argument("--only", nargs="*", help="mutant ids or keys to run")
     p.add_argument("--tests", nargs="*", help="run these tests (not the coverage selection)")
     p.add_argument("--status", nargs="*", help="rerun the results' mutants of these statuses")
+    p.add_argument("--recheck", action="store_true",
+                   help="rerun mutants killed by a test that is no longer collected")  # fmt: skip
     p.add_argument("--confirm", action="store_true",
                    help="rerun survivors on their file's whole selection")  # fmt: skip
     p.add_argument("--sample", type=float, default=1.0,
@@ -994,6 +996,19 @@ def main(argv=None) -> int:
     elif args.status:
         chosen = [(f, [m for m in ms if results.get(m.key, {}).get("status") in args.status])
                   for f, ms in mutants.items()]  # fmt: skip
+    elif args.recheck:
+        # Killed by a test that no longer exists (renamed, rewritten): run again.
+        chosen = []
+        for f, ms in mutants.items():
+            cov = coverage(scratch, FILES[f], ALL_TARGETS)
+            ids = {t for data in cov.values() for t in data["lines"]}
+
+            def stale(r, ids=ids):
+                killer = r.get("killer") or ""
+                return not (killer in ids or killer.startswith(("timeout", "exit")))
+
+            chosen.append((f, [m for m in ms if results.get(m.key, {}).get("status") == "killed"
+                               and stale(results[m.key])]))  # fmt: skip
     elif args.confirm:
         chosen = [(f, [m for m in ms if results.get(m.key, {}).get("status")
                        in ("survived", "uncovered")]) for f, ms in mutants.items()]  # fmt: skip
@@ -1014,7 +1029,7 @@ def main(argv=None) -> int:
         t_file = time.time()
         for m in ms:
             done = results.get(m.key)
-            fresh = not (args.only or args.status or args.confirm or args.tests)
+            fresh = not (args.only or args.status or args.confirm or args.tests or args.recheck)
             if fresh and done and done.get("source") == _hash(sources[f]):
                 continue
             if args.tests:
@@ -1062,31 +1077,46 @@ def _hash(source: bytes) -> str:
 
 
 def write_report(path, results, mutants) -> None:
+    """The per-file table (mutants run of those generated, killed, equivalent, survived,
+    uncovered, score = killed / (run - equivalent)), then the equivalents with their reasons
+    and any survivor, as markdown."""
     eq = load_equivalents()
-    lines = ["| file | mutants | killed | equivalent | survived | uncovered | score |",
-             "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
-    survivors = []
+    lines = ["| file | mutants run (of generated) | killed | equivalent | survived | uncovered "
+             "| score |", "|---|---:|---:|---:|---:|---:|---:|"]  # fmt: skip
+    survivors, equivalents = [], []
+    totals = [0, 0, 0, 0, 0, 0]
     for f, ms in mutants.items():
         recs = [(m, results.get(m.key)) for m in ms]
         recs = [(m, r) for m, r in recs if r is not None]
         if not recs:
             continue
-        killed = sum(r["status"] in ("killed", "error") for _, r in recs)
-        equivalent = sum(r["status"] != "killed" and m.key in eq for m, r in recs)
-        left = [(m, r) for m, r in recs if r["status"] in ("survived", "uncovered")
-                and m.key not in eq]  # fmt: skip
-        surv = sum(r["status"] == "survived" for _, r in left)
+        killed = sum(r["status"] == "killed" for _, r in recs)
+        equal = [(m, r) for m, r in recs if r["status"] != "killed" and m.key in eq]
+        left = [(m, r) for m, r in recs if r["status"] != "killed" and m.key not in eq]
+        surv = sum(r["status"] != "uncovered" for _, r in left)
         unc = sum(r["status"] == "uncovered" for _, r in left)
-        denom = len(recs) - equivalent
+        denom = len(recs) - len(equal)
         score = f"{100.0 * killed / denom:.1f}%" if denom else "-"
-        lines.append(f"| {f} | {len(recs)} of {len(ms)} | {killed} | {equivalent} | {surv} | "
+        lines.append(f"| {f} | {len(recs)} ({len(ms)}) | {killed} | {len(equal)} | {surv} | "
                      f"{unc} | {score} |")  # fmt: skip
+        for k, v in enumerate((len(recs), len(ms), killed, len(equal), surv, unc)):
+            totals[k] += v
         survivors += left
+        equivalents += equal
+    run, gen, killed, equal, surv, unc = totals
+    denom = run - equal
+    score = f"{100.0 * killed / denom:.1f}%" if denom else "-"
+    lines.append(f"| all | {run} ({gen}) | {killed} | {equal} | {surv} | {unc} | {score} |")
     text = "\n".join(lines) + "\n"
+    if equivalents:
+        text += "\nEquivalent mutants (benchmarks/mutation_equivalents.txt):\n\n"
+        for m, r in equivalents:
+            where = m.key.split("::", 1)[1]
+            text += f"- `{m.file.rsplit('/', 1)[-1]}` L{r['line']} `{where}`: {eq[m.key]}\n"
     if survivors:
-        text += "\nSurvivors:\n\n" + "\n".join(
-            f"- `{m.key}` ({r['status']}, L{r['line']})" for m, r in survivors
-        ) + "\n"
+        text += "\nSurvivors (neither killed nor equivalent):\n\n"
+        text += "\n".join(f"- `{m.key}` ({r['status']}, L{r['line']})" for m, r in survivors)
+        text += "\n"
     with open(path, "w", encoding="utf-8") as fh:
         fh.write(text)
     print(text)

@@ -11,6 +11,8 @@ test gave a Keras layer a non-zero initial state; the mutation run
 (benchmarks/mutation_run.py) found what else no test looked at. Every expectation here is
 Keras' own numbers, from the Keras layer built in the test."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -472,6 +474,37 @@ def test_lstm_fused_cell_one_row_and_no_rows_vs_tf():
     assert out0.shape == (T, 0, H) and cs_0.shape == (0, H) and h_0.shape == (0, H)
 
 
+@pytest.mark.parametrize("peephole", [False, True])
+def test_tf1_cells_from_a_given_state_vs_tf(peephole):
+    """One step of LSTMBlockCell from a given (cs, h), and of GRUBlockCell from a given h: TF's
+    raw ops on the same parameters (TF1's cells call them so); a large cs, where a clip shows."""
+    from tf_oracle import tf_raw
+
+    lstm = modules.LSTMBlockCell(4, 3, forget_bias=0.6, cell_clip=2.5, use_peephole=peephole)
+    with torch.no_grad():
+        for p in lstm.parameters():
+            p.uniform_(-0.8, 0.8)
+    x, h, cs = torch.randn(2, 3), torch.randn(2, 4), torch.randn(2, 4) * 3
+    out, (cs1, h1) = lstm(x, (cs, h))
+    z = torch.zeros(4)
+    peep = (lstm.w_i_diag, lstm.w_f_diag, lstm.w_o_diag) if peephole else (z, z, z)
+    want = tf_raw("LSTMBlockCell", x=x, cs_prev=cs, h_prev=h, w=lstm.kernel.detach(),
+                  wci=peep[0].detach(), wcf=peep[1].detach(), wco=peep[2].detach(),
+                  b=lstm.bias.detach(), forget_bias=0.6, cell_clip=2.5,
+                  use_peephole=peephole)  # fmt: skip
+    assert_close({"h": (out, want[6].numpy()), "state cs": (cs1, want[1].numpy()),
+                  "state h": (h1, want[6].numpy())})  # fmt: skip
+    gru = modules.GRUBlockCell(4, 3)
+    with torch.no_grad():
+        for p in gru.parameters():
+            p.uniform_(-0.8, 0.8)
+    out, state = gru(x, h)
+    want = tf_raw("GRUBlockCell", x=x, h_prev=h, w_ru=gru.gates_kernel.detach(),
+                  w_c=gru.candidate_kernel.detach(), b_ru=gru.gates_bias.detach(),
+                  b_c=gru.candidate_bias.detach())  # fmt: skip
+    assert_close({"h": (out, want[3].numpy()), "state": (state, want[3].numpy())})
+
+
 @pytest.mark.parametrize("cls", ["lstm", "gru"])
 def test_fused_cells_zero_and_one_steps(cls):
     """No steps (T = 0), recorded for autograd or not: no outputs, and the final state is the
@@ -672,3 +705,131 @@ def test_cudnn_dropout_seeds(tmp_path):
     subprocess.run([sys.executable, "-c", _SEEDED, str(tmp_path / "in.pt"),
                     str(tmp_path / "out.pt")], check=True, timeout=300, env=env)  # fmt: skip
     assert torch.equal(got, torch.load(tmp_path / "out.pt"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Through the converter: what a port keeps (dtype, the variables it used).
+
+
+def test_converted_float64_layer_and_the_variables_it_used(tmp_path, capsys):
+    """A float64 Keras LSTM converts to a float64 module computing Keras' float64 numbers; the
+    log names each layer's variables, and the Dense layer's as left out."""
+    from torch_lstm_grad import cli, porting
+
+    keras = _keras()
+    x_in = keras.Input((T, I))
+    lstm = keras.layers.LSTM(4, return_sequences=True, dtype="float64", name="lstm64")
+    bi = keras.layers.Bidirectional(keras.layers.GRU(3), name="bi")
+    model = keras.Model(x_in, keras.layers.Dense(2, name="head")(bi(lstm(x_in))))
+    randomize(model.trainable_weights, 25)
+    model.save(tmp_path / "m.keras")
+    assert cli.main(["convert", str(tmp_path / "m.keras"), "-o", str(tmp_path / "o.pt")]) == 0
+    captured = capsys.readouterr()
+    log = captured.out
+    assert "WARNING" not in captured.err  # an exact port: no approximation to warn of
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # load warns for a file converted with --approximate
+        mods = porting.load(tmp_path / "o.pt")
+    assert mods["lstm64"].kernel.dtype == torch.float64
+    x = np.random.default_rng(26).standard_normal((B, T, I))
+    want = lstm(x.astype(np.float64)).numpy()
+    got = mods["lstm64"](torch.from_numpy(x))
+    assert got.dtype == torch.float64
+    assert_close({"float64 output": (got, want)}, tol=1e-12)
+    lines = log.splitlines()
+    for layer, module in (("lstm64", "KerasLSTM"), ("bi", "KerasBidirectional")):
+        (line,) = [ln for ln in lines if ln.startswith(f"{layer}: {module} <- ")]
+        used = line.split(" <- ", 1)[1].split(";")[0].split(", ")
+        mine = sorted(w.path for w in model.get_layer(layer).trainable_weights)
+        assert sorted(used) == mine, line
+    left_out = sorted(ln.rsplit(": ", 1)[1] for ln in lines if "(left out)" in ln)
+    # (a .keras archive names a Dense layer's weights by position: head/0, head/1)
+    assert len(left_out) == 2 and all(n.startswith("head/") for n in left_out), left_out
+
+
+def test_builder_refusals():
+    """A description no module computes is refused naming the layer and the attribute (a
+    variant the module's constructor rejects, a constructor that rejects the layer itself, a
+    kind without a builder), and nothing is built."""
+    from torch_lstm_grad.porting import builders
+    from torch_lstm_grad.porting.description import LayerDescription, Refused
+
+    def gru(activation):
+        d = LayerDescription("cell", "tf1.GRUCell", "test")
+        for key, value in (("units", 3), ("input_size", 2), ("activation", activation)):
+            d.set(key, value, "test")
+        d.weights = {n: n for n in ("gates/kernel", "gates/bias", "candidate/kernel",
+                                    "candidate/bias")}  # fmt: skip
+        return d
+
+    variables = {
+        "gates/kernel": np.zeros((5, 6), np.float32),
+        "gates/bias": np.zeros(6, np.float32),
+        "candidate/kernel": np.zeros((5, 3), np.float32),
+        "candidate/bias": np.zeros(3, np.float32),
+    }
+    entries, warned = builders.build([gru("tanh")], variables)
+    assert list(entries) == ["cell"] and warned == []
+    with pytest.raises(Refused, match="cell: activation = 'softsign': not computed by this "
+                       "version's GRUBlockCell"):  # fmt: skip
+        builders.build([gru("softsign")], variables)
+    with pytest.raises(Refused, match="x: kind = 'tf1.Unknown': no module builder"):
+        builders.build([LayerDescription("x", "tf1.Unknown", "test")], {})
+    keras_lstm = LayerDescription("k", "keras.LSTM", "test")
+    for key, value in (("units", 0), ("input_size", 3), ("activation", "tanh"),
+                       ("gate_activation", "sigmoid"), ("use_bias", True), ("dtype", "float32"),
+                       ("zero_output_for_mask", False)):  # fmt: skip
+        keras_lstm.set(key, value, "test")
+    with pytest.raises(Refused, match="k: layer = 'keras.LSTM': units, input_size: expected"):
+        builders.build([keras_lstm], {})
+
+    class Older(modules.GRUBlockCell):  # a version whose module rejects the layer itself
+        def __init__(self, *args, **kwargs):
+            raise TypeError("unexpected keyword argument 'input_size'")
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(modules, "GRUBlockCell", Older)
+        with pytest.raises(Refused, match="cell: layer = 'tf1.GRUCell': unexpected keyword"):
+            builders.build([gru("tanh")], variables)
+
+
+@pytest.mark.parametrize("proj", [False, True], ids=["noproj", "proj"])
+def test_fused_lstm_ops_defaults_vs_float64(proj):
+    """ops.block_lstm_ex and ops.block_lstm_inference given only the tensors (peephole vectors
+    too, without use_peephole): their documented defaults, forget_bias 1, no cell clip, no
+    projection clip, peepholes off, every step; as the float64 reference computes them, with a
+    large cell state and projection where a clip would show; B != H."""
+    from torch_lstm_grad import ops, reference
+
+    f64 = torch.float64
+    T, B, I_, H, P = 4, 3, 2, 5, (2 if proj else 5)
+    x = torch.randn(T, B, I_, dtype=f64)
+    cs, h = torch.randn(B, H, dtype=f64) * 4, torch.randn(B, P, dtype=f64)
+    w, b = torch.randn(I_ + P, 4 * H, dtype=f64) * 0.8, torch.randn(4 * H, dtype=f64)
+    w_proj = torch.randn(H, P, dtype=f64) * 3 if proj else None
+    peep = [torch.randn(H, dtype=f64) for _ in range(3)]
+    extra = {"w_proj": w_proj, "proj_clip": 0.0} if proj else {}
+    want = reference.block_lstm(T, x, cs, h, w, *(torch.zeros(H, dtype=f64),) * 3, b,
+                                forget_bias=1.0, cell_clip=0.0, **extra)  # fmt: skip
+    got = ops.block_lstm_ex(x, cs, h, w, b, wci=peep[0], wcf=peep[1], wco=peep[2],
+                            w_proj=w_proj)  # fmt: skip
+    torch.testing.assert_close(got.h, want[6], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(got.cs, want[1], rtol=1e-12, atol=1e-12)
+    inf = ops.block_lstm_inference(x, cs, h, w, b, wci=peep[0], wcf=peep[1], wco=peep[2],
+                                   w_proj=w_proj)  # fmt: skip
+    torch.testing.assert_close(inf.h, want[6], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(inf.cs, want[1][-1], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(inf.h_last, want[6][-1], rtol=1e-12, atol=1e-12)
+    # No peephole vectors: zeros of [H], with use_peephole or not; per-row lengths as a list.
+    for on in (False, True):
+        none = ops.block_lstm_ex(x, cs, h, w, b, w_proj=w_proj, use_peephole=on)
+        assert torch.equal(none.h, got.h) and torch.equal(none.cs, got.cs)
+        none = ops.block_lstm_inference(x, cs, h, w, b, w_proj=w_proj, use_peephole=on)
+        assert torch.equal(none.h, inf.h) and torch.equal(none.cs, inf.cs)
+    lengths = [T, 2, 0]
+    rows = ops.block_lstm_inference(x, cs, h, w, b, w_proj=w_proj, sequence_length=lengths)
+    torch.testing.assert_close(rows.h[:, 0], want[6][:, 0], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(rows.h[:2, 1], want[6][:2, 1], rtol=1e-12, atol=1e-12)
+    assert not rows.h[2:, 1].any() and not rows.h[:, 2].any()
+    torch.testing.assert_close(rows.cs[1], want[1][1, 1], rtol=1e-12, atol=1e-12)
+    assert torch.equal(rows.cs[2], cs[2]) and torch.equal(rows.h_last[2], h[2])
