@@ -393,17 +393,21 @@ void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const 
 
 // out[M, G·H] = a[M, K] · b[K, G·H] (G gate blocks of H columns) written into `out`, an existing
 // row-major view such as a region of an op's reserve, which then needs no buffer of its own.
-// float32 on AVX-512: b packed into gate panels (pack_panels) and each thread's unit blocks
-// multiplied by panel_gemm, rows kMatmulRowBlock at a time, at oneDNN's matmul speed on the LSTM
-// input projections (benchmarks/results/README.md) without oneDNN's result tensor and copy.
+// float32 where the panels run (AVX-512, AVX2): b packed into gate panels (pack_panels) and
+// each thread's unit blocks multiplied by panel_gemm, rows kMatmulRowBlock at a time, at
+// oneDNN's matmul speed on the LSTM input projections (benchmarks/results/README.md) without
+// oneDNN's result tensor and copy.
 // Anything else: matmul_out. `packed`: pack_panels(b, G) prepared by the caller, or undefined
 // (packed here); the numbers are the same either way.
 inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, int64_t G,
                             const at::Tensor& packed_b = at::Tensor()) {
   constexpr int64_t kMatmulRowBlock = 48;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  // AVX2's panels lose to oneDNN at these many rows (kMaxPanelRowsAvx2): AVX-512 only.
-  const bool panels = panels_avx512() && a.scalar_type() == at::kFloat &&
+  // On AVX2 too: one thread, every library capped at AVX2, the panels against oneDNN's matmul
+  // took LSTMBlockFusedCell inference from 0.86x to 0.83x nn.LSTM at 50,8,256,256 and CudnnLSTM
+  // from 1.01x to 0.91x at 20,64,512,512, the training forward 0.98x -> 0.93x at 50,32,256,256
+  // (benchmarks/results/cpu-issue31-2026-11-26c.md).
+  const bool panels = panels_available() && a.scalar_type() == at::kFloat &&
                       b.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat &&
                       out.stride(1) == 1 && M > 0 && K > 0 && N > 0;
   if (!panels) {

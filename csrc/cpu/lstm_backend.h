@@ -345,16 +345,16 @@ struct CpuBackend {
   }
 
   // The input projection of all steps, a [L·B, I] · b [I, 4H]: on the gate panels (float32,
-  // AVX-512) from kMinPanelInputRows rows, where packing b costs little against the product or
-  // the caller packed it (`packed`: block_lstm_inference's packed_x, the modules keep it per
-  // weight version), else oneDNN. The same sums in order either way (the same bits at the
-  // benchmark shapes); prepared, paired: LSTMBlockFusedCell inference -0.21 ms at
+  // AVX-512 or AVX2) from kMinPanelInputRows rows, where packing b costs little against the
+  // product or the caller packed it (`packed`: block_lstm_inference's packed_x, the modules
+  // keep it per weight version), else oneDNN. The same sums in order either way (the same bits
+  // at the benchmark shapes); prepared, paired (AVX-512): LSTMBlockFusedCell inference -0.21 ms at
   // 20,64,512,512, -0.03 ms at 50,8,256,256; fwd -0.06 ms at 50,32,256,256 (packed per call:
   // -0.01 to -0.04).
   static constexpr int64_t kMinPanelInputRows = 64;
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b,
                                 const at::Tensor& packed) {
-    if (!cpu::panels_avx512() || a.scalar_type() != at::kFloat ||
+    if (!cpu::panels_available() || a.scalar_type() != at::kFloat ||
         b.scalar_type() != at::kFloat || a.size(0) < kMinPanelInputRows) {
       return cpu::matmul(a, b);
     }

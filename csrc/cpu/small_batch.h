@@ -1,4 +1,4 @@
-// The recurrent product of a time loop on small batches (B <= 64 rows; AVX2: B <= 4). At
+// The recurrent product of a time loop on small batches (B <= 64 rows). At
 // B = 1..8 it is a matrix-vector product per step, bound by reading the [K, G·H] weight, not by
 // arithmetic; at B = 16..32, brgemm on the weight's plain rows spent its time on them too. Two
 // things make it stream:
@@ -36,13 +36,13 @@ constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of f
 // panel_gemm goes unit block by unit block, also at 64 (20,64,512,512: inference -0.6 ms,
 // fwd+bwd -1.6 ms; 50,64,256,256 CudnnLSTM inference -0.15 ms); at 128 mixed (20,128,512,512
 // inference -0.5 ms, 20,128,256,256 fwd+bwd +0.24 ms).
+// On AVX2 too (16 registers: at most 6 rows a call, one gate a pass from 3 rows), since its
+// kernel keeps its accumulators in registers (panel_product_avx2): one thread, every library
+// capped at AVX2, ÷ nn.LSTM with panels up to 4 rows -> up to 64 (2026-11-26,
+// benchmarks/results/cpu-issue31-2026-11-26c.md): LSTMBlockFusedCell inference 1.14x -> 0.87x
+// at 50,8,256,256, 1.15x -> 0.96x at 50,16, 1.03x -> 0.91x at 20,64,512,512; BlockLSTM fwd
+// 1.07x -> 0.96x at 50,32,256,256, 0.93x -> 0.80x at 100,16,128,512.
 constexpr int64_t kMaxPanelRows = 64;
-// On AVX2 (16 registers: at most 6 rows a call, one gate a pass from 3 rows) the panels beat
-// oneDNN's AVX2 brgemm only at a few rows: paired bench (AVX2 kernels on an AVX-512 VM,
-// ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2), LSTMBlockFusedCell inference 1.62x ->
-// 1.05x nn.LSTM at B = 1 and 1.69x -> 1.38x at B = 4, but 1.27x -> 1.55x at B = 8 and the
-// training forward at B = 32 1.37x -> 2.06x.
-constexpr int64_t kMaxPanelRowsAvx2 = 4;
 
 inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
 
@@ -67,9 +67,7 @@ inline bool panels_avx512() {
 }
 
 // The most rows a recurrent product takes the panels for here.
-inline int64_t max_panel_rows() {
-  return panels_avx512() ? kMaxPanelRows : (panels_available() ? kMaxPanelRowsAvx2 : 0);
-}
+inline int64_t max_panel_rows() { return panels_available() ? kMaxPanelRows : 0; }
 
 // w [K, G·H] (any strides, float32; gate q in columns [q·H, (q + 1)·H)) packed as
 // [U, G, K, 16]: out[u][q][k][l] = w[k][q·H + 16u + l], zero for 16u + l >= H.
@@ -228,33 +226,36 @@ template <int RB, int GB>
 __attribute__((target("avx2,fma"))) inline void panel_product_avx2(
     int64_t K, const float* __restrict a, int64_t lda, const float* __restrict panel,
     int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
+  // Every loop over the accumulators unrolled (the pragmas), so that each is a register from
+  // the first statement on: with the epilogue's loop over the two halves left rolled, GCC 12
+  // kept the array in memory too and stored every accumulator to the stack after each FMA of
+  // the k loop (one store per FMA; the AVX-512 kernel's masked epilogue has no such loop), and
+  // the loop ran at a third of its speed (a standalone copy at K = 256: 63 -> 20 us a step).
   __m256 acc[RB][GB][2];
-  for (int r = 0; r < RB; ++r) {
-    for (int q = 0; q < GB; ++q) {
+  _Pragma("GCC unroll 16") for (int r = 0; r < RB; ++r) {
+    _Pragma("GCC unroll 16") for (int q = 0; q < GB; ++q) {
       _mm_prefetch(reinterpret_cast<const char*>(g + r * ldg + q * ldq), _MM_HINT_T0);
+      acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
     }
-  }
-  for (int r = 0; r < RB; ++r) {
-    for (int q = 0; q < GB; ++q) acc[r][q][0] = acc[r][q][1] = _mm256_setzero_ps();
   }
   for (int64_t k = 0; k < K; ++k) {
     __m256 w[GB][2];
-    for (int q = 0; q < GB; ++q) {
+    _Pragma("GCC unroll 16") for (int q = 0; q < GB; ++q) {
       w[q][0] = _mm256_load_ps(panel + q * gs + k * kPanelWidth);
       w[q][1] = _mm256_load_ps(panel + q * gs + k * kPanelWidth + 8);
     }
-    for (int r = 0; r < RB; ++r) {
+    _Pragma("GCC unroll 16") for (int r = 0; r < RB; ++r) {
       const __m256 av = _mm256_broadcast_ss(a + r * lda + k);
-      for (int q = 0; q < GB; ++q) {
+      _Pragma("GCC unroll 16") for (int q = 0; q < GB; ++q) {
         acc[r][q][0] = _mm256_fmadd_ps(av, w[q][0], acc[r][q][0]);
         acc[r][q][1] = _mm256_fmadd_ps(av, w[q][1], acc[r][q][1]);
       }
     }
   }
-  for (int r = 0; r < RB; ++r) {
-    for (int q = 0; q < GB; ++q) {
+  _Pragma("GCC unroll 16") for (int r = 0; r < RB; ++r) {
+    _Pragma("GCC unroll 16") for (int q = 0; q < GB; ++q) {
       float* dst = g + r * ldg + q * ldq;
-      for (int h = 0; h < 2; ++h) {
+      _Pragma("GCC unroll 2") for (int h = 0; h < 2; ++h) {
         const int64_t n = std::min<int64_t>(8, std::max<int64_t>(0, valid - 8 * h));
         if (n == 8) {
           const __m256 sum =
