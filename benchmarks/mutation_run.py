@@ -59,8 +59,10 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENTS = os.path.join(REPO, "benchmarks", "mutation_equivalents.txt")
 
-# The new state tests first: they are the fast, targeted ones.
+# The tests written to kill the run's survivors and the new state tests first: the fast,
+# targeted ones.
 _KERAS_TESTS = [
+    "tests/test_mutation_kills.py",
     "tests/test_port_states.py",
     "tests/test_porting_keras.py",
     "tests/test_gru_variants.py",
@@ -68,6 +70,7 @@ _KERAS_TESTS = [
     "tests/test_porting_keras2.py",
 ]
 _MODULE_TESTS = [
+    "tests/test_mutation_kills.py",
     "tests/test_port_states.py",
     "tests/test_modules.py",
     "tests/test_lstm_variants.py",
@@ -79,6 +82,7 @@ _MODULE_TESTS = [
     "tests/test_porting_tf1.py",
 ]
 _PORTING_TESTS = [
+    "tests/test_mutation_kills.py",
     "tests/test_port_states.py",
     "tests/test_porting_keras.py",
     "tests/test_porting_keras2.py",
@@ -87,6 +91,7 @@ _PORTING_TESTS = [
     "tests/test_porting_readers.py",
 ]
 _OP_TESTS = [
+    "tests/test_mutation_kills.py",
     "tests/test_port_states.py",
     "tests/test_modules.py",
     "tests/test_lstm_variants.py",
@@ -112,7 +117,7 @@ FILES = {
     "torch_lstm_grad/porting/describe_keras.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/describe_tf1.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/keras_graph.py": _PORTING_TESTS,
-    "torch_lstm_grad/layouts.py": ["tests/test_layouts.py", *_MODULE_TESTS[:3]],
+    "torch_lstm_grad/layouts.py": ["tests/test_layouts.py", *_MODULE_TESTS[:4]],
     "torch_lstm_grad/autograd.py": _OP_TESTS,
     "torch_lstm_grad/ops.py": _OP_TESTS,
     "torch_lstm_grad/raw_ops.py": _OP_TESTS,
