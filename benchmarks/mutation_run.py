@@ -59,19 +59,18 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENTS = os.path.join(REPO, "benchmarks", "mutation_equivalents.txt")
 
-# The tests written to kill the run's survivors and the new state tests first: the fast,
-# targeted ones.
+# The tests written to kill the run's survivors and the new state tests first in every
+# selection: the fast, targeted ones.
+_FIRST_TESTS = ["tests/test_mutation_kills.py", "tests/test_port_states.py"]
 _KERAS_TESTS = [
-    "tests/test_mutation_kills.py",
-    "tests/test_port_states.py",
+    *_FIRST_TESTS,
     "tests/test_porting_keras.py",
     "tests/test_gru_variants.py",
     "tests/test_lstm_variants.py",
     "tests/test_porting_keras2.py",
 ]
 _MODULE_TESTS = [
-    "tests/test_mutation_kills.py",
-    "tests/test_port_states.py",
+    *_FIRST_TESTS,
     "tests/test_modules.py",
     "tests/test_lstm_variants.py",
     "tests/test_gru_variants.py",
@@ -82,8 +81,7 @@ _MODULE_TESTS = [
     "tests/test_porting_tf1.py",
 ]
 _PORTING_TESTS = [
-    "tests/test_mutation_kills.py",
-    "tests/test_port_states.py",
+    *_FIRST_TESTS,
     "tests/test_porting_keras.py",
     "tests/test_porting_keras2.py",
     "tests/test_porting_tf1.py",
@@ -91,8 +89,7 @@ _PORTING_TESTS = [
     "tests/test_porting_readers.py",
 ]
 _OP_TESTS = [
-    "tests/test_mutation_kills.py",
-    "tests/test_port_states.py",
+    *_FIRST_TESTS,
     "tests/test_modules.py",
     "tests/test_lstm_variants.py",
     "tests/test_gru_variants.py",
@@ -117,7 +114,8 @@ FILES = {
     "torch_lstm_grad/porting/describe_keras.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/describe_tf1.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/keras_graph.py": _PORTING_TESTS,
-    "torch_lstm_grad/layouts.py": ["tests/test_layouts.py", *_MODULE_TESTS[:4]],
+    "torch_lstm_grad/layouts.py": ["tests/test_layouts.py", *_FIRST_TESTS, "tests/test_modules.py",
+                                   "tests/test_lstm_variants.py"],  # fmt: skip
     "torch_lstm_grad/autograd.py": _OP_TESTS,
     "torch_lstm_grad/ops.py": _OP_TESTS,
     "torch_lstm_grad/raw_ops.py": _OP_TESTS,
