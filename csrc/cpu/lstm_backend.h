@@ -348,9 +348,9 @@ struct CpuBackend {
   // AVX-512 or AVX2) from kMinPanelInputRows rows, where packing b costs little against the
   // product or the caller packed it (`packed`: block_lstm_inference's packed_x, the modules
   // keep it per weight version), else oneDNN. The same sums in order either way (the same bits
-  // at the benchmark shapes); prepared, paired (AVX-512): LSTMBlockFusedCell inference -0.21 ms at
-  // 20,64,512,512, -0.03 ms at 50,8,256,256; fwd -0.06 ms at 50,32,256,256 (packed per call:
-  // -0.01 to -0.04).
+  // at the benchmark shapes); prepared, paired (AVX-512): LSTMBlockFusedCell inference -0.21 ms
+  // at 20,64,512,512, -0.03 ms at 50,8,256,256; fwd -0.06 ms at 50,32,256,256 (packed per
+  // call: -0.01 to -0.04).
   static constexpr int64_t kMinPanelInputRows = 64;
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b,
                                 const at::Tensor& packed) {

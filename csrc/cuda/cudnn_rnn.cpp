@@ -471,10 +471,11 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                                                     : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   at::Tensor y = at::zeros(out_shape, opts), hy = h0.clone(), cy = c.lstm() ? c0.clone() : c0;
   // The reserve starts with the call's signature (cudnn_rnn_config.h), which the backward
-  // checks; cuDNN's reserve follows it, 256-byte aligned. Zeroed: the padding after the
-  // signature and whatever cuDNN leaves unwritten (on an H200, more than half of a small
-  // model's reserve with short rows) would otherwise hold the allocator's leftovers, and the
-  // op's outputs would differ between two identical calls (opcheck's AOT test caught it).
+  // checks; cuDNN's reserve follows it, 256-byte aligned. Zeroed, so that the padding after
+  // the signature and whatever cuDNN leaves unwritten hold no other tensor's leftovers (seen
+  // on an H200: values up to 2e31 in a small model's reserve). What cuDNN itself writes there
+  // still differs between two identical calls (its working memory), which is why opcheck's
+  // AOT test leaves the reserve out on the GPU (tests/test_cudnn_rnn.py).
   const int64_t elem = static_cast<int64_t>(input.element_size());
   const int64_t header = reserve_signature_bytes(c.B, 256);
   at::Tensor reserve = at::zeros({header / elem}, input.options());  // training, no row to run
