@@ -384,7 +384,7 @@ def keras_cudnn_to_keras(kernel, recurrent_kernel, bias):
     # Keras: block.T.reshape(block.shape, order="F") per gate = the block's memory read as [U, I]
     k = torch.cat([b.contiguous().reshape(U, I).t() for b in _blocks(kernel, G, 1, "kernel")], 1)
     r = torch.cat([b.t() for b in _blocks(recurrent_kernel, G, 1, "recurrent_kernel")], 1)
-    b = bias[: G * U] + bias[G * U :] if G == 4 else bias.reshape(2, G * U)
+    b = bias[: G * U] + bias[G * U :] if G == 4 else bias.reshape(2, G * U).clone()
     return k.contiguous(), r.contiguous(), b.contiguous()
 
 
