@@ -1,11 +1,13 @@
 """Tests the mutation run (benchmarks/mutation_run.py, issue 34) asked for: each kills mutants
-of the Python layers no other test killed. Every expectation is TensorFlow's, Keras' or the
-float64 reference's (`torch_lstm_grad.reference`), never this package's own numbers."""
+of the Python layers no other test killed. Every expectation is TensorFlow's, Keras', torch.nn's,
+a float64 computation's (`torch_lstm_grad.reference`, or written out here) or a documented
+contract or refusal, never this package's own numbers."""
 
 import pytest
 import torch
+from tf_oracle import available as _tf_available
 
-from torch_lstm_grad import ops, reference
+from torch_lstm_grad import layouts, ops, reference
 
 T, B, I, H = 3, 2, 4, 5  # noqa: E741
 
@@ -41,3 +43,238 @@ def test_fused_ops_refuse_a_non_string_attribute_as_the_reference(attr, value):
         want = _raised(lambda: reference.keras_gru(T, x, h, k, rk, bias, **{attr: value}))
         assert want is ValueError
         assert _raised(lambda: ops.keras_gru(x, h, k, rk, bias, **{attr: value})) is want
+
+
+# -- layouts.py ------------------------------------------------------------------------------------
+
+needs_tf = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+
+
+def _keras_lstm_step(x, h, c, kernel, recurrent_kernel, bias):
+    """One Keras LSTM step in float64 (IFCO blocks, bias holds the forget bias): (h, c)."""
+    x, h, c, kernel, recurrent_kernel, bias = (
+        t.double() for t in (x, h, c, kernel, recurrent_kernel, bias)
+    )
+    i, f, g, o = (x @ kernel + h @ recurrent_kernel + bias).chunk(4, 1)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    return torch.sigmoid(o) * torch.tanh(c), c
+
+
+def _torch_lstm_step(x, h, c, weight_ih, weight_hh, bias_ih, bias_hh):
+    """torch.nn.LSTMCell (float64) with these weights: (h, c)."""
+    cell = torch.nn.LSTMCell(weight_ih.shape[1], weight_hh.shape[1], dtype=torch.float64)
+    with torch.no_grad():
+        for p, t in zip((cell.weight_ih, cell.weight_hh, cell.bias_ih, cell.bias_hh),
+                        (weight_ih, weight_hh, bias_ih, bias_hh), strict=True):  # fmt: skip
+            p.copy_(t)
+        return cell(x.double(), (h.double(), c.double()))
+
+
+def _tf_block_lstm_step(x, h, c, kernel, bias, **forget_bias):
+    """TF's LSTMBlockCell (float32; ICFO; its own forget_bias default, 1, unless given): (h, c)."""
+    from tf_oracle import tf_raw
+
+    z = torch.zeros(kernel.shape[1] // 4)
+    out = tf_raw("LSTMBlockCell", x=x, cs_prev=c, h_prev=h, w=kernel, wci=z, wcf=z, wco=z,
+                 b=bias, cell_clip=-1.0, **forget_bias)  # fmt: skip
+    return out[6], out[1]
+
+
+def _close_steps(got, want):
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g.double(), w.double(), atol=2e-6, rtol=2e-6)
+
+
+def _lstm_case(I=3, H=4):  # noqa: E741
+    g = torch.Generator().manual_seed(34)
+    r = lambda *s: torch.rand(*s, generator=g) - 0.5  # noqa: E731
+    return r(2, I), r(2, H), r(2, H), I, H, r
+
+
+@needs_tf
+def test_layouts_lstm_forget_bias_defaults_are_tfs():
+    """The converters' forget_bias defaults are the cells': 1.0 for the block layout (TF's
+    LSTMBlockCell adds its default 1 at run time), 0.0 for canonical_to_block_lstm (a
+    CudnnCompatibleLSTMCell adds none). Each conversion with its default computes the same step
+    as its source: TF's LSTMBlockCell with TF's default, a float64 Keras step, torch.nn.LSTMCell.
+    The torch weights carry a nonzero bias_hh (the sum bias_ih + bias_hh is Keras' bias)."""
+    x, h, c, I, H, r = _lstm_case()  # noqa: E741
+    # block -> Keras, torch, canonical: the block cell run by TF with TF's default forget_bias
+    kernel, bias = r(I + H, 4 * H), r(4 * H)
+    want = _tf_block_lstm_step(x, h, c, kernel, bias)
+    _close_steps(_keras_lstm_step(x, h, c, *layouts.block_lstm_to_keras(kernel, bias)), want)
+    _close_steps(_torch_lstm_step(x, h, c, **layouts.block_lstm_to_torch(kernel, bias)), want)
+    w, b = layouts.block_lstm_to_canonical(kernel, bias)
+    cat = lambda ts: torch.cat(list(ts))  # noqa: E731 - canonical = torch.nn's row blocks
+    _close_steps(_torch_lstm_step(x, h, c, cat(w[:4]), cat(w[4:]), cat(b[:4]), cat(b[4:])), want)
+    # Keras -> block: TF's cell with its default forget_bias on the result = the Keras step
+    keras = r(I, 4 * H), r(H, 4 * H), r(4 * H)
+    want = _keras_lstm_step(x, h, c, *keras)
+    _close_steps(_tf_block_lstm_step(x, h, c, *layouts.keras_lstm_to_block(*keras)), want)
+    # torch (bias_hh nonzero) -> Keras and -> block
+    sd = {"weight_ih": r(4 * H, I), "weight_hh": r(4 * H, H), "bias_ih": r(4 * H),
+          "bias_hh": r(4 * H)}  # fmt: skip
+    want = _torch_lstm_step(x, h, c, **sd)
+    _close_steps(_keras_lstm_step(x, h, c, *layouts.torch_lstm_to_keras(**sd)), want)
+    _close_steps(_tf_block_lstm_step(x, h, c, *layouts.torch_lstm_to_block(**sd)), want)
+    # canonical (torch's row blocks, split here) -> block: a cell adding no forget bias
+    w = [*sd["weight_ih"].chunk(4), *sd["weight_hh"].chunk(4)]
+    b = [*sd["bias_ih"].chunk(4), *sd["bias_hh"].chunk(4)]
+    kernel, bias = layouts.canonical_to_block_lstm(w, b)
+    _close_steps(_tf_block_lstm_step(x, h, c, kernel, bias, forget_bias=0.0), want)
+
+
+def _tensors(out):
+    if isinstance(out, torch.Tensor):
+        return [out]
+    if isinstance(out, dict):
+        out = list(out.values())
+    return [t for o in out for t in _tensors(o)]
+
+
+def test_layouts_return_new_tensors():
+    """layouts.py's contract: "All functions return new tensors (never views of the inputs)":
+    no output shares storage with an input, so writing one never changes the other."""
+    I, H, P = 3, 4, 2  # noqa: E741
+    r = torch.randn
+    lstm_k, lstm_rk, lstm_b = r(I, 4 * H), r(H, 4 * H), r(4 * H)
+    sd = {"weight_ih": r(4 * H, I), "weight_hh": r(4 * H, H), "bias_ih": r(4 * H),
+          "bias_hh": r(4 * H)}  # fmt: skip
+    gru_sd = {"weight_ih": r(3 * H, I), "weight_hh": r(3 * H, H), "bias_ih": r(3 * H),
+              "bias_hh": r(3 * H)}  # fmt: skip
+    canon = [r(H, I) for _ in range(4)] + [r(H, H) for _ in range(4)]
+    canon_b = [r(H) for _ in range(8)]
+    gru_canon = [r(H, I) for _ in range(3)] + [r(H, H) for _ in range(3)]
+    gru_canon_b = [r(H) for _ in range(6)]
+    block_gru = r(I + H, 2 * H), r(2 * H), r(I + H, H), r(H)
+    calls = [
+        (layouts.block_lstm_to_keras, (r(I + H, 4 * H), r(4 * H))),
+        (layouts.block_lstm_to_keras, (r(I + H, 4 * H), r(4 * H), 0.0)),
+        (layouts.keras_lstm_to_block, (lstm_k, lstm_rk, lstm_b)),
+        (layouts.keras_lstm_to_block, (lstm_k, lstm_rk, lstm_b, 0.0)),
+        (layouts.keras_lstm_to_torch, (lstm_k, lstm_rk, lstm_b)),
+        (layouts.torch_lstm_to_keras, tuple(sd.values())),
+        (layouts.block_lstm_to_torch, (r(I + H, 4 * H), r(4 * H), 0.0)),
+        (layouts.torch_lstm_to_block, (*sd.values(), 0.0)),
+        (layouts.torch_to_canonical, (*sd.values(), "lstm")),
+        (
+            layouts.torch_to_canonical,
+            (r(4 * H, I), r(4 * H, P), r(4 * H), r(4 * H), "lstm", r(P, H)),
+        ),  # fmt: skip
+        (layouts.torch_to_canonical, (*gru_sd.values(), "gru")),
+        (layouts.canonical_to_torch, (canon, canon_b, "lstm")),
+        (layouts.canonical_to_torch, (canon + [r(P, H)], canon_b, "lstm")),
+        (layouts.keras_lstm_to_canonical, (lstm_k, lstm_rk, lstm_b)),
+        (layouts.canonical_to_keras_lstm, (canon, canon_b)),
+        (layouts.block_lstm_to_canonical, (r(I + H, 4 * H), r(4 * H), 0.0)),
+        (layouts.canonical_to_block_lstm, (canon, canon_b)),
+        (layouts.keras_gru_to_torch, (r(I, 3 * H), r(H, 3 * H), r(2, 3 * H))),
+        (layouts.torch_gru_to_keras, tuple(gru_sd.values())),
+        (layouts.keras_gru_to_canonical, (r(I, 3 * H), r(H, 3 * H), r(2, 3 * H))),
+        (layouts.canonical_to_keras_gru, (gru_canon, gru_canon_b)),
+        (layouts.keras_gru_to_block, (r(I, 3 * H), r(H, 3 * H), r(3 * H))),
+        (layouts.block_gru_to_keras, block_gru),
+        (layouts.keras_cudnn_to_keras, (r(I, 4 * H), r(H, 4 * H), r(8 * H))),
+        (layouts.keras_cudnn_to_keras, (r(I, 3 * H), r(H, 3 * H), r(6 * H))),
+    ]
+    for fn, args in calls:
+        given = [a for a in args if not isinstance(a, (str, float))]
+        ins = {t.untyped_storage().data_ptr() for t in _tensors(given)}
+        for k, t in enumerate(_tensors(fn(*args))):
+            assert t.untyped_storage().data_ptr() not in ins, f"{fn.__name__}: output {k}"
+
+
+def test_layouts_refusals():
+    """layouts.py's shape refusals: a ValueError naming the argument, not an IndexError or
+    torch.cat's RuntimeError from deeper down, nor a silently wrong result."""
+    r = torch.randn
+    H = 3
+    with pytest.raises(ValueError, match="kernel: expected a matrix"):
+        layouts.block_lstm_to_keras(r(4 * H), r(4 * H))  # a vector for the kernel
+    with pytest.raises(ValueError, match=r"kernel/bias: expected \[I \+ H, 4H\] and \[4H\]"):
+        layouts.block_lstm_to_keras(r(5, 4 * H), r(4 * H + 1))  # the bias one too long
+    with pytest.raises(ValueError, match=r"kernel/bias: expected \[I \+ H, 4H\] and \[4H\]"):
+        layouts.block_lstm_to_keras(r(5, 4 * H + 1), r(4 * H))  # 13 columns: not 4 blocks
+    with pytest.raises(ValueError, match=r"kernel/bias: expected \[I \+ H, 4H\] and \[4H\]"):
+        layouts.block_lstm_to_keras(r(H - 1, 4 * H), r(4 * H))  # fewer rows than H
+    with pytest.raises(ValueError, match=r"kernel: expected a matrix \[rows, 12\]"):
+        layouts.keras_lstm_to_block(r(2, 3 * H), r(H, 4 * H), r(4 * H))
+    with pytest.raises(ValueError, match=r"recurrent_kernel: expected a matrix \[rows, 12\]"):
+        layouts.keras_lstm_to_block(r(2, 4 * H), r(H, 4 * H + 4), r(4 * H))
+    with pytest.raises(ValueError, match="expected 8 .* weights and 8 biases"):
+        layouts.canonical_to_torch([r(H, 2)] * 8, [r(H)] * 7, "lstm")  # a bias missing
+    with pytest.raises(ValueError, match="expected 6 .* weights and 6 biases"):
+        layouts.canonical_to_torch([r(H, 2)] * 6, [r(H)] * 7, "gru")
+    with pytest.raises(ValueError, match=r"gates_kernel/gates_bias: expected \[5, 6\] and \[6\]"):
+        layouts.block_gru_to_keras(r(2 + H, 2 * H), r(2 * H + 1), r(2 + H, H), r(H))
+    # Keras 2's CuDNNLSTM ([I, 4U], [U, 4U], [8U]) / CuDNNGRU ([I, 3U], [U, 3U], [6U]) weights
+    for shapes in [
+        ((2, 2 * H), (H, 2 * H), (4 * H,)),  # two gate blocks: neither layer
+        ((2, 4 * H), (H, 4 * H + 1), (8 * H,)),  # recurrent_kernel not [U, 4U]
+        ((4 * H,), (H, 4 * H), (8 * H,)),  # a vector for the kernel
+        ((2, 3 * H), (H, 4 * H), (8 * H,)),  # a GRU's kernel with an LSTM's recurrent kernel
+        ((2, 4 * H), (H, 4 * H), (4 * H,)),  # one bias (Keras' LSTM's), not bW and bR
+        ((2, 3 * H), (H, 3 * H), (3 * H,)),
+        ((2, 0), (0, 0), (0,)),  # no units
+    ]:
+        with pytest.raises(ValueError, match="are not a CuDNNLSTM's"):
+            layouts.keras_cudnn_to_keras(*(r(*s) for s in shapes))
+
+
+@needs_tf
+def test_layouts_block_lstm_without_inputs_vs_tf():
+    """A block kernel of exactly H rows (I = 0: TF's LSTMBlockCell runs x [B, 0]) converts;
+    its Keras weights compute TF's step."""
+    _, h, c, _, H, r = _lstm_case()
+    x = torch.zeros(2, 0)
+    kernel, bias = r(H, 4 * H), r(4 * H)
+    want = _tf_block_lstm_step(x, h, c, kernel, bias, forget_bias=0.5)
+    k, rk, b = layouts.block_lstm_to_keras(kernel, bias, forget_bias=0.5)
+    assert k.shape == (0, 4 * H)
+    _close_steps(_keras_lstm_step(x, h, c, k, rk, b), want)
+
+
+def _keras_gru_step(x, h, kernel, recurrent_kernel, bias):
+    """One Keras GRU(reset_after=True) step in float64 (z, r, h blocks; bias [2, 3U])."""
+    x, h, kernel, recurrent_kernel, bias = (t.double() for t in (x, h, kernel, recurrent_kernel,
+                                                                 bias))  # fmt: skip
+    xz, xr, xh = (x @ kernel + bias[0]).chunk(3, 1)
+    hz, hr, hh = (h @ recurrent_kernel + bias[1]).chunk(3, 1)
+    z, r = torch.sigmoid(xz + hz), torch.sigmoid(xr + hr)
+    return z * h + (1 - z) * torch.tanh(xh + r * hh)
+
+
+def test_layouts_keras2_cudnn_weights_vs_tf_keras():
+    """Keras 2's CuDNNLSTM / CuDNNGRU weights as tf_keras saved them (tests/data/keras2/
+    cudnn_weights.h5) through keras_cudnn_to_keras, run as Keras' LSTM and GRU(reset_after=True)
+    steps in float64, give the outputs tf_keras computed for the twin model it loaded those
+    weights into (its HDF5 loader's own conversion; expected.npz, written by
+    make_fixtures.py): the LSTM's sequence, then the go_backwards GRU's on it."""
+    import os
+
+    import h5py
+    import numpy as np
+
+    here = os.path.join(os.path.dirname(__file__), "data", "keras2")
+    e = np.load(os.path.join(here, "expected.npz"))
+    with h5py.File(os.path.join(here, "cudnn_weights.h5"), "r") as f:
+        w = {n: [torch.from_numpy(f[f"{n}/{n}/{v}:0"][()]) for v in
+                 ("kernel", "recurrent_kernel", "bias")] for n in ("clstm", "cgru")}  # fmt: skip
+    x = torch.from_numpy(e["cudnn/x"])  # [B, T, I]
+    k, rk, b = layouts.keras_cudnn_to_keras(*w["clstm"])
+    h = c = torch.zeros(x.shape[0], rk.shape[0], dtype=torch.float64)
+    seq = []
+    for t in range(x.shape[1]):
+        h, c = _keras_lstm_step(x[:, t], h, c, k, rk, b)
+        seq.append(h)
+    lstm_out = torch.stack(seq, 1)
+    torch.testing.assert_close(lstm_out, torch.from_numpy(e["cudnn/out0"]).double(), atol=1e-5,
+                               rtol=1e-5)  # fmt: skip
+    k, rk, b = layouts.keras_cudnn_to_keras(*w["cgru"])
+    assert b.shape == (2, rk.shape[1])
+    h, seq = torch.zeros(x.shape[0], rk.shape[0], dtype=torch.float64), []
+    for t in reversed(range(x.shape[1])):  # go_backwards: the outputs in the order run
+        h = _keras_gru_step(lstm_out[:, t], h, k, rk, b)
+        seq.append(h)
+    torch.testing.assert_close(torch.stack(seq, 1), torch.from_numpy(e["cudnn/out1"]).double(),
+                               atol=1e-5, rtol=1e-5)  # fmt: skip
