@@ -78,23 +78,22 @@ inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
   const float* src = w.const_data_ptr<float>();
   float* dst = out.data_ptr<float>();
   const int64_t rs = w.stride(0), cs = w.stride(1);
-  // A transposed view (CudnnRNN's Wᵀ and Rᵀ: unit-stride columns) of full panels goes through
-  // 16 x 16 register tiles: each panel is 16 of the matrix's rows transposed.
-  const bool tiles = rs == 1 && cs >= K && K >= kPanelWidth && detail::avx512_transpose_available();
+  // A transposed view (CudnnRNN's Wᵀ and Rᵀ, the backward's Whᵀ: unit-stride columns) of full
+  // panels goes through register tiles: each panel is 16 of the matrix's rows transposed.
+  const int64_t tile = detail::transpose_tile();
+  const bool tiles = rs == 1 && cs >= K && tile > 0 && K >= tile;
   at::parallel_for(0, U * G, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       const int64_t u = p / G, q = p % G, c0 = q * H + u * kPanelWidth;
       const int64_t n = std::min(kPanelWidth, H - u * kPanelWidth);
       float* __restrict o = dst + p * K * kPanelWidth;
-#if defined(TLG_HAVE_AVX512_TRANSPOSE)
       if (tiles && n == kPanelWidth) {
-        detail::transpose_rows_avx512(src + c0 * cs, kPanelWidth, cs, o, kPanelWidth, 0,
-                                      K / kPanelWidth * kPanelWidth);
+        detail::transpose_rows_tiled(src + c0 * cs, kPanelWidth, cs, o, kPanelWidth, 0,
+                                     K / tile * tile);
         detail::transpose_scalar(src + c0 * cs, cs, o, kPanelWidth, 0, kPanelWidth,
-                                 K / kPanelWidth * kPanelWidth, K);
+                                 K / tile * tile, K);
         continue;
       }
-#endif
       if (cs == 1 || rs > cs) {  // rows of w contiguous (or closer to it): row by row
         for (int64_t k = 0; k < K; ++k) {
           for (int64_t l = 0; l < n; ++l) o[k * kPanelWidth + l] = src[k * rs + (c0 + l) * cs];

@@ -2,11 +2,12 @@
 // left operand ([x, h]ᵀ, [L·B] columns) built contiguous by these, and CudnnRNN writes its
 // weight gradients back into the params' layout with them.
 //
-// float32 goes through 16 x 16 register tiles on AVX-512 (16 loads, 64 shuffles, 16 stores per
-// tile) where the CPU has it: the plain tiled loop, one element at a time, took 0.8-1.1 ms to
-// build BlockLSTM's [x, h]ᵀ ([512, 1600] at T=50 B=32 I=H=256, timers inside the op); the tiles
-// transpose each [1600, 256] half in 0.02-0.2 ms (operands in cache / not), against 0.2-0.4 ms
-// for ATen's one-thread transposing copy. Everything else takes the plain loop.
+// float32 goes through register tiles, 16 x 16 on AVX-512 (16 loads, 64 shuffles, 16 stores per
+// tile), 8 x 8 on AVX2 (8 loads, 24 shuffles, 8 stores), the widest the CPU (and cpu::isa())
+// has: the plain tiled loop, one element at a time, took 0.8-1.1 ms to build BlockLSTM's
+// [x, h]ᵀ ([512, 1600] at T=50 B=32 I=H=256, timers inside the op); the AVX-512 tiles transpose
+// each [1600, 256] half in 0.02-0.2 ms (operands in cache / not), against 0.2-0.4 ms for ATen's
+// one-thread transposing copy. Everything else takes the plain loop.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,7 +20,7 @@
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
-#define TLG_HAVE_AVX512_TRANSPOSE 1
+#define TLG_HAVE_REGISTER_TILES 1
 #endif
 
 namespace torch_lstm_grad::cpu {
@@ -35,7 +36,7 @@ inline void transpose_scalar(const T* src, int64_t lds, T* dst, int64_t ldd, int
   }
 }
 
-#if defined(TLG_HAVE_AVX512_TRANSPOSE)
+#if defined(TLG_HAVE_REGISTER_TILES)
 // GCC 12's unmasked AVX-512 shuffles pass _mm512_undefined_ps(), which it defines as a
 // self-initialised variable, and -Wall then reports "'__Y' is used uninitialized" once per
 // shuffle inlined here (GCC bug 105593, fixed in GCC 13). Nothing is read uninitialised.
@@ -91,35 +92,86 @@ __attribute__((target("avx512f"))) inline void transpose_rows_avx512(const float
   transpose_scalar(src, lds, dst, ldd, m16, m, j0, j1);
 }
 #pragma GCC diagnostic pop
+
+// One 8 x 8 float tile, the AVX2 form of transpose_16x16. Unpacking pairs of rows (32, then 64
+// bits) leaves, in 128-bit lane l of vector 4g + c, column 4l + c of rows 4g..4g+3; one 128-bit
+// lane exchange then joins the two row groups' halves of each column.
+__attribute__((target("avx2"))) inline void transpose_8x8(const float* src, int64_t lds,
+                                                           float* dst, int64_t ldd) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * lds);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    _mm256_storeu_ps(dst + c * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x20));
+    _mm256_storeu_ps(dst + (c + 4) * ldd, _mm256_permute2f128_ps(r[c], r[4 + c], 0x31));
+  }
+}
+
+// As transpose_rows_avx512 with 8 x 8 tiles (j1 - j0 a multiple of 8).
+__attribute__((target("avx2"))) inline void transpose_rows_avx2(const float* src, int64_t m,
+                                                                 int64_t lds, float* dst,
+                                                                 int64_t ldd, int64_t j0,
+                                                                 int64_t j1) {
+  const int64_t m8 = m / 8 * 8;
+  for (int64_t i = 0; i < m8; i += 8) {
+    for (int64_t j = j0; j < j1; j += 8) {
+      transpose_8x8(src + i * lds + j, lds, dst + j * ldd + i, ldd);
+    }
+  }
+  transpose_scalar(src, lds, dst, ldd, m8, m, j0, j1);
+}
 #endif
 
-inline bool avx512_transpose_available() {
-#if defined(TLG_HAVE_AVX512_TRANSPOSE)
-  static const bool isa = cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f");
-  return isa;
+// The width of the register tiles float32 transposes take here: 16 (AVX-512), 8 (AVX2), or 0
+// (none: the plain loop).
+inline int64_t transpose_tile() {
+#if defined(TLG_HAVE_REGISTER_TILES)
+  static const int64_t tile = cpu::isa() == Isa::kAvx512 && cpu_has("avx512_f") ? 16
+                              : cpu::isa() >= Isa::kAvx2 && cpu_has("avx2")    ? 8
+                                                                                : 0;
+  return tile;
 #else
-  return false;
+  return 0;
+#endif
+}
+
+// Rows [j0, j1) of dst = srcᵀ (src [m, ·] with row stride lds) in transpose_tile()'s tiles;
+// j1 - j0 a multiple of the tile, which must not be 0.
+inline void transpose_rows_tiled(const float* src, int64_t m, int64_t lds, float* dst,
+                                 int64_t ldd, int64_t j0, int64_t j1) {
+#if defined(TLG_HAVE_REGISTER_TILES)
+  if (transpose_tile() == 16) return transpose_rows_avx512(src, m, lds, dst, ldd, j0, j1);
+  return transpose_rows_avx2(src, m, lds, dst, ldd, j0, j1);
+#else
+  TORCH_INTERNAL_ASSERT(false, "transpose_rows_tiled: built without x86 register tiles");
 #endif
 }
 
 }  // namespace detail
 
 // dst[j, i] = src[i, j] for an [m, n] src with row stride lds, into rows of stride ldd, split
-// over the threads by blocks of dst rows. Other types (or no AVX-512) in 32 x 32 tiles, so both
-// sides of a tile stay in cache.
+// over the threads by blocks of dst rows. Other types (or no register tiles) in 32 x 32 tiles of
+// the plain loop, so both sides of a tile stay in cache.
 template <typename T>
 void transpose(const T* src, int64_t m, int64_t n, int64_t lds, T* dst, int64_t ldd) {
   if constexpr (std::is_same_v<T, float>) {
-#if defined(TLG_HAVE_AVX512_TRANSPOSE)
-    if (detail::avx512_transpose_available()) {
-      const int64_t n16 = n / 16 * 16;
-      at::parallel_for(0, n16 / 16, 4, [&](int64_t c0, int64_t c1) {
-        detail::transpose_rows_avx512(src, m, lds, dst, ldd, c0 * 16, c1 * 16);
+    if (const int64_t tile = detail::transpose_tile(); tile > 0) {
+      const int64_t whole = n / tile * tile;
+      at::parallel_for(0, whole / tile, 64 / tile, [&](int64_t c0, int64_t c1) {
+        detail::transpose_rows_tiled(src, m, lds, dst, ldd, c0 * tile, c1 * tile);
       });
-      detail::transpose_scalar(src, lds, dst, ldd, 0, m, n16, n);
+      detail::transpose_scalar(src, lds, dst, ldd, 0, m, whole, n);
       return;
     }
-#endif
   }
   constexpr int64_t kTile = 32;
   at::parallel_for(0, (n + kTile - 1) / kTile, 1, [&](int64_t c0, int64_t c1) {
