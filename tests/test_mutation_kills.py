@@ -7,7 +7,7 @@ import pytest
 import torch
 from tf_oracle import available as _tf_available
 
-from torch_lstm_grad import layouts, ops, reference
+from torch_lstm_grad import layouts, modules, ops, reference
 
 T, B, I, H = 3, 2, 4, 5  # noqa: E741
 
@@ -278,3 +278,87 @@ def test_layouts_keras2_cudnn_weights_vs_tf_keras():
         seq.append(h)
     torch.testing.assert_close(torch.stack(seq, 1), torch.from_numpy(e["cudnn/out1"]).double(),
                                atol=1e-5, rtol=1e-5)  # fmt: skip
+
+
+@pytest.mark.parametrize("direction", ["unidirectional", "bidirectional"])
+def test_layouts_opaque_params_round_trip_with_projection(direction):
+    """Canonical lists of a 2-layer LSTM with a projection (per pseudo-layer 8 weights + W_proj,
+    8 biases) -> canonical_to_params -> params_to_canonical: the same tensors back, every
+    layer and direction's W_proj included."""
+    L, H, I, P = 2, 4, 3, 2  # noqa: E741
+    D = 2 if direction == "bidirectional" else 1
+    weights, biases = [], []
+    for layer in range(L):
+        for _ in range(D):
+            n_in = I if layer == 0 else P * D
+            weights += [torch.randn(H, n_in) for _ in range(4)]
+            weights += [torch.randn(H, P) for _ in range(4)] + [torch.randn(P, H)]
+            biases += [torch.randn(H) for _ in range(8)]
+    kw = {"direction": direction, "num_proj": P}
+    params = layouts.canonical_to_params(weights, biases, "lstm", L, H, I, **kw)
+    w2, b2 = layouts.params_to_canonical(params, "lstm", L, H, I, **kw)
+    assert len(w2) == len(weights) and len(b2) == len(biases)
+    assert all(torch.equal(a, b) for a, b in zip(w2 + b2, weights + biases, strict=True))
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru"])
+def test_layouts_torch_rnn_without_bias_to_cudnn_vs_torch_nn(mode):
+    """A torch.nn LSTM/GRU with bias=False (I != H) becomes a Cudnn* module with zero biases
+    computing what torch.nn computes (float64: outputs and final states)."""
+    cls = torch.nn.LSTM if mode == "lstm" else torch.nn.GRU
+    ref = cls(3, 5, num_layers=2, bias=False, dtype=torch.float64)
+    ours = layouts.torch_rnn_to_cudnn(ref)
+    x = torch.randn(4, 2, 3, dtype=torch.float64)
+    with torch.no_grad():
+        want, got = ref(x), ours(x)
+    torch.testing.assert_close(got[0], want[0])
+    want_states = want[1] if mode == "lstm" else (want[1],)
+    for g, w in zip(got[1], want_states, strict=True):
+        torch.testing.assert_close(g, w)
+
+
+def test_layouts_cudnn_to_torch_rnn_input_modes():
+    """cudnn_to_torch_rnn refuses a model whose layer 0 has no input matrix (skip_input, or
+    auto_select with input_size == num_units, as the op decides), and converts every other:
+    linear_input with input_size == num_units, auto_select with input_size != num_units. The
+    converted weights are those of the torch.nn.LSTM they were set from."""
+    for kw in ({"input_mode": "skip_input"}, {"input_mode": "auto_select"}):
+        m = modules.CudnnLSTM(1, 4, 4, **kw)
+        with pytest.raises(ValueError, match="skip_input feeds x to the gates"):
+            layouts.cudnn_to_torch_rnn(m)
+    for size, mode in ((4, "linear_input"), (3, "auto_select")):
+        ref = torch.nn.LSTM(size, 4)
+        m = modules.CudnnLSTM(1, 4, size, input_mode=mode)
+        sd = {n[:-3]: p.detach() for n, p in ref.named_parameters()}
+        with torch.no_grad():
+            m.set_canonical_weights(*layouts.torch_to_canonical(**sd, rnn_mode="lstm"))
+        back = layouts.cudnn_to_torch_rnn(m).state_dict()
+        assert back.keys() == ref.state_dict().keys()
+        assert all(torch.equal(back[k], v) for k, v in ref.state_dict().items())
+
+
+def _keras2_loader_conversion(kernel, recurrent_kernel, bias, n_gates, lstm):
+    """What Keras 2's HDF5 loader does to CuDNNLSTM / CuDNNGRU weights to load them into LSTM /
+    GRU(reset_after=True) (tf_keras `_convert_rnn_weights`, from_cudnn=True), in numpy:
+    kernel blocks `k.T.reshape(k.shape, order="F")`, recurrent blocks transposed, the bias
+    reshaped (2, -1) and, for the LSTM, summed."""
+    import numpy as np
+
+    k = np.hstack([b.T.reshape(b.shape, order="F") for b in np.hsplit(kernel, n_gates)])
+    r = np.hstack([b.T for b in np.hsplit(recurrent_kernel, n_gates)])
+    b = bias.reshape(2, -1)
+    return k, r, b.sum(axis=0) if lstm else b
+
+
+@pytest.mark.parametrize("n_gates", [4, 3])
+def test_layouts_keras2_cudnn_weights_vs_the_loaders_conversion(n_gates):
+    """keras_cudnn_to_keras with I != U != number of gates (the fixture's CuDNNLSTM has I = 4
+    gates, its CuDNNGRU I = 3): Keras 2's loader conversion, bit for bit."""
+    I, U = 2, 5  # noqa: E741
+    w = [torch.randn(I, n_gates * U, dtype=torch.float64),
+         torch.randn(U, n_gates * U, dtype=torch.float64),
+         torch.randn(2 * n_gates * U, dtype=torch.float64)]  # fmt: skip
+    want = _keras2_loader_conversion(*(t.numpy() for t in w), n_gates, n_gates == 4)
+    got = layouts.keras_cudnn_to_keras(*w)
+    for g, e in zip(got, want, strict=True):
+        assert torch.equal(g, torch.from_numpy(e))
