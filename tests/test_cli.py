@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from torch_lstm_grad import _parity, cli, raw_ops
 
@@ -103,6 +104,20 @@ def test_bench_inference_and_module_rows(tmp_path, capsys):
         assert all(r["ms"][k] > 0 and r["ratio"][f"{k}/nn.LSTM"] > 0 for k in names)
     assert rows[0]["us_per_step"]["nn.LSTM"] == pytest.approx(rows[0]["ms"]["nn.LSTM"] * 1e3 / 3)
     assert rows[1]["ratio"]["ours/nn.LSTM"] > 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's mmap threshold; ru_minflt")
+def test_bench_counts_page_faults_per_call():
+    """The bench's page-fault count per call: a buffer above glibc's largest mmap threshold
+    (32 MB) is mapped afresh and faulted in on every call (8,192 pages of 4 KB at 32 MB; fewer
+    with huge pages), a call that allocates nothing takes none."""
+    from torch_lstm_grad import _bench
+
+    faults = {}
+    _bench._time_paired({"fresh": lambda: torch.ones(64 << 20, dtype=torch.uint8),
+                         "none": lambda: None}, 0.05, faults)  # fmt: skip
+    assert faults["none"] < 5
+    assert faults["fresh"] > 10
 
 
 def test_bench_rejects_a_bad_shape(capsys):

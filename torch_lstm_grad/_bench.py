@@ -34,6 +34,13 @@ between minutes this compares the two under the same conditions, where timing ea
 in turn did not (the same code measured 1.10x and 1.29x in two runs). TF runs in blocks of its
 own (median of repeats, timeit-style): interleaved with torch's calls, each library's idle
 worker threads would spin on the CPUs the other one is using.
+
+Page faults: each paired implementation's minor page faults per call are saved
+(``page_faults_per_call``) and printed from 100 a call. glibc gives large freed buffers back to
+the kernel, or keeps them, depending on where they lie in its heap, which differs from process
+to process: the same forward measured 9.5-9.8 ms in some processes (0 faults a call) and 17.4 ms
+in others (5,900), so a ratio is only that process's (``MALLOC_MMAP_THRESHOLD_`` and
+``MALLOC_TRIM_THRESHOLD_`` make glibc keep its memory: README, Benchmarks).
 """
 
 from __future__ import annotations
@@ -53,6 +60,11 @@ import time
 import torch
 
 from . import raw_ops
+
+try:
+    import resource  # POSIX: the page-fault counts
+except ImportError:  # Windows
+    resource = None
 
 DEFAULT_SHAPES = ((50, 32, 256, 256), (100, 16, 128, 512), (20, 64, 512, 512))
 # Issue 19's serving shapes: B = 1 and 8 at H = 256 and 512, a long sequence at B = 4, B = 64.
@@ -287,9 +299,18 @@ def _tf_fns(tf, T, inputs):
     return (lambda: fwd(*args)), (lambda: fwd_bwd(*args))
 
 
-def _time_paired(fns: dict, min_run_time: float) -> dict[str, list[float]]:
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt if resource else 0
+
+
+def _time_paired(fns: dict, min_run_time: float,
+                 faults: dict | None = None) -> dict[str, list[float]]:  # fmt: skip
     """Seconds per call of each of `fns`, timed in rounds that call every one once (a batch of
-    calls where one call is under 2 ms), in a shuffled order: list k of each is round k."""
+    calls where one call is under 2 ms), in a shuffled order: list k of each is round k.
+    `faults`, if given, gets each one's minor page faults per call (the process's, so its
+    worker threads' too): glibc hands large freed buffers back to the kernel or keeps them,
+    depending on the heap's layout, which differs from process to process, and the same code
+    then runs up to 1.8x slower (benchmarks/results/cpu-issue31-2026-11-26d.md)."""
     number = {}
     for name, fn in fns.items():
         fn()  # warm-up (oneDNN primitive creation, allocator)
@@ -297,6 +318,7 @@ def _time_paired(fns: dict, min_run_time: float) -> dict[str, list[float]]:
         fn()
         number[name] = max(1, int(2e-3 / max(time.perf_counter() - start, 1e-9)))
     per_call = {name: [] for name in fns}
+    fault_count, calls = dict.fromkeys(fns, 0), dict.fromkeys(fns, 0)
     order, rng = list(fns), random.Random(0)
     deadline = time.perf_counter() + min_run_time * len(fns)
     gc_was_enabled = gc.isenabled()
@@ -306,14 +328,27 @@ def _time_paired(fns: dict, min_run_time: float) -> dict[str, list[float]]:
             rng.shuffle(order)
             for name in order:
                 fn, n = fns[name], number[name]
+                faults_before = _minor_faults()
                 start = time.perf_counter()
                 for _ in range(n):
                     fn()
                 per_call[name].append((time.perf_counter() - start) / n)
+                fault_count[name] += _minor_faults() - faults_before
+                calls[name] += n
     finally:
         if gc_was_enabled:
             gc.enable()
+    if faults is not None:
+        faults.update({name: fault_count[name] / max(calls[name], 1) for name in fns})
     return per_call
+
+
+def _fault_note(faults: dict) -> None:
+    """Says which implementations took page faults on every call (memory glibc returned to the
+    kernel and took back: time that another process's heap layout may not spend)."""
+    many = {k: v for k, v in faults.items() if v >= 100}
+    if many:
+        _progress("  page faults a call: " + ", ".join(f"{k} {v:.0f}" for k, v in many.items()))
 
 
 def _time_tf(fn, min_run_time: float) -> float:
@@ -443,10 +478,12 @@ def _run_inference(shapes, seed: int, run_time: float) -> list[dict]:
         fns = {k: v[0] for k, v in _module_fns(inputs, seed).items()}
         fns["nn.LSTM"] = _nn_lstm(inputs, seed)[0]
         _progress(f"[inference {n}/{len(shapes)}] T={T} B={B} I={I} H={H} ...", end="")
+        faults: dict[str, float] = {}
         with torch.inference_mode():
-            paired = _time_paired(fns, run_time)
+            paired = _time_paired(fns, run_time, faults)
         ms = {k: statistics.median(v) * 1e3 for k, v in paired.items()}
         _progress(" " + " / ".join(f"{v:.3f}" for v in ms.values()) + " ms")
+        _fault_note(faults)
         results.append(
             {
                 "shape": [T, B, I, H],
@@ -460,6 +497,7 @@ def _run_inference(shapes, seed: int, run_time: float) -> list[dict]:
                 },
                 "us_per_step": {k: v * 1e3 / T for k, v in ms.items()},
                 "paired_rounds": len(paired["nn.LSTM"]),
+                "page_faults_per_call": faults,
             }
         )
     return results
@@ -491,7 +529,8 @@ def _run_training(shapes, args, tf, modules: bool, run_time: float) -> list[dict
             done += 1
             _progress(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} "
                       f"{', '.join(paired_impls)} ...", end="")  # fmt: skip
-            paired = _time_paired({impl: fns[impl][k] for impl in paired_impls}, run_time)
+            faults: dict[str, float] = {}
+            paired = _time_paired({impl: fns[impl][k] for impl in paired_impls}, run_time, faults)
             for impl, secs in paired.items():
                 ms[impl] = statistics.median(secs) * 1e3
             ratio = {
@@ -502,6 +541,7 @@ def _run_training(shapes, args, tf, modules: bool, run_time: float) -> list[dict
                 if impl != "nn.LSTM"
             }
             _progress(" " + " / ".join(f"{ms[impl]:.3f}" for impl in paired_impls) + " ms")
+            _fault_note(faults)
             if tf:
                 done += 1
                 _progress(f"[{done}/{total}] T={T} B={B} I={I} H={H} {p} TF ...", end="")
@@ -515,6 +555,7 @@ def _run_training(shapes, args, tf, modules: bool, run_time: float) -> list[dict
                     "ms": ms,
                     "ratio": ratio,
                     "paired_rounds": len(paired["ours"]),
+                    "page_faults_per_call": faults,
                 }
             )
     return results
