@@ -3,6 +3,7 @@ of the Python layers no other test killed. Every expectation is TensorFlow's, Ke
 a float64 computation's (`torch_lstm_grad.reference`, or written out here) or a documented
 contract or refusal, never this package's own numbers."""
 
+import numpy as np
 import pytest
 import torch
 from tf_oracle import available as _tf_available
@@ -252,8 +253,9 @@ def test_layouts_keras2_cudnn_weights_vs_tf_keras():
     make_fixtures.py): the LSTM's sequence, then the go_backwards GRU's on it."""
     import os
 
-    import h5py
     import numpy as np
+
+    h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not installed")
 
     here = os.path.join(os.path.dirname(__file__), "data", "keras2")
     e = np.load(os.path.join(here, "expected.npz"))
@@ -362,3 +364,58 @@ def test_layouts_keras2_cudnn_weights_vs_the_loaders_conversion(n_gates):
     got = layouts.keras_cudnn_to_keras(*w)
     for g, e in zip(got, want, strict=True):
         assert torch.equal(g, torch.from_numpy(e))
+
+
+# -- porting/describe_tf1.py ----------------------------------------------------------------------
+
+
+def _describe_tf1(variables, **statements):
+    from torch_lstm_grad.porting.describe_tf1 import describe_tf1
+    from torch_lstm_grad.porting.source import Source, Writer
+    from torch_lstm_grad.porting.statements import Statements
+
+    source = Source("ckpt", "TF1 checkpoint", Writer("tf1"), variables)
+    return describe_tf1(source, Statements.from_args(**statements))
+
+
+def _lstm_variables(scope, I=2, H=3):  # noqa: E741
+    return {f"{scope}/kernel": np.zeros((I + H, 4 * H), np.float32),
+            f"{scope}/bias": np.zeros(4 * H, np.float32)}  # fmt: skip
+
+
+@needs_tf
+def test_describe_tf1_assume_defaults_are_tf1s():
+    """A checkpoint without a meta graph stores no cell arguments: `--assume-defaults` takes
+    TF1's LSTMCell's own defaults (forget_bias 1.0, no cell_clip, tanh; read from TF's
+    signature), marked as not stored in the file; a nested scope's leaf names the class
+    (basic_lstm_cell: BasicLSTMCell; cudnn_compatible_lstm_cell: forget bias 0, as TF1 contrib's
+    CudnnCompatibleLSTMCell, an LSTMBlockCell with forget_bias=0)."""
+    import inspect
+
+    from tf_oracle import tf_module
+
+    tf_module()
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl  # TF1's cells
+
+    sig = inspect.signature(rnn_cell_impl.LSTMCell.__init__).parameters
+    (d,), refusals = _describe_tf1(_lstm_variables("rnn/lstm_cell"), assume_defaults=True)
+    assert not refusals
+    assert d.value("forget_bias") == sig["forget_bias"].default == 1.0
+    assert d.value("cell_clip") is sig["cell_clip"].default is None
+    assert d.value("activation") == "tanh" and sig["activation"].default is None  # None: tanh
+    assert not any(d.attrs[k].stored for k in ("forget_bias", "cell_clip", "activation"))
+    (d,), _ = _describe_tf1(_lstm_variables("rnn/basic_lstm_cell"), assume_defaults=True)
+    assert d.kind == "tf1.BasicLSTMCell"
+    (d,), _ = _describe_tf1(_lstm_variables("rnn/cudnn_compatible_lstm_cell"))
+    assert d.kind == "tf1.CudnnCompatibleLSTMCell" and d.value("forget_bias") == 0.0
+
+
+def test_describe_tf1_refuses_unstored_arguments_without_approximation():
+    """Without a graph, `--set` or `--assume-defaults`, the cell is refused naming what is
+    missing and why; the refusal offers no approximation (so `--approximate` cannot let it
+    through)."""
+    (d,), refusals = _describe_tf1(_lstm_variables("rnn/lstm_cell"))
+    (r,) = refusals
+    assert r.attribute == "forget_bias, cell_clip, activation" and r.approximation is None
+    assert r.reason.startswith("no meta graph next to the checkpoint: checkpoints store weights")
+    assert "--assume-defaults" in r.reason
