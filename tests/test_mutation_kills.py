@@ -400,14 +400,17 @@ def test_describe_tf1_assume_defaults_are_tf1s():
     sig = inspect.signature(rnn_cell_impl.LSTMCell.__init__).parameters
     (d,), refusals = _describe_tf1(_lstm_variables("rnn/lstm_cell"), assume_defaults=True)
     assert not refusals
+    assert d.kind == "tf1.LSTMCell" and d.value("gate_activation") == "sigmoid"
     assert d.value("forget_bias") == sig["forget_bias"].default == 1.0
     assert d.value("cell_clip") is sig["cell_clip"].default is None
     assert d.value("activation") == "tanh" and sig["activation"].default is None  # None: tanh
     assert not any(d.attrs[k].stored for k in ("forget_bias", "cell_clip", "activation"))
     (d,), _ = _describe_tf1(_lstm_variables("rnn/basic_lstm_cell"), assume_defaults=True)
     assert d.kind == "tf1.BasicLSTMCell"
-    (d,), _ = _describe_tf1(_lstm_variables("rnn/cudnn_compatible_lstm_cell"))
-    assert d.kind == "tf1.CudnnCompatibleLSTMCell" and d.value("forget_bias") == 0.0
+    (d,), refusals = _describe_tf1(_lstm_variables("rnn/cudnn_compatible_lstm_cell"))
+    assert d.kind == "tf1.CudnnCompatibleLSTMCell" and not refusals
+    assert {k: d.attrs[k].value for k in ("forget_bias", "cell_clip", "activation")} == {
+        "forget_bias": 0.0, "cell_clip": None, "activation": "tanh"}  # fmt: skip
 
 
 def test_describe_tf1_refuses_unstored_arguments_without_approximation():
@@ -419,3 +422,21 @@ def test_describe_tf1_refuses_unstored_arguments_without_approximation():
     assert r.attribute == "forget_bias, cell_clip, activation" and r.approximation is None
     assert r.reason.startswith("no meta graph next to the checkpoint: checkpoints store weights")
     assert "--assume-defaults" in r.reason
+
+
+def test_describe_tf1_refuses_misshapen_projection_and_peepholes():
+    """An LSTM scope whose projection/kernel is not [H, P], or whose w_*_diag is not [H], is
+    refused naming the layer, the variable and its shape."""
+    v = _lstm_variables("rnn/lstm_cell", I=2, H=3)
+    v["rnn/lstm_cell/kernel"] = np.zeros((2 + 2, 12), np.float32)  # I + P rows, P = 2
+    v["rnn/lstm_cell/projection/kernel"] = np.zeros((4, 2), np.float32)  # [4, P]: H is 3
+    descriptions, refusals = _describe_tf1(v, assume_defaults=True)
+    assert not descriptions
+    assert [(r.layer, r.attribute, r.value, r.reason) for r in refusals] == [
+        ("rnn.lstm_cell", "projection/kernel", [4, 2], "expected [3, P]")]  # fmt: skip
+    v = _lstm_variables("rnn/lstm_cell", I=2, H=3)
+    v |= {f"rnn/lstm_cell/w_{g}_diag": np.zeros(3, np.float32) for g in "ifo"}
+    v["rnn/lstm_cell/w_f_diag"] = np.zeros(4, np.float32)
+    _, refusals = _describe_tf1(v, assume_defaults=True)
+    assert [(r.layer, r.attribute, r.value, r.reason) for r in refusals] == [
+        ("rnn.lstm_cell", "w_f_diag", [4], "expected [3]")]  # fmt: skip
