@@ -440,3 +440,26 @@ def test_describe_tf1_refuses_misshapen_projection_and_peepholes():
     _, refusals = _describe_tf1(v, assume_defaults=True)
     assert [(r.layer, r.attribute, r.value, r.reason) for r in refusals] == [
         ("rnn.lstm_cell", "w_f_diag", [4], "expected [3]")]  # fmt: skip
+
+
+def test_describe_tf1_clip_gradient_without_a_graph():
+    """Without a graph, a clipping cell's gradient rule comes from `--set clip_gradient` (the
+    layer named either way: its module name or its scope), from the class when the scope names
+    it (lstm_fused_cell: LSTMBlockFusedCell's kernel passes the gradient through), else the cell
+    is refused: LSTMCell's clip_by_value and LSTMBlockCell's kernel differ, and the checkpoint
+    does not say which wrote it."""
+    sets = ["rnn.lstm_cell:cell_clip=3.0", "rnn.lstm_cell:clip_gradient=zero"]
+    (d,), refusals = _describe_tf1(_lstm_variables("rnn/lstm_cell"), sets=sets,
+                                   assume_defaults=True)  # fmt: skip
+    assert not refusals and d.value("cell_clip") == 3.0
+    assert d.value("clip_gradient") == "zero" and not d.attrs["clip_gradient"].stored
+    (d,), refusals = _describe_tf1(_lstm_variables("lstm_fused_cell"), sets=["cell_clip=3.0"],
+                                   assume_defaults=True)  # fmt: skip
+    assert not refusals and d.kind == "tf1.LSTMBlockFusedCell"
+    assert d.value("clip_gradient") == "straight_through"
+    (d,), refusals = _describe_tf1(_lstm_variables("rnn/lstm_cell"), sets=["cell_clip=3.0"],
+                                   assume_defaults=True)  # fmt: skip
+    (r,) = refusals
+    assert (r.layer, r.attribute, r.value) == ("rnn.lstm_cell", "clip_gradient", "(not stored)")
+    assert "give --set clip_gradient=zero (LSTMCell) or straight_through" in r.reason
+    assert r.approximation is None
