@@ -54,6 +54,14 @@ _UNARY = {
 _ACCUMULATORS = {"TensorListPushBack", "StackPushV2", "StackPush"}
 _FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
 _FUSED_GRU = {"GRUBlockCell": 2}
+# The fused LSTM ops' attributes as TF's op registry defaults them (tensorflow/core/ops/
+# rnn_ops.cc): a graph saved with strip_default_attrs=True (TF1's SavedModelBuilder,
+# export_meta_graph) leaves out every attribute equal to its default, and TF runs the node with it.
+_FUSED_DEFAULTS = {
+    "BlockLSTM": {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": False},
+    "LSTMBlockCell": {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": False},
+    "BlockLSTMV2": {"cell_clip": 0.0, "use_peephole": False},
+}
 
 
 def _is_gradient(name: str) -> bool:
@@ -347,24 +355,18 @@ class TF1Graph:
         return notes
 
 
+def _fused_attrs(u: _Node) -> dict:
+    """The node's forget_bias, cell_clip, use_peephole: as stored, else the op's default."""
+    stored = {k: u.attrs[k] for k in ("forget_bias", "cell_clip", "use_peephole") if k in u.attrs}
+    return {**_FUSED_DEFAULTS.get(u.op, {}), **stored}
+
+
 def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
-    ops = {
-        (
-            u.op,
-            tuple(
-                sorted(
-                    (k, v)
-                    for k, v in u.attrs.items()
-                    if k in ("forget_bias", "cell_clip", "use_peephole")
-                )
-            ),
-        )
-        for u in uses
-    }
+    ops = {(u.op, tuple(sorted(_fused_attrs(u).items()))) for u in uses}
     if len(ops) != 1:
         return GraphCell(None, problem=f"{var} feeds differently configured ops: {sorted(ops)}")
     u = uses[0]
-    attrs = {k: u.attrs[k] for k in ("forget_bias", "cell_clip", "use_peephole") if k in u.attrs}
+    attrs = _fused_attrs(u)
     if u.op == "BlockLSTMV2":
         attrs["forget_bias"] = 0.0
     # The ops' inputs and outputs (tensorflow/core/ops/rnn_ops.cc): BlockLSTM(seq_len_max, x,
