@@ -463,3 +463,31 @@ def test_describe_tf1_clip_gradient_without_a_graph():
     assert (r.layer, r.attribute, r.value) == ("rnn.lstm_cell", "clip_gradient", "(not stored)")
     assert "give --set clip_gradient=zero (LSTMCell) or straight_through" in r.reason
     assert r.approximation is None
+
+
+@needs_tf
+def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
+    """A fused LSTM node without forget_bias / cell_clip / use_peephole (a graph saved with
+    strip_default_attrs=True, as TF1's SavedModelBuilder can write it) computes with the op's
+    registered defaults, as TF runs it: the cell read from it carries TF's op registry's
+    defaults (BlockLSTM, LSTMBlockCell: forget bias 1, clip 3; BlockLSTMV2: clip 0), and such a
+    node and one storing the same values are one configuration."""
+    from tf_oracle import tf_module
+
+    tf_module()
+    from tensorflow.python.framework import op_def_registry
+
+    from torch_lstm_grad.porting import tf1_graph
+
+    for op in ("BlockLSTM", "LSTMBlockCell", "BlockLSTMV2"):
+        want = {a.name: a.default_value.f if a.type == "float" else a.default_value.b
+                for a in op_def_registry.get(op).attr
+                if a.name in ("forget_bias", "cell_clip", "use_peephole")}  # fmt: skip
+        n_in = 9 if op != "LSTMBlockCell" else 8
+        stripped = tf1_graph._Node("a", op, [("in", k) for k in range(n_in)], {})
+        stored = tf1_graph._Node("b", op, [("in", k) for k in range(n_in)], dict(want))
+        cell = tf1_graph._fused_cell(None, [stripped, stored], "w")
+        assert cell.problem is None and cell.cls == op
+        if op == "BlockLSTMV2":
+            want["forget_bias"] = 0.0  # it has no forget bias (Keras' LSTM math)
+        assert cell.attrs == want
