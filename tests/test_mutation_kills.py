@@ -491,3 +491,48 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
         if op == "BlockLSTMV2":
             want["forget_bias"] = 0.0  # it has no forget bias (Keras' LSTM math)
         assert cell.attrs == want
+
+
+def _describe_with_graph_cell(variables, cell):
+    """describe_tf1 with a meta graph whose op at every scope is `cell` (tf1_graph.GraphCell)."""
+    from types import SimpleNamespace
+
+    from torch_lstm_grad.porting.describe_tf1 import describe_tf1
+    from torch_lstm_grad.porting.source import Source, Writer
+    from torch_lstm_grad.porting.statements import Statements
+
+    graph = SimpleNamespace(label="meta graph", cell_at=lambda scope, kind: cell,
+                            cell_notes=lambda scope, c: [])  # fmt: skip
+    source = Source("ckpt", "TF1 checkpoint", Writer("tf1"), variables, graph=graph)
+    return describe_tf1(source, Statements())
+
+
+def test_describe_tf1_fused_ops_attributes():
+    """A fused LSTM op read from the graph: its forget_bias and cell_clip as stored (a clip
+    <= 0 clips nothing), TF's straight-through clip gradient (BlockLSTMGrad) when it clips,
+    BlockLSTMV2's Keras gate order; refused when the op's use_peephole and the w_*_diag
+    variables disagree, or when the scope holds a projection the op cannot apply."""
+    from torch_lstm_grad.porting.tf1_graph import GraphCell
+
+    v = _lstm_variables("rnn/lstm_fused_cell")
+    attrs = {"forget_bias": 0.7, "cell_clip": 0.5, "use_peephole": False}
+    (d,), refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTM", attrs, "op x"))
+    assert not refusals and d.kind == "tf1.LSTMBlockFusedCell"
+    got = {k: d.value(k) for k in ("forget_bias", "cell_clip", "clip_gradient", "gate_order")}
+    assert got == {"forget_bias": 0.7, "cell_clip": 0.5, "clip_gradient": "straight_through",
+                   "gate_order": None}  # fmt: skip
+    attrs = {"forget_bias": 0.0, "cell_clip": 0.0, "use_peephole": False}
+    (d,), refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTMV2", attrs, "op x"))
+    assert not refusals and d.value("cell_clip") is None and d.value("gate_order") == "ifco"
+    assert "clip_gradient" not in d.attrs
+    attrs = {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": True}  # no w_*_diag
+    _, refusals = _describe_with_graph_cell(v, GraphCell("LSTMBlockCell", attrs, "op x"))
+    assert [(r.layer, r.attribute, r.value) for r in refusals] == [
+        ("rnn.lstm_fused_cell", "use_peepholes", True)]  # fmt: skip
+    v = _lstm_variables("rnn/lstm_fused_cell", I=2, H=3)
+    v["rnn/lstm_fused_cell/kernel"] = np.zeros((2 + 2, 12), np.float32)
+    v["rnn/lstm_fused_cell/projection/kernel"] = np.zeros((3, 2), np.float32)
+    attrs = {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": False}
+    _, refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTM", attrs, "op x"))
+    assert [(r.layer, r.attribute, r.value) for r in refusals] == [
+        ("rnn.lstm_fused_cell", "projection/kernel", [3, 2])]  # fmt: skip
