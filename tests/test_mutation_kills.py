@@ -536,3 +536,41 @@ def test_describe_tf1_fused_ops_attributes():
     _, refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTM", attrs, "op x"))
     assert [(r.layer, r.attribute, r.value) for r in refusals] == [
         ("rnn.lstm_fused_cell", "projection/kernel", [3, 2])]  # fmt: skip
+
+
+def test_describe_tf1_gru_cells():
+    """GRU scopes: TF1 GRUCell's names (layer named with dots; sigmoid gates; refused when a
+    weight's shape is wrong, or without a graph when its activation is not stated, saying
+    why); contrib v1 GRUBlockCell's w_ru, w_c, b_ru, b_c told apart by shape whichever name
+    holds which (§5.4); a graph op the converter cannot read refused."""
+    I, H = 2, 3  # noqa: E741
+    z = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+    gru = {
+        "rnn/gru_cell/gates/kernel": z(I + H, 2 * H),
+        "rnn/gru_cell/gates/bias": z(2 * H),
+        "rnn/gru_cell/candidate/kernel": z(I + H, H),
+        "rnn/gru_cell/candidate/bias": z(H),
+    }
+    (d,), refusals = _describe_tf1(gru, sets=["activation=tanh"])
+    assert not refusals and d.name == "rnn.gru_cell" and d.value("gate_activation") == "sigmoid"
+    _, (r,) = _describe_tf1(gru)
+    assert (r.layer, r.attribute) == ("rnn.gru_cell", "activation")
+    assert r.reason.startswith("no meta graph next to the checkpoint")
+    _, refusals = _describe_tf1({**gru, "rnn/gru_cell/gates/bias": z(H)}, sets=["activation=tanh"])
+    assert [(r.attribute, r.value, r.reason) for r in refusals] == [
+        ("gates/bias", [H], f"expected [{2 * H}]")]  # fmt: skip
+    for swapped in (False, True):
+        a, b = (z(I + H, H), z(I + H, 2 * H)) if swapped else (z(I + H, 2 * H), z(I + H, H))
+        ba, bb = (z(H), z(2 * H)) if swapped else (z(2 * H), z(H))
+        v1 = {"g/w_ru": a, "g/w_c": b, "g/b_ru": ba, "g/b_c": bb}
+        (d,), refusals = _describe_tf1(v1)
+        assert not refusals and d.kind == "tf1.GRUBlockCell" and d.value("activation") == "tanh"
+        gates, cand = ("g/w_c", "g/w_ru") if swapped else ("g/w_ru", "g/w_c")
+        gb, cb = ("g/b_c", "g/b_ru") if swapped else ("g/b_ru", "g/b_c")
+        assert d.weights == {"gates/kernel": gates, "gates/bias": gb, "candidate/kernel": cand,
+                             "candidate/bias": cb}  # fmt: skip
+        assert (d.value("units"), d.value("input_size")) == (H, I)
+    from torch_lstm_grad.porting.tf1_graph import GraphCell
+
+    _, refusals = _describe_with_graph_cell(gru, GraphCell(None, problem="no pattern", where="w"))
+    assert [(r.layer, r.attribute, r.value) for r in refusals] == [("rnn.gru_cell", "graph", "w")]
