@@ -574,3 +574,18 @@ def test_describe_tf1_gru_cells():
 
     _, refusals = _describe_with_graph_cell(gru, GraphCell(None, problem="no pattern", where="w"))
     assert [(r.layer, r.attribute, r.value) for r in refusals] == [("rnn.gru_cell", "graph", "w")]
+
+
+def test_describe_tf1_cudnn_names_refusals():
+    """TF1 CudnnLSTM canonical names: layers with a gap (cell_1 without cell_0) or a cell
+    missing a canonical variable are refused, naming what was found or is missing; an
+    opaque_kernel alone is refused (its model is not stored), its shape named."""
+    z = lambda *s: np.zeros(s, np.float32)  # noqa: E731
+    pre = "cudnn_lstm/rnn/multi_rnn_cell/cell_{}/cudnn_compatible_lstm_cell/"
+    _, (r,) = _describe_tf1({pre.format(1) + "kernel": z(5, 12), pre.format(1) + "bias": z(12)})
+    assert (r.layer, r.attribute, r.value) == ("cudnn_lstm", "cells", "cell_1")
+    _, (r,) = _describe_tf1({pre.format(0) + "kernel": z(5, 12)})
+    assert (r.layer, r.attribute, r.value) == ("cudnn_lstm", "variables",
+                                               "cell_0 missing ['bias']")  # fmt: skip
+    _, (r,) = _describe_tf1({"m/opaque_kernel": z(40)})
+    assert (r.layer, r.attribute, r.value) == ("m", "opaque_kernel", [40])
