@@ -75,22 +75,6 @@ __attribute__((target("avx512f"))) inline void transpose_16x16(const float* src,
   }
 }
 
-// Rows [j0, j1) of dst, j1 - j0 a multiple of 16: full tiles, the ragged end of i element-wise.
-// Along src's rows first: walking down a column strip instead (16 dst rows at a time) read src
-// at a stride of whole rows and ran 8-15x slower on cache-resident [1280-2048, 512] matrices
-// (slower than ATen's copy from [1600, 512] up).
-__attribute__((target("avx512f"))) inline void transpose_rows_avx512(const float* src, int64_t m,
-                                                                      int64_t lds, float* dst,
-                                                                      int64_t ldd, int64_t j0,
-                                                                      int64_t j1) {
-  const int64_t m16 = m / 16 * 16;
-  for (int64_t i = 0; i < m16; i += 16) {
-    for (int64_t j = j0; j < j1; j += 16) {
-      transpose_16x16(src + i * lds + j, lds, dst + j * ldd + i, ldd);
-    }
-  }
-  transpose_scalar(src, lds, dst, ldd, m16, m, j0, j1);
-}
 #pragma GCC diagnostic pop
 
 // One 8 x 8 float tile, the AVX2 form of transpose_16x16. Unpacking pairs of rows (32, then 64
@@ -116,18 +100,19 @@ __attribute__((target("avx2"))) inline void transpose_8x8(const float* src, int6
   }
 }
 
-// As transpose_rows_avx512 with 8 x 8 tiles (j1 - j0 a multiple of 8).
-__attribute__((target("avx2"))) inline void transpose_rows_avx2(const float* src, int64_t m,
-                                                                 int64_t lds, float* dst,
-                                                                 int64_t ldd, int64_t j0,
-                                                                 int64_t j1) {
-  const int64_t m8 = m / 8 * 8;
-  for (int64_t i = 0; i < m8; i += 8) {
-    for (int64_t j = j0; j < j1; j += 8) {
-      transpose_8x8(src + i * lds + j, lds, dst + j * ldd + i, ldd);
-    }
+// Rows [j0, j1) of dst, j1 - j0 a multiple of the tile width W: full W x W tiles by Tile (a call
+// each: the tile functions are compiled for their instruction set), the ragged end of i
+// element-wise. Along src's rows first: walking down a column strip instead (16 dst rows at a
+// time) read src at a stride of whole rows and ran 8-15x slower on cache-resident
+// [1280-2048, 512] matrices (slower than ATen's copy from [1600, 512] up).
+template <int64_t W, void (*Tile)(const float*, int64_t, float*, int64_t)>
+void transpose_rows_in_tiles(const float* src, int64_t m, int64_t lds, float* dst, int64_t ldd,
+                             int64_t j0, int64_t j1) {
+  const int64_t whole = m / W * W;
+  for (int64_t i = 0; i < whole; i += W) {
+    for (int64_t j = j0; j < j1; j += W) Tile(src + i * lds + j, lds, dst + j * ldd + i, ldd);
   }
-  transpose_scalar(src, lds, dst, ldd, m8, m, j0, j1);
+  transpose_scalar(src, lds, dst, ldd, whole, m, j0, j1);
 }
 #endif
 
@@ -149,8 +134,10 @@ inline int64_t transpose_tile() {
 inline void transpose_rows_tiled(const float* src, int64_t m, int64_t lds, float* dst,
                                  int64_t ldd, int64_t j0, int64_t j1) {
 #if defined(TLG_HAVE_REGISTER_TILES)
-  if (transpose_tile() == 16) return transpose_rows_avx512(src, m, lds, dst, ldd, j0, j1);
-  return transpose_rows_avx2(src, m, lds, dst, ldd, j0, j1);
+  if (transpose_tile() == 16) {
+    return transpose_rows_in_tiles<16, transpose_16x16>(src, m, lds, dst, ldd, j0, j1);
+  }
+  return transpose_rows_in_tiles<8, transpose_8x8>(src, m, lds, dst, ldd, j0, j1);
 #else
   TORCH_INTERNAL_ASSERT(false, "transpose_rows_tiled: built without x86 register tiles");
 #endif
