@@ -491,6 +491,11 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
         if op == "BlockLSTMV2":
             want["forget_bias"] = 0.0  # it has no forget bias (Keras' LSTM math)
         assert cell.attrs == want
+        # and the description's origin says they were not stored (the first use is read)
+        names = "cell_clip, use_peephole" if op == "BlockLSTMV2" else \
+            "cell_clip, forget_bias, use_peephole"
+        assert cell.where.endswith(f"not stored: {names} = {op}'s registered defaults")
+        assert "not stored" not in tf1_graph._fused_cell(None, [stored], "w").where
 
 
 def _describe_with_graph_cell(variables, cell):

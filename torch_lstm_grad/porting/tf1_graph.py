@@ -385,7 +385,13 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
         "at": {role: (u.name, k) for role, k in at.items()},
         "outputs": outputs,
     }
-    return GraphCell(u.op, attrs, where=f"op {u.name} ({u.op})", anchor=u.name, boundary=boundary)
+    # Said where the description prints the values' origin: an attribute the node does not
+    # store is TF's registered default, not something the file says.
+    defaulted = sorted(set(_FUSED_DEFAULTS.get(u.op, {})) - set(u.attrs))
+    where = f"op {u.name} ({u.op})" + (
+        f"; not stored: {', '.join(defaulted)} = {u.op}'s registered defaults" if defaulted else ""
+    )
+    return GraphCell(u.op, attrs, where=where, anchor=u.name, boundary=boundary)
 
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
