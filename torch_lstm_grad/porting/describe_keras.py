@@ -27,6 +27,7 @@ Keras' defaults that changed, and matter here:
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from .description import LayerDescription, Refusal
@@ -95,7 +96,8 @@ _NO_EFFECT = {
 }
 
 
-_CELL_NAME = re.compile(r"(?:lstm|gru|simple_rnn)_cell(?:_\d+)?")
+# A cell's scope; Keras 3 puts an RNN's several cells under `stacked_rnn_cells`.
+_CELL_NAME = re.compile(r"(?:(?:lstm|gru|simple_rnn)_cell|stacked_rnn_cells)(?:_\d+)?")
 
 
 def layer_and_rest(scope: str) -> tuple[str, list[str]]:
@@ -450,6 +452,9 @@ class _Describer:
         by_layer: dict[str, list[tuple[str, list[str], dict]]] = {}
         for scope, weights in sorted(keras_rnn_scopes(v).items()):
             layer, rest = layer_and_rest(scope)
+            owner = self._backward_layer_owner(scope, layer)
+            if owner is not None:
+                layer, rest = owner, [layer, *rest]
             by_layer.setdefault(layer, []).append((scope, rest, weights))
         out = []
         for layer, scopes in by_layer.items():
@@ -469,8 +474,7 @@ class _Describer:
                 continue
             cls = cfg.class_name if cfg else None
             if cls == "Bidirectional" or (
-                cls is None
-                and len(scopes) == 2
+                cls is None  # no config: a Bidirectional by its halves' names, even one alone
                 and all(
                     rest and rest[0].startswith(("forward_", "backward_")) for _, rest, _ in scopes
                 )
@@ -492,6 +496,22 @@ class _Describer:
                 self._mask_note(d, cfg)
                 out.append(d)
         return out
+
+    def _backward_layer_owner(self, scope: str, layer: str) -> str | None:
+        """The Bidirectional whose `backward_layer` is `layer`, if the config has one: Keras
+        names a Bidirectional's forward half `forward_<name>` but keeps the name of a backward
+        layer the user passed (`bi/forward_fw/lstm_cell/...`, `bi/bw/lstm_cell/...`)."""
+        parts = scope.split("/")
+        for parent, child in itertools.pairwise(parts):
+            if child != layer:
+                continue
+            cfg, sub = (
+                self.source.layers.get(parent),
+                self.source.layers.get(f"{parent}/backward_layer"),
+            )
+            if cfg is not None and cfg.class_name == "Bidirectional" and sub and sub.name == layer:
+                return parent
+        return None
 
     def _resolve_class(self, name, cfg: KerasLayer | None, rest, weights) -> str | None:
         inferred = _infer_class(rest, weights, self.source.variables)
@@ -545,13 +565,25 @@ class _Describer:
             origin if found else f"default of {self.writer.how}",
             stored,
         )
-        sub_cfgs = {}
+        sub_cfgs, backward_name = {}, None
         if cfg is not None:
             fw = self.source.layers.get(f"{layer}/layer")
             bw = self.source.layers.get(f"{layer}/backward_layer")
             sub_cfgs = {"forward": fw, "backward": bw or fw}
+            backward_name = bw.name if bw else None
         for scope, rest, weights in scopes:
-            role = "forward" if rest[0].startswith("forward_") else "backward"
+            if rest and rest[0].startswith("forward_"):
+                role = "forward"
+            elif rest and (rest[0].startswith("backward_") or rest[0] == backward_name):
+                role = "backward"
+            else:  # a damaged file: which half these weights are cannot be told
+                self.refuse(
+                    layer,
+                    "weights",
+                    scope,
+                    "not under a forward_*/backward_* layer of the Bidirectional",
+                )
+                return None
             if role in d.children:
                 self.refuse(layer, "weights", scope, f"two {role} layers")
                 return None
