@@ -87,6 +87,8 @@ _PORTING_TESTS = [
     "tests/test_porting_tf1.py",
     "tests/test_porting_saved_model.py",
     "tests/test_porting_readers.py",
+    "tests/test_keras_describer.py",
+    "tests/test_describe_tf1_mutants.py",
 ]
 _OP_TESTS = [
     *_FIRST_TESTS,
