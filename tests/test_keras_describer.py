@@ -251,8 +251,9 @@ def test_cell_names_decide_the_class(files, tmp_path):
         ((16,), "class = '(unknown)'"),  # rank 1
         ((4, 10), "class = '(unknown)'"),  # not a multiple of the units
         ((4, 17), "class = '(unknown)'"),  # 17 // 4 = 4 gates, but not 4 x 4
+        ((0, 4), "class = '(unknown)'"),  # no units
     ],
-    ids=["rank1", "not_a_multiple", "remainder"],
+    ids=["rank1", "not_a_multiple", "remainder", "no_units"],
 )
 def test_recurrent_kernel_of_no_known_class(files, tmp_path, shape, why):
     """With no cell name and no config, a recurrent kernel no layer has is refused by name."""
@@ -409,9 +410,15 @@ def _reshape_weight(layer, leaf, shape):
          "variable"),
         (_reshape_weight("gru_b", "bias", (7,)),
          "gru_b: bias = [7]: neither [6] (reset_after=False) nor [2, 6] (reset_after=True)"),
+        (_set_key("gru", "reset_after", False),
+         "gru: reset_after = False: the file's model_config says so, but the bias has shape "
+         "[2, 9]"),
+        (_set_key("lstm", "dtype", "mixed_float16"),
+         "lstm: dtype = 'mixed_float16': the layer computes in a reduced precision; the module "
+         "computes in the weights' dtype (--approximate: compute in float32)"),
     ],
     ids=["no_kernel", "kernel_columns", "kernel_rank3", "bias_shape", "no_bias", "bias_missing",
-         "gru_bias"],
+         "gru_bias", "reset_after", "dtype"],
 )  # fmt: skip
 def test_damaged_weights_refused_by_name(files, tmp_path, edit, refusal):
     _, refusals = _describe(_h5(files, "base", tmp_path, edit))
@@ -467,6 +474,12 @@ def test_stored_and_default_origins(files, tmp_path):
     assert _attr(ds["lstm"], "return_state") == (False, "default of Keras 3.15.1", False)
     assert _attr(ds["lstm"], "dtype") == ("float32", "the file's model_config", True)
     assert _attr(ds["lstm"], "activation") == ("tanh", "the file's model_config", True)
+    # Keras 3 configs have no time_major: its layers are batch-major
+    assert _attr(ds["lstm"], "time_major") == (
+        False,
+        "Keras 3's recurrent layers are batch-major",
+        True,
+    )
     ds, _ = _describe(_h5(files, "base", tmp_path, _edits(_no_config)), "gru_nb:reset_after=1")
     assert _attr(ds["lstm"], "dtype") == ("float32", "the weights' dtype", True)
     assert _attr(ds["lstm"], "activation") == ("tanh", "default of Keras 3.15.1", False)
@@ -634,3 +647,77 @@ def test_mask_notes(files, tmp_path):
     ]
     ds, _ = _describe(files / "base.h5")
     assert all(d.notes == [] for d in ds.values())
+
+
+def test_saved_model_bidirectional_halves_keep_their_loops_origins(tmp_path):
+    """A Keras 3 SavedModel has no config: each half of a Bidirectional is read from its own
+    loop, and each half's attributes name that loop (the merge, the graph op that merges)."""
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    y = keras.layers.Bidirectional(keras.layers.LSTM(2, return_sequences=True), name="bi")(x)
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 34)
+    model.export(tmp_path / "sm", verbose=False)
+    ds, refusals = _describe(tmp_path / "sm")
+    assert refusals == []
+    assert ds["bi"].attrs["merge_mode"].origin.startswith("the SavedModel's graph: ")
+    for role in ("forward", "backward"):
+        child = ds["bi"].children[role]
+        for key in ("return_sequences", "go_backwards", "gate_activation", "time_major"):
+            value, origin, stored = _attr(child, key)
+            assert origin.startswith("the SavedModel's loop ") and f"_{role}_lstm_" in origin, (
+                role, key, origin,
+            )  # fmt: skip
+            assert stored is True
+        assert child.value("go_backwards") is (role == "backward")
+
+
+def test_cudnn_layers_by_their_bias(files, tmp_path):
+    """With no config and no cell names, a bias of 8U (LSTM) or 6U (GRU) is cuDNN's bW, bR: the
+    layer is a CuDNNLSTM / CuDNNGRU (reset after the product), said so with the bias layout."""
+
+    def cudnn_bias(layer, size):
+        return _reshape_weight(layer, "bias:0", (size,))
+
+    path = _h5(files, "base", tmp_path, _edits(
+        _no_config, _no_cell_scope, _version("2.3.1"), cudnn_bias("lstm", 32), cudnn_bias("gru", 18)
+    ))  # fmt: skip
+    ds, refusals = _describe(path, "gru_nb:reset_after=false")
+    assert refusals == []
+    assert ds["lstm"].kind == "keras.CuDNNLSTM" and ds["gru"].kind == "keras.CuDNNGRU"
+    layout = (
+        "cuDNN's: gate blocks as cuDNN reads them, bias [bW, bR]; converted as Keras' HDF5 "
+        "loader converts them into LSTM / GRU(reset_after=True)"
+    )
+    for name in ("lstm", "gru"):
+        assert _attr(ds[name], "bias_layout") == (layout, "the class and the bias shape", True)
+    assert _attr(ds["gru"], "reset_after") == (
+        True,
+        "cuDNN's GRU applies the reset after the product",
+        True,
+    )
+
+
+def test_a_weight_outside_the_cells_is_left_out(files, tmp_path):
+    """A variable in a cell's scope that no Keras cell has is not taken for one of its weights
+    (convert lists it as left out)."""
+    extra = _edit_weights("lstm", lambda w: {**w, "lstm/lstm_cell/extra": np.ones(3, np.float32)})
+    ds, refusals = _describe(_h5(files, "base", tmp_path, extra))
+    assert refusals == []
+    assert sorted(ds["lstm"].weights) == ["bias", "kernel", "recurrent_kernel"]
+
+
+def test_saved_model_layer_that_cannot_be_read(tmp_path):
+    """A SavedModel layer whose loop cannot be read (an unrolled LSTM has none) is refused naming
+    the layer, its class by the weights' shapes, and why."""
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    model = keras.Model(x, keras.layers.LSTM(3, unroll=True, name="unrolled")(x))
+    randomize(model.trainable_weights, 34)
+    model.export(tmp_path / "sm", verbose=False)
+    _, refusals = _describe(tmp_path / "sm")
+    assert len(refusals) == 1
+    assert refusals[0].startswith(
+        "unrolled: graph = 'LSTM': its saved loop is not a Keras LSTM this converter reads: "
+    )
+    assert refusals[0].endswith("an unrolled layer (unroll=True) or not a Keras RNN")
