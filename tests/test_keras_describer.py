@@ -193,6 +193,7 @@ def test_layers_named_like_a_bidirectionals_halves(files):
     assert not ds["forward_lstm"].children and _attr(ds["forward_lstm"], "units")[0] == 2
     assert sorted(ds["bi"].children) == ["backward", "forward"]
     assert ds["bi"].where == "config of layer 'bi'"
+    assert _attr(ds["bi"], "merge_mode") == ("concat", "the file's model_config", True)
     assert ds["lstm"].where == "config of layer 'lstm'"
 
 
@@ -220,6 +221,7 @@ def test_keras2_names_without_the_cell_scope(files, tmp_path):
     assert _attr(bw, "go_backwards") == (True, "the Bidirectional's backward layer", True)
     assert bw.where == "variables bi/backward_lstm/* (no config in the file)"
     assert ds["bi"].where == "variables bi/*"
+    assert _attr(ds["bi"], "merge_mode") == ("concat", "default of Keras 2.3.1", False)
 
 
 def test_cell_names_decide_the_class(files, tmp_path):
