@@ -1,0 +1,323 @@
+"""Tests the mutation run of porting/describe_tf1.py (benchmarks/mutation_run.py, issue 34) asked
+for: TF1 checkpoints written here by TF 2.21 (Saver, with the meta graph, or re-saved by
+SaveV2 with a variable dropped, added or reshaped), their descriptions, refusals and modules.
+Every expectation is TF's numbers, the file's names and shapes, or a refusal naming the
+variable and what it found."""
+
+import numpy as np
+import pytest
+import torch
+from porting_oracle import assert_close
+from test_porting_tf1 import (
+    _LSTM_PARAMS,
+    B,
+    I,
+    T,
+    _cudnn_graph,
+    _params,
+    _rci,
+    _step_lstm,
+    _TF1Run,
+)
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import modules, porting
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+H = 3  # _cudnn_graph's units
+CELL = "cudnn/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell"
+
+
+def _describe(path):
+    """`(descriptions, refusals as (layer, attribute, value, reason))` of a file."""
+    descriptions, refusals = porting.describe(porting.read_source(str(path)))
+    return descriptions, [(r.layer, r.attribute, r.value, r.reason) for r in refusals]
+
+
+def _convert(path, out):
+    porting.convert(str(path), str(out), log=lambda line: None)
+    return porting.load(str(out))
+
+
+def _resave(prefix, new, drop=(), put=None):
+    """The checkpoint's tensors saved again by TF's SaveV2 (no meta graph), without the names
+    in `drop` (a name, or a prefix ending in "/"), with `put` (name -> array) added or
+    replacing."""
+    tf = tf_module()
+    reader = tf.train.load_checkpoint(prefix)
+    values = {n: reader.get_tensor(n) for n in reader.get_variable_to_shape_map()}
+    values = {
+        n: a for n, a in values.items() if not any(n == d or n.startswith(d + "/") for d in drop)
+    }
+    values.update(put or {})
+    names = sorted(values)
+    tf.raw_ops.SaveV2(
+        prefix=str(new),
+        tensor_names=names,
+        shape_and_slices=[""] * len(names),
+        tensors=[values[n] for n in names],
+    )
+    return str(new)
+
+
+def _saver_checkpoint(path, values):
+    """TF1 variables with these values saved by a Saver (with the meta graph)."""
+    tf = tf_module()
+    g = tf.Graph()
+    with g.as_default():
+        for n, v in values.items():
+            tf.compat.v1.get_variable(n, initializer=tf.constant(v))
+        with tf.compat.v1.Session(graph=g) as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            return tf.compat.v1.train.Saver().save(sess, str(path))
+
+
+# -- TF1 CudnnGRU canonical names under a nested scope ------------------------------------------
+
+GRU = "net/cudnn/rnn/multi_rnn_cell/cell_{}/cudnn_compatible_gru_cell"
+
+
+@pytest.fixture(scope="module")
+def gru_canonical(tmp_path_factory):
+    """Two stacked canonical GRU cells under `net/cudnn`, summed biases, run by TF."""
+    tmp = tmp_path_factory.mktemp("gru_canonical")
+    run = _TF1Run(
+        tmp / "m", None, driver=_cudnn_graph("gru", 2, False, False, outer="net/cudnn"),
+        lengths=False, seed=31,
+    )  # fmt: skip
+    return tmp, run
+
+
+def _same_as_tf(m, run):
+    x_t = torch.from_numpy(run.x)
+    out, (h,) = m(x_t)
+    finals = {f"h {k}": (h[k], run.values[1 + k]) for k in range(len(run.values) - 1)}
+    assert_close({"output": (out, run.values[0]), **finals})
+
+
+def test_cudnn_gru_description_and_numbers(gru_canonical):
+    """The layer is named by its outer scope with dots; every attribute and its origin as the
+    names and shapes say (multi_rnn_cell: unidirectional; no bias_cudnn_0/1: summed biases);
+    the module computes TF's outputs."""
+    tmp, run = gru_canonical
+    (d,), refusals = _describe(run.prefix)
+    assert not refusals and (d.name, d.kind) == ("net.cudnn", "tf1.CudnnGRU")
+    assert {k: (a.value, a.origin, a.stored) for k, a in d.attrs.items()} == {
+        "num_layers": (2, "cell_<l> names", True),
+        "units": (H, "kernel shapes", True),
+        "input_size": (I, "kernel shapes", True),
+        "direction": ("unidirectional", "multi_rnn_cell names", True),
+        "bias_layout": ("summed bW + bR, split in halves as TF1's restore does",
+                        "variable names", True),
+        "input_mode": ("linear_input", "the layer-0 kernel has input rows", True),
+        "activation": ("tanh", "cuDNN's GRU", True),
+    }  # fmt: skip
+    mods = _convert(run.prefix, tmp / "whole.pt")
+    assert list(mods) == ["net.cudnn"] and mods["net.cudnn"].port_description.name == "net.cudnn"
+    _same_as_tf(mods["net.cudnn"], run)
+
+
+def test_cudnn_gru_with_its_opaque_kernel(gru_canonical):
+    """TF1 CudnnGRU saves its opaque buffer next to the canonical copies: the buffer is set
+    aside, the layer converted from the canonical names (TF's outputs)."""
+    tmp, run = gru_canonical
+    p = _resave(
+        run.prefix, tmp / "opaque", put={"net/cudnn/opaque_kernel": np.ones(150, np.float32)}
+    )
+    descriptions, refusals = _describe(p)
+    assert not refusals and [d.name for d in descriptions] == ["net.cudnn"]
+    _same_as_tf(_convert(p, tmp / "opaque.pt")["net.cudnn"], run)
+
+
+def test_cudnn_gru_missing_layer_or_variable_refused(gru_canonical):
+    """Without cell_0: refused, naming the cells found and those expected; without cell_1's
+    gates/bias: refused naming that cell and leaf."""
+    tmp, run = gru_canonical
+    no_cell0 = _resave(run.prefix, tmp / "no_cell0", drop=[GRU.format(0)])
+    assert _describe(no_cell0) == (
+        [], [("net.cudnn", "cells", "cell_1", "expected cell_0..cell_<L-1>")])  # fmt: skip
+    hole = _resave(run.prefix, tmp / "hole", drop=[GRU.format(1) + "/gates/bias"])
+    assert _describe(hole) == (
+        [], [("net.cudnn", "variables", "cell_1 missing ['gates/bias']",
+              "incomplete canonical variables")])  # fmt: skip
+
+
+def test_cudnn_gru_misshapen_hidden_projection_refused(gru_canonical):
+    """cell_0's hidden_projection/kernel re-saved [H, H + 1]: the conversion fails naming that
+    variable, its shape and the [H, H] expected (units read from its rows)."""
+    tmp, run = gru_canonical
+    name = GRU.format(0) + "/candidate/hidden_projection/kernel"
+    reader = tf_module().train.load_checkpoint(run.prefix)
+    wide = np.concatenate([reader.get_tensor(name), np.ones((H, 1), np.float32)], 1)
+    p = _resave(run.prefix, tmp / "wide", put={name: wide})
+    with pytest.raises(ValueError) as err:
+        _convert(p, tmp / "wide.pt")
+    assert f"{name}: shape [{H}, {H + 1}], expected [{H}, {H}]" in str(err.value)
+
+
+# -- canonical LSTM names and the graph's op -----------------------------------------------------
+
+
+def _block_lstm_graph(*configs):
+    """Canonical LSTM variables (cell_0) run by one fused op per config (op name, attrs) on the
+    same sequence; the outputs summed."""
+
+    def graph(tf, xs):
+        with tf.compat.v1.variable_scope(CELL):
+            k = tf.compat.v1.get_variable("kernel", [I + H, 4 * H])
+            b = tf.compat.v1.get_variable("bias", [4 * H])
+        z, zh = tf.zeros([B, H]), tf.zeros([H])
+        hs = [
+            getattr(tf.raw_ops, op)(
+                seq_len_max=tf.constant(T, tf.int64), x=xs, cs_prev=z, h_prev=z, w=k,
+                wci=zh, wcf=zh, wco=zh, b=b, use_peephole=False, **attrs,
+            ).h
+            for op, attrs in configs
+        ]  # fmt: skip
+        y = tf.add_n(hs)
+        return y, (y[-1],)
+
+    return graph
+
+
+def _lstm_cell_graph(tf, xs):
+    """TF1's LSTMCell(forget_bias=0) named as CudnnCompatibleLSTMCell's variables are."""
+    rci = _rci()
+    cell = rci.MultiRNNCell([rci.LSTMCell(H, forget_bias=0.0, name="cudnn_compatible_lstm_cell")])
+    with tf.compat.v1.variable_scope("cudnn"):
+        outs, ((c, h),) = tf.compat.v1.nn.dynamic_rnn(cell, xs, time_major=True, dtype=tf.float32)
+    return outs, (h,)
+
+
+_GRAPHS = {
+    "no_clip": _block_lstm_graph(("BlockLSTM", {"forget_bias": 0.0, "cell_clip": 0.0})),
+    "clip": _block_lstm_graph(("BlockLSTM", {"forget_bias": 0.0, "cell_clip": 0.5})),
+    "two_configs": _block_lstm_graph(("BlockLSTM", {"forget_bias": 0.0, "cell_clip": -1.0}),
+                                     ("BlockLSTM", {"forget_bias": 0.5, "cell_clip": -1.0})),
+    "lstm_cell": _lstm_cell_graph,
+}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def lstm_graphs(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("lstm_graphs")
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = _TF1Run(tmp / name, None, driver=_GRAPHS[name], lengths=False, seed=32)
+        return cache[name]
+
+    return tmp, get
+
+
+@pytest.mark.parametrize("name,op", [("no_clip", "BlockLSTM"), ("lstm_cell", "LSTMCell")])
+def test_canonical_lstm_run_by_a_cudnn_compatible_op(lstm_graphs, name, op):
+    """Canonical LSTM names the meta graph runs as a CudnnCompatibleLSTMCell computes: a
+    BlockLSTM whose cell_clip 0 clips nothing, or TF1's LSTMCell(forget_bias=0) (its graph
+    stores no use_peephole: it has none without w_*_diag); a CudnnLSTM with TF's outputs."""
+    tmp, get = lstm_graphs
+    run = get(name)
+    (d,), refusals = _describe(run.prefix)
+    assert not refusals and f"the meta graph runs {op} (" in d.where
+    m = _convert(run.prefix, tmp / f"{name}.pt")["cudnn"]
+    assert isinstance(m, modules.CudnnLSTM)
+    out, (h, _) = m(torch.from_numpy(run.x))
+    assert_close({"output": (out, run.values[0]), "h": (h[0], run.values[1])})
+
+
+def test_canonical_lstm_with_a_clip_refused(lstm_graphs):
+    """A BlockLSTM with cell_clip 0.5 on canonical names is not the cuDNN LSTM the names
+    promise: refused, naming the op and the clip; no description is given for the layer."""
+    descriptions, refusals = _describe(lstm_graphs[1]("clip").prefix)
+    assert descriptions == []
+    ((layer, attr, value, reason),) = refusals
+    assert (layer, attr) == ("cudnn", "graph") and value.startswith("BlockLSTM at op")
+    assert "'cell_clip': 0.5" in reason and reason.startswith(f"the meta graph computes {CELL}")
+
+
+def test_canonical_lstm_run_by_two_configurations_refused(lstm_graphs):
+    """The canonical kernel fed to two differently configured BlockLSTM ops: the graph is not
+    a cell the converter reads; refused by name, no description."""
+    descriptions, refusals = _describe(lstm_graphs[1]("two_configs").prefix)
+    assert descriptions == []
+    ((layer, attr, _, reason),) = refusals
+    assert (layer, attr) == ("cudnn", "graph")
+    assert reason.startswith(f"the meta graph's ops around {CELL} are not a cell this converter")
+    assert "feeds differently configured ops" in reason
+
+
+# -- incomplete TF1 GRU cells ---------------------------------------------------------------------
+
+
+def test_gru_cell_without_candidate_bias_refused(tmp_path):
+    """TF1 GRUCell's checkpoint re-saved without candidate/bias: refused, naming the scope, the
+    variables found and the one missing."""
+    run = _TF1Run(tmp_path / "m", lambda: _rci().GRUCell(H), seed=33)
+    p = _resave(run.prefix, tmp_path / "r", drop=["rnn/gru_cell/candidate/bias"])
+    assert _describe(p) == ([], [(
+        "rnn/gru_cell", "variables", ["candidate/kernel", "gates/bias", "gates/kernel"],
+        "an incomplete recurrent cell: missing ['candidate/bias']")])  # fmt: skip
+
+
+def test_gru_block_cell_v1_without_b_c_refused(tmp_path):
+    """contrib v1 GRUBlockCell's names (w_ru, w_c, b_ru, b_c) re-saved without b_c: refused,
+    naming the scope, the variables found and the one missing."""
+    r = np.random.default_rng(34)
+    u = lambda *s: r.uniform(-0.6, 0.6, s).astype(np.float32)  # noqa: E731
+    p = _saver_checkpoint(tmp_path / "m", {"rnn/gru_cell/w_ru": u(I + H, 2 * H),
+                                           "rnn/gru_cell/w_c": u(I + H, H),
+                                           "rnn/gru_cell/b_ru": u(2 * H),
+                                           "rnn/gru_cell/b_c": u(H)})  # fmt: skip
+    assert len(_describe(p)[0]) == 1  # whole, it is a cell
+    p = _resave(p, tmp_path / "r", drop=["rnn/gru_cell/b_c"])
+    assert _describe(p) == ([], [(
+        "rnn/gru_cell", "variables", ["b_ru", "w_c", "w_ru"],
+        "an incomplete recurrent cell: missing ['b_c']")])  # fmt: skip
+
+
+# -- kernel/bias pairs that are no LSTM cell; an LSTMP cell with few rows ------------------------
+
+
+def _dense_heads(shapes):
+    """BasicLSTMCell(3) under dynamic_rnn, then a Dense head per `(name, input, kernel shape)`
+    (input "h": the cell's outputs, "xh": the inputs and the outputs concatenated)."""
+    rci = _rci()
+
+    def graph(tf, xs):
+        outs, state = tf.compat.v1.nn.dynamic_rnn(
+            rci.BasicLSTMCell(H), xs, time_major=True, dtype=tf.float32
+        )
+        ys = []
+        for name, inp, shape in shapes:
+            with tf.compat.v1.variable_scope(name):
+                k = tf.compat.v1.get_variable("kernel", shape)
+                b = tf.compat.v1.get_variable("bias", shape[1:])
+            src = outs if inp == "h" else tf.concat([xs, outs], -1)
+            ys.append(tf.tensordot(src, k, 1) + b)
+        return tf.concat(ys, -1), state
+
+    return graph
+
+
+def test_dense_heads_are_no_lstm_cells(tmp_path):
+    """Dense heads whose kernel/bias pair is no LSTM cell's (kernel [I + H, 4H] needs more rows
+    than H): [7, 32] (I + H rows, fewer than 8 = 32 / 4) and an empty [3, 0] are left out, the
+    cell converted."""
+    shapes = [("dense_a", "xh", [I + H, 32]), ("dense_b", "h", [H, 0])]
+    run = _TF1Run(tmp_path / "m", None, driver=_dense_heads(shapes), lengths=False, seed=35)
+    descriptions, refusals = _describe(run.prefix)
+    assert not refusals and [d.name for d in descriptions] == ["rnn.basic_lstm_cell"]
+
+
+def test_lstmp_cell_with_fewer_kernel_rows_than_units(tmp_path):
+    """LSTMCell(8, num_proj=2) on 4 inputs: kernel [4 + 2, 32], fewer rows than units (the
+    projection's width P, not H, is the kernel's recurrent part); exact against TF."""
+    run = _TF1Run(tmp_path / "m", lambda: _rci().LSTMCell(8, num_proj=2), seed=36)
+    mods = _convert(run.prefix, tmp_path / "o.pt")
+    cell = mods["rnn.lstm_cell"]
+    assert (cell.num_units, cell.num_proj) == (8, 2)
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    outs, state = _step_lstm(cell, x_t, run.lengths)
+    run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
