@@ -321,3 +321,30 @@ def test_lstmp_cell_with_fewer_kernel_rows_than_units(tmp_path):
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_lstm(cell, x_t, run.lengths)
     run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+
+
+# -- bugs the mutants showed (fixed in describe_tf1.py) ------------------------------------------
+
+
+def test_canonical_lstm_run_by_block_lstm_v2_refused(tmp_path):
+    """BlockLSTMV2 on canonical LSTM names reads the kernel's blocks as Keras' i, f, c, o, not
+    the i, c, f, o of the names' CudnnCompatibleLSTMCell: a CudnnLSTM built from them would not
+    compute TF's outputs, so it is refused, naming the op (it was converted, 0.83 off)."""
+    graph = _block_lstm_graph(("BlockLSTMV2", {"cell_clip": 0.0}))
+    run = _TF1Run(tmp_path / "m", None, driver=graph, lengths=False, seed=37)
+    descriptions, refusals = _describe(run.prefix)
+    assert descriptions == []
+    ((layer, attr, value, reason),) = refusals
+    assert (layer, attr) == ("cudnn", "graph") and value.startswith("BlockLSTMV2 at op")
+    assert reason.startswith(f"the meta graph computes {CELL} with BlockLSTMV2 {{")
+    assert "i, c, f, o blocks" in reason
+
+
+def test_dense_head_of_4h_units_is_no_lstm_cell(tmp_path):
+    """A Dense(4H) head on the cell's H outputs (kernel [H, 4H], bias [4H]) is no LSTM cell
+    (one of 0 inputs): left out, the cell converted (it was taken for a cell and the
+    conversion refused: "the meta graph's ops around dense are not a cell")."""
+    shapes = [("dense", "h", [H, 4 * H])]
+    run = _TF1Run(tmp_path / "m", None, driver=_dense_heads(shapes), lengths=False, seed=38)
+    descriptions, refusals = _describe(run.prefix)
+    assert not refusals and [d.name for d in descriptions] == ["rnn.basic_lstm_cell"]

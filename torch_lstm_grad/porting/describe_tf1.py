@@ -46,6 +46,9 @@ _FUSED_CLASS = {
     "LSTMBlockCell": "LSTMBlockCell",
     "GRUBlockCell": "GRUBlockCell",
 }
+# The graph ops (and TF1 Python cells) whose kernel blocks are i, c, f, o: what a canonical
+# cuDNN LSTM's names promise. BlockLSTMV2 reads Keras' i, f, c, o (and a GRU op no LSTM).
+_ICFO_LSTM = {"BlockLSTM", "LSTMBlockCell", "LSTMCell", "BasicLSTMCell"}
 
 # TF1 contrib CudnnLSTM / CudnnGRU canonical names (tf_semantics §7.5): `<outer>/` then
 # `[rnn/]multi_rnn_cell/cell_<l>/` or `stack_bidirectional_rnn/cell_<l>/bidirectional_rnn/<fw|bw>/`
@@ -406,13 +409,14 @@ class _Describer:
                 "activation": cell.attrs.get("activation", "tanh"),
             }
             want = {"forget_bias": 0.0, "cell_clip": None, "peepholes": False}
-            if got != {**want, "activation": "tanh"}:
+            if cell.cls not in _ICFO_LSTM or got != {**want, "activation": "tanh"}:
                 self.refuse(
                     d.name,
                     "graph",
                     f"{cell.cls} at {cell.where}",
-                    f"the {self.graph.label} computes {scope} with {got}: not the canonical "
-                    "cuDNN LSTM (forget bias 0, no clip, no peepholes) its names promise",
+                    f"the {self.graph.label} computes {scope} with {cell.cls} {got}: not the "
+                    "canonical cuDNN LSTM (i, c, f, o blocks, forget bias 0, no clip, no "
+                    "peepholes) its names promise",
                 )
                 return False
             d.where = f"{d.where}; the {self.graph.label} runs {cell.cls} ({cell.where})"
@@ -479,13 +483,14 @@ class _Describer:
         return out
 
     def _lstm_shaped(self, names) -> bool:
-        """kernel [I + P, 4H] and bias [4H]: an LSTM cell's pair (P = H, or the projection's)."""
+        """kernel [I + P, 4H] and bias [4H], I >= 1: an LSTM cell's pair (P = H, or the
+        projection's). A Dense(4H) on an H-wide output (kernel [H, 4H]) is not one."""
         k, b = np.shape(self.v[names["kernel"]]), np.shape(self.v[names["bias"]])
         if len(k) != 2 or len(b) != 1 or k[1] % 4 or k[1] == 0 or b[0] != k[1]:
             return False
         proj = names.get("projection/kernel")
         P = np.shape(self.v[proj])[1] if proj else k[1] // 4
-        return k[0] >= P
+        return k[0] > P
 
     def _incomplete(self, scope, keys, missing):
         self.refuse(
