@@ -88,6 +88,7 @@ _PORTING_TESTS = [
     "tests/test_porting_saved_model.py",
     "tests/test_porting_readers.py",
     "tests/test_keras_describer.py",
+    "tests/test_saved_model_tampered.py",
     "tests/test_describe_tf1_mutants.py",
 ]
 _OP_TESTS = [

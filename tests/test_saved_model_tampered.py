@@ -1,0 +1,210 @@
+"""SavedModels whose saved loops compute something a little other than Keras' cell: a real
+Keras 3 export and tf_keras' fixture (tests/data/keras2/saved_model), with one constant or op of
+a gate's hard sigmoid rewritten by TF's own protobuf classes. The loop reader
+(porting/keras_graph.py) must read the function exactly or refuse the layer naming the op: a
+reader that accepted `relu6(x + 3) / 7` or `0.3·x + 0.5` as a hard sigmoid would port another
+function in silence. Written for issue 34 (mutants of keras_graph.py that no other test
+killed)."""
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+from porting_oracle import randomize
+from tf_oracle import available as _tf_available
+from tf_oracle import tf_module
+
+from torch_lstm_grad import porting
+
+pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
+K2 = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
+
+
+@pytest.fixture(scope="module")
+def keras3_export(tmp_path_factory):
+    """A Keras 3 export of an LSTM with Keras 3's hard sigmoid gates, relu6(x + 3) / 6."""
+    tf_module()
+    import keras
+
+    x = keras.Input((5, 3), name="x")
+    y = keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True,
+                          name="lstm")(x)  # fmt: skip
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 34)
+    path = tmp_path_factory.mktemp("tampered") / "export"
+    model.export(str(path), verbose=False)
+    return path
+
+
+def _tampered(src, dst, edit):
+    """A copy of the SavedModel `src` whose first gate activation in each loop body is changed
+    by `edit(nodes, node_def)` (TF's FunctionDef protobuf, nodes by name)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    shutil.copytree(src, dst)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((dst / "saved_model.pb").read_bytes())
+    bodies = [f for f in sm.meta_graphs[0].graph_def.library.function
+              if "while_body" in f.signature.name]  # fmt: skip
+    for f in bodies:
+        edit({n.name: n for n in f.node_def}, f.node_def)
+    (dst / "saved_model.pb").write_bytes(sm.SerializeToString())
+    return dst
+
+
+def _const_of(nodes, node):
+    """The Const node among `node`'s inputs."""
+    for ref in node.input:
+        n = nodes.get(ref.split(":")[0])
+        if n is not None and n.op == "Const":
+            return n
+    raise AssertionError(f"{node.name} reads no Const")
+
+
+def _set(const, value) -> None:
+    tf = tf_module()
+    const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.float32(value)))
+
+
+def _first(node_def, op, const_value=None, nodes=None):
+    """The first `op` node (reading the Const `const_value`), or None (another layer's body)."""
+    for n in node_def:
+        if n.op == op and (const_value is None or _value(nodes, n) == np.float32(const_value)):
+            return n
+    return None
+
+
+def _value(nodes, node):
+    tf = tf_module()
+    try:
+        return tf.make_ndarray(_const_of(nodes, node).attr["value"].tensor)
+    except AssertionError:
+        return None
+
+
+def _problem(path) -> list[str]:
+    _, refusals = porting.describe(porting.read_source(path))
+    return [str(r) for r in refusals]
+
+
+# -- Keras 3: relu6(x + 3) / 6 ------------------------------------------------------------------
+
+
+def _divisor(value, op=None):
+    def edit(nodes, node_def):
+        div = _first(node_def, "RealDiv")
+        if div is None:
+            return
+        if op is not None:
+            div.op = op
+        _set(_const_of(nodes, div), value)
+
+    return edit
+
+
+def _offset(value):
+    def edit(nodes, node_def):
+        relu6 = _first(node_def, "Relu6")
+        if relu6 is None:
+            return
+        add = nodes[relu6.input[0].split(":")[0]]
+        _set(_const_of(nodes, add), value)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (_divisor(7.0), "divides relu6(x + 3) by 7.0, not 6"),
+        # the float32 after 6: 4.8e-7 away, a function that is not Keras'
+        (
+            _divisor(np.nextafter(np.float32(6), np.float32(7))),
+            "divides relu6(x + 3) by 6.000000476837158, not 6",
+        ),
+        (_divisor(1 / 7, op="Mul"), "divides relu6(x + 3) by 0.1428571"),
+        # relu6(x + 2) / 6: not read as a hard sigmoid, so gate i differs from f and o
+        (_offset(2.0), "the gates i, f, o apply different functions"),
+    ],
+    ids=["divisor_7", "divisor_next_float", "times_one_seventh", "offset_2"],
+)
+def test_keras3_hard_sigmoid_altered_is_refused(keras3_export, tmp_path, edit, why):
+    path = _tampered(keras3_export, tmp_path / "sm", edit)
+    refusals = _problem(path)
+    assert len(refusals) == 1 and refusals[0].startswith("lstm: graph = 'LSTM': "), refusals
+    assert why in refusals[0]
+
+
+def test_keras3_hard_sigmoid_as_a_product_is_read(keras3_export, tmp_path):
+    """`relu6(x + 3) * (1/6)` (a Mul where Keras writes RealDiv) is the same function up to
+    rounding and read as Keras 3's hard sigmoid; the unaltered export too."""
+    for path in (keras3_export, _tampered(keras3_export, tmp_path / "sm", _divisor(1 / 6, "Mul"))):
+        descriptions, refusals = porting.describe(porting.read_source(path))
+        assert refusals == []
+        assert descriptions[0].value("gate_activation") == "hard_sigmoid_keras3"
+
+
+# -- Keras 2 (tf_keras): clip(0.2·x + 0.5, 0, 1) ------------------------------------------------
+
+
+def _keras2_layers(path):
+    from torch_lstm_grad.porting.keras_graph import keras_layers_from_graph
+    from torch_lstm_grad.porting.saved_model import read_saved_model
+
+    source = read_saved_model(str(path), reader="tensorbundle")
+    layers, _ = keras_layers_from_graph(source.graph, source.variables)
+    return layers
+
+
+def _slope(value):
+    def edit(nodes, node_def):
+        mul = _first(node_def, "Mul", 0.2, nodes)
+        if mul is not None:
+            _set(_const_of(nodes, mul), value)
+
+    return edit
+
+
+def _intercept(value):
+    def edit(nodes, node_def):
+        mul = _first(node_def, "Mul", 0.2, nodes)
+        if mul is None:
+            return
+        add = next(n for n in node_def if n.op in ("Add", "AddV2")
+                   and any(r.split(":")[0] == mul.name for r in n.input))  # fmt: skip
+        _set(_const_of(nodes, add), value)
+
+    return edit
+
+
+def _clip(op, value):
+    def edit(nodes, node_def):
+        node = _first(node_def, op)
+        if node is not None:
+            _set(_const_of(nodes, node), value)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # 0.3·x + 0.5 (or 0.2 + 3e-7): not read as a hard sigmoid, so gate i differs
+        (_slope(0.3), "the gates i, f, o apply different functions"),
+        (_slope(0.2 + 3e-7), "the gates i, f, o apply different functions"),
+        (_intercept(0.6), "adds 0.6"),
+        (_clip("Minimum", 2.0), "clip to [0.0, 2.0] after 0.2·x + 0.5, not [0, 1]"),
+        (_clip("Maximum", -1.0), "clip to [-1.0, 1.0] after 0.2·x + 0.5, not [0, 1]"),
+    ],
+    ids=["slope_0.3", "slope_next", "intercept_0.6", "clip_hi", "clip_lo"],
+)
+def test_keras2_hard_sigmoid_altered_is_refused(tmp_path, edit, why):
+    """tf_keras' LSTM loop with its hard sigmoid altered: the LSTM is not read (a problem naming
+    the op), the GRU beside it still is."""
+    tf_module()
+    layers = _keras2_layers(_tampered(K2, tmp_path / "sm", edit))
+    assert layers["gru"].problem is None
+    problem = layers["lstm"].problem
+    assert problem is not None and why in problem, problem
+    assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
