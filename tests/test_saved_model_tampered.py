@@ -103,6 +103,15 @@ def _divisor(value, op=None):
     return edit
 
 
+def _relu6_as(op):
+    def edit(nodes, node_def):
+        relu6 = _first(node_def, "Relu6")
+        if relu6 is not None:
+            relu6.op = op
+
+    return edit
+
+
 def _offset(value):
     def edit(nodes, node_def):
         relu6 = _first(node_def, "Relu6")
@@ -126,8 +135,10 @@ def _offset(value):
         (_divisor(1 / 7, op="Mul"), "divides relu6(x + 3) by 0.1428571"),
         # relu6(x + 2) / 6: not read as a hard sigmoid, so gate i differs from f and o
         (_offset(2.0), "the gates i, f, o apply different functions"),
+        # relu(x + 3) / 6: unbounded above
+        (_relu6_as("Relu"), "expected one gate i: Relu6 of x + 3 (Relu6) after "),
     ],
-    ids=["divisor_7", "divisor_next_float", "times_one_seventh", "offset_2"],
+    ids=["divisor_7", "divisor_next_float", "times_one_seventh", "offset_2", "relu"],
 )
 def test_keras3_hard_sigmoid_altered_is_refused(keras3_export, tmp_path, edit, why):
     path = _tampered(keras3_export, tmp_path / "sm", edit)
