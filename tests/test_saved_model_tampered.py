@@ -156,6 +156,52 @@ def test_keras3_hard_sigmoid_as_a_product_is_read(keras3_export, tmp_path):
         assert descriptions[0].value("gate_activation") == "hard_sigmoid_keras3"
 
 
+# -- Keras 3's LSTM cell: the products and sums around the gates ---------------------------------
+
+
+def _node(node_def, suffix):
+    """The node whose name ends with `/suffix` (the cell's ops: `lstm_cell_1/mul`)."""
+    found = [n for n in node_def if n.name.endswith("/" + suffix)]
+    return found[0] if len(found) == 1 else None
+
+
+def _rewire(suffix, op=None, input_index=None, to=None):
+    """The cell's op `suffix` computing `op` instead, or reading `to`'s output in place of its
+    input `input_index`."""
+
+    def edit(nodes, node_def):
+        n = _node(node_def, suffix)
+        if n is None:
+            return
+        if op is not None:
+            n.op = op
+        if to is not None:
+            n.input[input_index] = _node(node_def, to[0]).name + to[1]
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # x·K - h·R
+        (_rewire("Add", op="Sub"), "no x·K + h·R after "),
+        # f + c in place of f·c
+        (_rewire("mul", op="AddV2"), "no f·c after "),
+        # f·f in place of f·c: the product must read the carried state
+        (_rewire("mul", input_index=1, to=("truediv_1", ":z:0")), "no f·c after "),
+        # the gates' pre-activations plus h·R where the bias should be
+        (_rewire("BiasAdd", input_index=1, to=("MatMul_1", ":product:0")),
+         "no bias added to the gates"),
+    ],
+    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR"],
+)  # fmt: skip
+def test_keras3_lstm_cell_altered_is_refused(keras3_export, tmp_path, edit, why):
+    refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("lstm: graph = 'LSTM': "), refusals
+    assert why in refusals[0], refusals[0]
+
+
 # -- Keras 2 (tf_keras): clip(0.2·x + 0.5, 0, 1) ------------------------------------------------
 
 
