@@ -181,6 +181,15 @@ def _rewire(suffix, op=None, input_index=None, to=None):
     return edit
 
 
+def _identity_without_input(nodes, node_def):
+    """f·c reading an Identity that has no input (a graph TF would not load)."""
+    ident = next((n for n in node_def if n.op == "Identity"), None)
+    mul = _node(node_def, "mul")
+    if ident is not None and mul is not None:
+        del ident.input[:]
+        mul.input[1] = ident.name + ":output:0"
+
+
 @pytest.mark.parametrize(
     "edit, why",
     [
@@ -193,8 +202,9 @@ def _rewire(suffix, op=None, input_index=None, to=None):
         # the gates' pre-activations plus h·R where the bias should be
         (_rewire("BiasAdd", input_index=1, to=("MatMul_1", ":product:0")),
          "no bias added to the gates"),
+        (_identity_without_input, "no f·c after "),
     ],
-    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR"],
+    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR", "identity_no_input"],
 )  # fmt: skip
 def test_keras3_lstm_cell_altered_is_refused(keras3_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
@@ -265,3 +275,13 @@ def test_keras2_hard_sigmoid_altered_is_refused(tmp_path, edit, why):
     problem = layers["lstm"].problem
     assert problem is not None and why in problem, problem
     assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
+
+
+def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
+    """x·K reading a node the graph does not have: the file is refused as corrupt, naming the
+    node, before any loop is read (so the loop reader never meets a dangling input)."""
+    path = _tampered(
+        keras3_export, tmp_path / "sm", _rewire("MatMul", input_index=1, to=("MatMul", "_gone:0"))
+    )
+    with pytest.raises(ValueError, match=r"lstm_cell_1/MatMul_gone', which is not in the graph"):
+        porting.read_source(path)
