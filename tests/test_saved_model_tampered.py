@@ -181,6 +181,13 @@ def _rewire(suffix, op=None, input_index=None, to=None):
     return edit
 
 
+def _x_times_bias(nodes, node_def):
+    """x·b + h·R: the input's product reads the bias, not the kernel."""
+    mx, bias_add = _node(node_def, "MatMul"), _node(node_def, "BiasAdd")
+    if mx is not None and bias_add is not None:
+        mx.input[1] = bias_add.input[1]
+
+
 def _identity_without_input(nodes, node_def):
     """f·c reading an Identity that has no input (a graph TF would not load)."""
     ident = next((n for n in node_def if n.op == "Identity"), None)
@@ -203,8 +210,9 @@ def _identity_without_input(nodes, node_def):
         (_rewire("BiasAdd", input_index=1, to=("MatMul_1", ":product:0")),
          "no bias added to the gates"),
         (_identity_without_input, "no f·c after "),
+        (_x_times_bias, "no x·K + h·R after "),
     ],
-    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR", "identity_no_input"],
+    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR", "identity_no_input", "x_times_b"],
 )  # fmt: skip
 def test_keras3_lstm_cell_altered_is_refused(keras3_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
