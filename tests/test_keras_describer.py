@@ -12,6 +12,7 @@ h5py/zip rewrites of the attributes Keras itself reads (`keras_version`, `model_
 other test did (`benchmarks/mutation_run.py`)."""
 
 import json
+import re
 import shutil
 
 import numpy as np
@@ -58,7 +59,8 @@ def files(tmp_path_factory):
     y = L.LSTM(1, return_sequences=True, name="tiny")(y)
     y = L.LSTM(2, return_sequences=True, name="forward_lstm")(y)
     y = L.GRU(2, return_sequences=True, name="backward_gru")(y)
-    y = L.Bidirectional(L.LSTM(2, return_sequences=True), name="bi")(y)
+    # (every layer named: Keras' automatic names depend on what the process made before)
+    y = L.Bidirectional(L.LSTM(2, return_sequences=True, name="half"), name="bi")(y)
     _save(keras.Model(x, y), d, "base")
 
     x = keras.Input((T, I), name="x")
@@ -219,7 +221,7 @@ def test_keras2_names_without_the_cell_scope(files, tmp_path):
     fw, bw = ds["bi"].children["forward"], ds["bi"].children["backward"]
     assert _attr(fw, "go_backwards") == (False, "the Bidirectional's forward layer", True)
     assert _attr(bw, "go_backwards") == (True, "the Bidirectional's backward layer", True)
-    assert bw.where == "variables bi/backward_lstm/* (no config in the file)"
+    assert bw.where == "variables bi/backward_half/* (no config in the file)"
     assert ds["bi"].where == "variables bi/*"
     assert _attr(ds["bi"], "merge_mode") == ("concat", "default of Keras 2.3.1", False)
 
@@ -553,9 +555,9 @@ def _bi_weights(fn):
     [
         (_bi_weights(lambda n: n if "forward_" in n else None),
          "bi: weights = ['forward']: a Bidirectional needs a forward and a backward layer"),
-        (_bi_weights(lambda n: n.replace("backward_lstm", "forward_lstm_1")),
-         "bi: weights = 'bi/forward_lstm_1/lstm_cell': two forward layers"),
-        (_bi_weights(lambda n: n.replace("forward_lstm/lstm_cell/", "") if "forward_" in n
+        (_bi_weights(lambda n: n.replace("backward_half", "forward_half_1")),
+         "bi: weights = 'bi/forward_half_1/lstm_cell': two forward layers"),
+        (_bi_weights(lambda n: n.replace("forward_half/lstm_cell/", "") if "forward_" in n
                      else None),
          "bi: weights = 'bi': not under a forward_*/backward_* layer of the Bidirectional"),
     ],
@@ -577,10 +579,12 @@ def test_bidirectional_halves_damaged(files, tmp_path, edit, refusal):
 def test_several_cells_under_one_layer(files, tmp_path):
     """An RNN over two cells (StackedRNNCells) is refused naming both cells' scopes, with its
     config and without."""
+    variables = porting.read_source(files / "stacked.h5").variables
+    scopes = sorted({n.rpartition("/")[0] for n in variables})
+    assert len(scopes) == 2 and all(s.startswith("stacked/stacked_rnn_cells") for s in scopes)
     want = (
-        "stacked: weights = ['stacked/stacked_rnn_cells/gru_cell', "
-        "'stacked/stacked_rnn_cells/lstm_cell']: several recurrent "
-        "cells under one layer (e.g. a stacked RNN cell): not supported"
+        f"stacked: weights = {scopes}: several recurrent cells under one layer (e.g. a stacked "
+        "RNN cell): not supported"
     )
     for edit in (lambda h5: None, _no_config):
         _, refusals = _describe(_h5(files, "stacked", tmp_path, edit))
@@ -634,9 +638,9 @@ def test_mask_notes(files, tmp_path):
     (Keras 2's inbound nodes), the model's mask-producing layers are named; with no mask, no
     note."""
     ds, _ = _describe(files / "mask.h5")
-    assert ds["after_mask"].notes == [
-        "called with a mask (from 'any'): pass the same mask= to the module"
-    ]
+    (note,) = ds["after_mask"].notes  # the op Keras computed the mask with: `any`, `any_3`
+    assert re.fullmatch(r"called with a mask \(from 'any(_\d+)?'\): pass the same mask= to the "
+                        r"module", note), note  # fmt: skip
 
     def keras2_nodes(layers):
         for layer in layers.values():
@@ -656,7 +660,9 @@ def test_saved_model_bidirectional_halves_keep_their_loops_origins(tmp_path):
     loop, and each half's attributes name that loop (the merge, the graph op that merges)."""
     keras = _keras()
     x = keras.Input((T, I), name="x")
-    y = keras.layers.Bidirectional(keras.layers.LSTM(2, return_sequences=True), name="bi")(x)
+    y = keras.layers.Bidirectional(
+        keras.layers.LSTM(2, return_sequences=True, name="half"), name="bi"
+    )(x)
     model = keras.Model(x, y)
     randomize(model.trainable_weights, 34)
     model.export(tmp_path / "sm", verbose=False)
@@ -667,7 +673,7 @@ def test_saved_model_bidirectional_halves_keep_their_loops_origins(tmp_path):
         child = ds["bi"].children[role]
         for key in ("return_sequences", "go_backwards", "gate_activation", "time_major"):
             value, origin, stored = _attr(child, key)
-            assert origin.startswith("the SavedModel's loop ") and f"_{role}_lstm_" in origin, (
+            assert origin.startswith("the SavedModel's loop ") and f"_{role}_half_" in origin, (
                 role, key, origin,
             )  # fmt: skip
             assert stored is True

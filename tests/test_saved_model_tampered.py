@@ -291,5 +291,5 @@ def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
     path = _tampered(
         keras3_export, tmp_path / "sm", _rewire("MatMul", input_index=1, to=("MatMul", "_gone:0"))
     )
-    with pytest.raises(ValueError, match=r"lstm_cell_1/MatMul_gone', which is not in the graph"):
+    with pytest.raises(ValueError, match=r"/MatMul_gone', which is not in the graph"):
         porting.read_source(path)
