@@ -409,6 +409,9 @@ def _reshape_weight(layer, leaf, shape):
         (_drop_weight("lstm", "/bias"),
          "lstm: use_bias = True: the file's model_config says so, but the file has no bias "
          "variable"),
+        (_set_key("lstm", "use_bias", False),
+         "lstm: use_bias = False: the file's model_config says so, but the file has bias "
+         "variable"),
         (_set_key("gru_nb", "use_bias", True),
          "gru_nb: use_bias = True: the file's model_config says so, but the file has no bias "
          "variable"),
@@ -421,7 +424,8 @@ def _reshape_weight(layer, leaf, shape):
          "lstm: dtype = 'mixed_float16': the layer computes in a reduced precision; the module "
          "computes in the weights' dtype (--approximate: compute in float32)"),
     ],
-    ids=["no_kernel", "kernel_columns", "kernel_rank3", "bias_shape", "no_bias", "bias_missing",
+    ids=["no_kernel", "kernel_columns", "kernel_rank3", "bias_shape", "no_bias", "bias_unsaid",
+         "bias_missing",
          "gru_bias", "reset_after", "dtype"],
 )  # fmt: skip
 def test_damaged_weights_refused_by_name(files, tmp_path, edit, refusal):
