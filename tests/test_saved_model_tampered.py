@@ -188,6 +188,24 @@ def _x_times_bias(nodes, node_def):
         mx.input[1] = bias_add.input[1]
 
 
+def _bypass(suffix):
+    """The cell's op `suffix` (a Tanh) removed, its readers reading its input: a linear
+    function where Keras applies tanh."""
+
+    def edit(nodes, node_def):
+        n = _node(node_def, suffix)
+        if n is None:
+            return
+        out = f"{n.name}:y:0"
+        for m in node_def:
+            for k, ref in enumerate(m.input):
+                if ref == out:
+                    m.input[k] = n.input[0]
+        node_def.remove(n)
+
+    return edit
+
+
 def _identity_without_input(nodes, node_def):
     """f·c reading an Identity that has no input (a graph TF would not load)."""
     ident = next((n for n in node_def if n.op == "Identity"), None)
@@ -211,8 +229,13 @@ def _identity_without_input(nodes, node_def):
          "no bias added to the gates"),
         (_identity_without_input, "no f·c after "),
         (_x_times_bias, "no x·K + h·R after "),
+        # act(c) relu, or linear, where the candidate's is tanh; a linear candidate, act(c) tanh
+        (_rewire("Tanh_1", op="Relu"), "act(z2) is tanh but act(c) is relu"),
+        (_bypass("Tanh_1"), "act(z2) is tanh but act(c) is linear"),
+        (_bypass("Tanh"), "act(z2) is linear but act(c) is tanh"),
     ],
-    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR", "identity_no_input", "x_times_b"],
+    ids=["minus_hR", "f_plus_c", "f_times_f", "bias_is_hR", "identity_no_input", "x_times_b",
+         "act_c_relu", "act_c_linear", "candidate_linear"],
 )  # fmt: skip
 def test_keras3_lstm_cell_altered_is_refused(keras3_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
