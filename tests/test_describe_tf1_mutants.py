@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 from porting_oracle import assert_close
+from test_porting_readers import _tf1_save
 from test_porting_tf1 import (
     _LSTM_PARAMS,
     B,
@@ -59,18 +60,6 @@ def _resave(prefix, new, drop=(), put=None):
         tensors=[values[n] for n in names],
     )
     return str(new)
-
-
-def _saver_checkpoint(path, values):
-    """TF1 variables with these values saved by a Saver (with the meta graph)."""
-    tf = tf_module()
-    g = tf.Graph()
-    with g.as_default():
-        for n, v in values.items():
-            tf.compat.v1.get_variable(n, initializer=tf.constant(v))
-        with tf.compat.v1.Session(graph=g) as sess:
-            sess.run(tf.compat.v1.global_variables_initializer())
-            return tf.compat.v1.train.Saver().save(sess, str(path))
 
 
 # -- TF1 CudnnGRU canonical names under a nested scope ------------------------------------------
@@ -266,7 +255,7 @@ def test_gru_block_cell_v1_without_b_c_refused(tmp_path):
     naming the scope, the variables found and the one missing."""
     r = np.random.default_rng(34)
     u = lambda *s: r.uniform(-0.6, 0.6, s).astype(np.float32)  # noqa: E731
-    p = _saver_checkpoint(tmp_path / "m", {"rnn/gru_cell/w_ru": u(I + H, 2 * H),
+    p = _tf1_save(tmp_path / "m", {"rnn/gru_cell/w_ru": u(I + H, 2 * H),
                                            "rnn/gru_cell/w_c": u(I + H, H),
                                            "rnn/gru_cell/b_ru": u(2 * H),
                                            "rnn/gru_cell/b_c": u(H)})  # fmt: skip

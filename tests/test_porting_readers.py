@@ -22,7 +22,8 @@ def _rand(*shape, seed=[0]):  # noqa: B006 (a counter)
 
 
 def _tf1_save(path, values: dict):
-    """Variables with the given names saved by a tf.compat.v1 Saver (graph mode)."""
+    """Variables with the given names saved by a tf.compat.v1 Saver (graph mode); the
+    checkpoint's path."""
     tf = tf_module()
     g = tf.Graph()
     with g.as_default():
@@ -30,7 +31,7 @@ def _tf1_save(path, values: dict):
             tf.compat.v1.get_variable(n, initializer=tf.constant(v))
         with tf.compat.v1.Session(graph=g) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
-            tf.compat.v1.train.Saver().save(sess, str(path))
+            return tf.compat.v1.train.Saver().save(sess, str(path))
 
 
 def _convert(src, out, capsys, *extra):
