@@ -19,21 +19,14 @@ import numpy as np
 import pytest
 import torch
 from porting_oracle import assert_close, keras_run, randomize, torch_loss
+from test_porting_keras import _keras
 from tf_oracle import available as _tf_available
-from tf_oracle import tf_module
 
 from torch_lstm_grad import porting
 from torch_lstm_grad.porting import Statements
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, I = 5, 3  # noqa: E741
-
-
-def _keras():
-    tf_module()
-    import keras
-
-    return keras
 
 
 def _save(model, directory, stem):

@@ -12,6 +12,7 @@ import shutil
 import numpy as np
 import pytest
 from porting_oracle import randomize
+from test_porting_keras import _keras
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
@@ -24,9 +25,7 @@ K2 = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
 @pytest.fixture(scope="module")
 def keras3_export(tmp_path_factory):
     """A Keras 3 export of an LSTM with Keras 3's hard sigmoid gates, relu6(x + 3) / 6."""
-    tf_module()
-    import keras
-
+    keras = _keras()
     x = keras.Input((5, 3), name="x")
     y = keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True,
                           name="lstm")(x)  # fmt: skip
