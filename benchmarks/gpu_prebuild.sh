@@ -62,8 +62,9 @@ SOURCES_HASH=$(cd "$ROOT" && "$VENV/bin/python" benchmarks/sources_hash.py)
 say "building for sm_${ARCHS/./} against $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') in $WORK"
 (cd "$WORK" && TORCH_CUDA_ARCH_LIST=$ARCHS MAX_JOBS=${MAX_JOBS:-$(nproc)} \
   "$VENV/bin/python" setup.py build_ext --inplace >"$WORK/build.log" 2>&1) || {
+  grep -E -m 30 "error|Error" "$WORK/build.log" >&2
   tail -40 "$WORK/build.log" >&2
-  say "the build failed (log above)"
+  say "the build failed (log above: its errors, then its end)"
   exit 1
 }
 
@@ -82,9 +83,11 @@ if [ "$bytes" -gt $((64 * 1024 * 1024)) ]; then
   exit 1
 fi
 
-# Loads into that torch here: the .so and its build info beside a copy of the Python package.
+# Loads into that torch here: the .so and its build info beside a copy of the Python package,
+# every symbol bound at load (LD_BIND_NOW): one that torch's libraries do not export fails here,
+# not on the GPU machine.
 (cd "$WORK" && cp "$DEST/_C.abi3.so" "$DEST/_build_info.py" torch_lstm_grad/ \
-  && "$VENV/bin/python" -c "
+  && LD_BIND_NOW=1 "$VENV/bin/python" -c "
 import torch, torch_lstm_grad
 assert torch_lstm_grad.built_with_cuda(), 'built without CUDA'
 ops = torch.ops.torch_lstm_grad

@@ -339,8 +339,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 //   `next` (the later step's dgates) is defined, then the pointwise pass. The CPU backend fuses
 //   each pair into one parallel region where it can (csrc/cpu/lstm_block.cpp);
 // - backward_loop(s, recurrent, B, L, point_step, dgates, dh_carry): all L reverse steps of
-//   backward_step's work (next: the float dgates of step t + 1, [L, B, 4H] from `dgates`),
-//   pointers from point_step(t, s); false, having done nothing, as forward_loop;
+//   backward_step's work (next: the float dgates of step t + 1, [L, B, 4H] from `dgates`, or
+//   where the products take the op's dtype, step t + 1's s.dgates_lp), pointers from
+//   point_step(t, s); false, having done nothing, as forward_loop;
 // - sums_in_steps(recurrent): whether backward_step also adds up BackwardState::sums;
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
 // - input_gates(a, b, packed): a·b as a new contiguous tensor of the float type, the forward's
@@ -691,7 +692,7 @@ BackwardState lstm_backward_recurrence(int64_t L, const at::Tensor& cs_prev,
     for (int k = 0; k < 6; ++k) s.act[k] = act_p[k] + t * BH;
   };
   // The whole loop at once where the backend runs one (as in lstm_forward).
-  const bool whole_loop = proj == nullptr && !lp && wh.defined() &&
+  const bool whole_loop = proj == nullptr && wh.defined() &&
                           Backend::backward_loop(step, recurrent, B, L, point_step, dgates_p,
                                                  st.dh_carry.data_ptr<acc_t>());
   for (int64_t t = L - 1; t >= 0 && !whole_loop; --t) {

@@ -101,6 +101,7 @@ def test_gru_block_cell_matches_cpu(dtype):
         ("gru", 2, 2, 0, [5, 3, 0], False),
         ("rnn_tanh", 2, 1, 0, [1, 5, 2], True),
         ("rnn_relu", 1, 2, 0, [5, 4, 5], True),
+        ("lstm", 1, 2, 0, [0, 0, 0], False),  # no row for cuDNN: zeros and the initial states
     ],
 )
 def test_cudnn_rnn_v3_matches_cpu(mode, L, D, P, lengths, time_major, dtype):
@@ -416,7 +417,7 @@ def _compare_low(cpu_out, gpu_out, tol):
         if a is None:
             assert b is None
             continue
-        scale = max(1.0, float(a.float().abs().max()))
+        scale = max(1.0, float(a.float().abs().max())) if a.numel() else 1.0
         torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol * scale, rtol=tol)
 
 
@@ -424,8 +425,10 @@ def _compare_low(cpu_out, gpu_out, tol):
 @pytest.mark.parametrize("op", ["BlockLSTM", "LSTMBlockCell", "block_lstm_ex", "keras_gru",
                                 "GRUBlockCell"])  # fmt: skip
 def test_block_ops_low_precision_match_cpu(op, dtype):
-    """float16/bfloat16 (float32 arithmetic inside, as the CPU kernels): forward and every
-    gradient against the CPU's for the same rounded inputs."""
+    """float16/bfloat16 (float32 arithmetic inside; the GPU's bfloat16 LSTM products multiply
+    bf16 operands on tensor cores, the backward's on gate gradients rounded to bf16, as
+    mixed precision does): forward and every gradient against the CPU's for the same rounded
+    inputs."""
     from torch_lstm_grad import ops
 
     torch.manual_seed(5)
@@ -460,3 +463,21 @@ def test_block_ops_low_precision_match_cpu(op, dtype):
             outs = [out.cs, out.h]
         results.append(list(out) + list(_grads(outs, ins, len(outs))))
     _compare_low(results[0], results[1], _LOW[dtype])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("T,B,I", [(4, 0, 3), (0, 2, 3), (4, 2, 0), (4, 1, 3)])
+def test_block_lstm_edge_shapes_match_cpu(T, B, I, dtype):  # noqa: E741
+    """The cuBLAS calls on pointers (csrc/cuda/cublas_gemm.h) at their edges: no rows, no
+    steps, no inputs (a product over K = 0: zeros) and one row (whose leading dimensions
+    cuBLAS still checks), forward and every gradient against the CPU."""
+    torch.manual_seed(7)
+    H = 5
+    shapes = [(T, B, I), (B, H), (B, H), (I + H, 4 * H), (H,), (H,), (H,), (4 * H,)]
+    base = [(torch.randn(*s) * 0.5).to(dtype) for s in shapes]
+    results = []
+    for device in ("cpu", "cuda"):
+        ins = _to(base, device)
+        out = R.BlockLSTM(T, *ins, use_peephole=True, cell_clip=0.5)
+        results.append(list(out) + list(_grads([out.cs, out.h], ins, 2)))
+    _compare_low(results[0], results[1], {torch.float32: 2e-5, torch.bfloat16: 2e-2}[dtype])

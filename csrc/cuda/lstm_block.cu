@@ -1,9 +1,11 @@
 // CUDA backend of the LSTM block ops and block_lstm_ex (drivers and cell math:
 // csrc/lstm_block.h): the per-step pointwise passes as one elementwise kernel each (one per
-// activation variant), on PyTorch's current stream. GEMMs and the
-// whole-sequence reductions (peephole and bias grads: no atomics) are ATen's, i.e. cuBLAS.
-//
-// Unverified: written and compiled without a GPU (see README, "Status").
+// activation variant), on PyTorch's current stream. The GEMMs are cuBLAS through torch's
+// wrapper (cublas_gemm.h: the step loops call it on pointers, no Tensor or dispatch a step);
+// the whole-sequence reductions (peephole and bias grads: no atomics) are ATen's.
+// bfloat16 ops multiply bf16 operands on tensor cores with float32 accumulation (the backward
+// rounds the gate gradients to bf16 for its products, as mixed precision does); float16 ops
+// multiply in float32.
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -11,6 +13,7 @@
 
 #include "../lstm_block.h"
 #include "activations.cuh"
+#include "cublas_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -68,6 +71,13 @@ __global__ void backward_kernel(BwdStep<scalar_t> s, int64_t n) {
     dg[L.c * H + j] = r.dci;
     dg[L.f * H + j] = r.df;
     dg[L.o * H + j] = r.d_o;
+    if (s.dgates_lp != nullptr) {  // what the bfloat16 products read
+      scalar_t* dl = s.dgates_lp + b * 4 * H;
+      dl[L.i * H + j] = static_cast<scalar_t>(r.di);
+      dl[L.c * H + j] = static_cast<scalar_t>(r.dci);
+      dl[L.f * H + j] = static_cast<scalar_t>(r.df);
+      dl[L.o * H + j] = static_cast<scalar_t>(r.d_o);
+    }
     s.dcs_carry[k] = r.dcs_prev;
   }
 }
@@ -122,37 +132,46 @@ int blocks_for(int64_t n) {
 }
 
 struct CudaBackend {
-  // Products in the float type: float16/bfloat16 operands are widened first.
-  static at::ScalarType product_type(at::ScalarType t) { return at::toOpMathType(t); }
+  using Gemm = cuda::CublasGemm;
 
-  static lstm_block::AtenRecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t, int64_t) {
-    return {b.to(at::toOpMathType(b.scalar_type()))};
+  // bfloat16 multiplies in bf16 on tensor cores (float32 accumulation); float16 in float32.
+  static at::ScalarType product_type(at::ScalarType t) {
+    return t == at::kBFloat16 ? t : at::toOpMathType(t);
   }
 
-  static lstm_block::AtenRecurrentGemm dh_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
-    return recurrent_gemm(b, m, steps);
+  static Gemm recurrent_gemm(const at::Tensor& b, int64_t, int64_t) {
+    return Gemm(b.to(product_type(b.scalar_type())));
+  }
+
+  // b = Whᵀ, a transposed view of the stored [P, 4H] weight: copied to its own row-major
+  // [4H, P] once per backward. Passed as the view (op 't'), cuBLAS took split-K for the
+  // per-step product at B = 128 (a second launch, its reduction, each step: bf16 at H = 1024)
+  // or a slower kernel (float32: 9.0 / 16.2 / 36.2 µs against 7.2 / 12.0 / 31.0 µs at H = 256 /
+  // 512 / 1024; H100, benchmarks/results/gpu-2026-11-26b/scripts/splitk_probe.py).
+  static Gemm dh_gemm(const at::Tensor& b, int64_t, int64_t) {
+    return Gemm(b.to(product_type(b.scalar_type())).contiguous());
   }
 
   // The forward's gate product: no prepared form on CUDA (a packed weight is not used).
-  static lstm_block::AtenRecurrentGemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps,
-                                                 const at::Tensor&) {
+  static Gemm gate_gemm(const at::Tensor& b, int64_t m, int64_t steps, const at::Tensor&) {
     return recurrent_gemm(b, m, steps);
   }
 
-  // The input projection of all steps: cuBLAS (a packed input weight is the CPU's layout).
+  // The input projection of all steps (a packed input weight is the CPU's layout).
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b, const at::Tensor&) {
-    return at::mm(a, b);
+    return cuda::mm_float(a, b);
   }
 
   // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.
-  static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
+  static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) {
+    return cuda::mm_float(a, b);
+  }
 
-  static void h_prev_product(const lstm_block::AtenRecurrentGemm& rec, at::Tensor& dh,
-                             const at::Tensor& dgates0) {
+  static void h_prev_product(const Gemm& rec, at::Tensor& dh, const at::Tensor& dgates0) {
     rec(dh, dgates0, /*accumulate=*/false);
   }
 
-  static bool sums_in_steps(const lstm_block::AtenRecurrentGemm&) { return false; }
+  static bool sums_in_steps(const Gemm&) { return false; }
 
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
 
@@ -164,42 +183,76 @@ struct CudaBackend {
   }
 
   template <typename scalar_t>
-  static void forward_step(const FwdStep<scalar_t>& s, const lstm_block::AtenRecurrentGemm& rec,
-                           at::Tensor& g, const at::Tensor& h) {
-    rec(g, h, /*accumulate=*/true);
-    const int64_t n = g.size(0) * s.H;
+  static void launch_forward(const FwdStep<scalar_t>& s, int64_t n) {
     if (n == 0) return;
-    const auto stream = at::cuda::getCurrentCUDAStream();
     const auto kernel = forward_kernel_for<scalar_t>(s.attrs);
-    kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
+    kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(s, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
-  }
-
-  // No whole-loop form: the driver launches forward_step's product and kernel step by step.
-  template <typename scalar_t, class PointStep>
-  static bool forward_loop(const FwdStep<scalar_t>&, const lstm_block::AtenRecurrentGemm&,
-                           int64_t, int64_t, const PointStep&, const scalar_t*,
-                           const scalar_t*) {
-    return false;
-  }
-
-  template <typename scalar_t, class PointStep>
-  static bool backward_loop(const BwdStep<scalar_t>&, const lstm_block::AtenRecurrentGemm&,
-                            int64_t, int64_t, const PointStep&,
-                            const at::opmath_type<scalar_t>*, at::opmath_type<scalar_t>*) {
-    return false;
   }
 
   template <typename scalar_t>
-  static void backward_step(const BwdStep<scalar_t>& s, const lstm_block::AtenRecurrentGemm& rec,
-                            const at::Tensor& next, at::Tensor& dh_carry) {
-    if (next.defined()) rec(dh_carry, next, /*accumulate=*/false);
-    const int64_t n = dh_carry.size(0) * s.H;
+  static void launch_backward(const BwdStep<scalar_t>& s, int64_t n) {
     if (n == 0) return;
-    const auto stream = at::cuda::getCurrentCUDAStream();
     const auto kernel = backward_kernel_for<scalar_t>(s);
-    kernel<<<blocks_for(n), kThreads, 0, stream>>>(s, n);
+    kernel<<<blocks_for(n), kThreads, 0, at::cuda::getCurrentCUDAStream()>>>(s, n);
     C10_CUDA_KERNEL_LAUNCH_CHECK();
+  }
+
+  template <typename scalar_t>
+  static void forward_step(const FwdStep<scalar_t>& s, const Gemm& rec, at::Tensor& g,
+                           const at::Tensor& h) {
+    rec(g, h, /*accumulate=*/true);
+    launch_forward(s, g.size(0) * s.H);
+  }
+
+  // The whole loop on pointers: per step the product (h read as stored: the driver takes this
+  // only where h is of the product's operand type) and the pointwise kernel.
+  template <typename scalar_t, class PointStep>
+  static bool forward_loop(const FwdStep<scalar_t>& proto, const Gemm& rec, int64_t B,
+                           int64_t L, const PointStep& point_step, const scalar_t* h0,
+                           const scalar_t* h) {
+    if (rec.operand_type() != c10::CppTypeToScalarType<scalar_t>::value) return false;
+    const int64_t K = rec.b().size(0), N = rec.b().size(1);
+    FwdStep<scalar_t> s = proto;
+    for (int64_t t = 0; t < L; ++t) {
+      auto* g = point_step(t, s);
+      rec.rows(B, t == 0 ? h0 : h + (t - 1) * B * K, K, g, N, /*accumulate=*/true);
+      launch_forward(s, B * s.H);
+    }
+    return true;
+  }
+
+  // The same for the backward: step t's dh_carry = dgates_{t+1} · Whᵀ (the bfloat16 copy of
+  // the later step's dgates where the products take bf16), then the pointwise kernel.
+  template <typename scalar_t, class PointStep>
+  static bool backward_loop(const BwdStep<scalar_t>& proto, const Gemm& rec, int64_t B,
+                            int64_t L, const PointStep& point_step,
+                            const at::opmath_type<scalar_t>*, at::opmath_type<scalar_t>* dh_carry) {
+    using acc_t = at::opmath_type<scalar_t>;
+    const int64_t K = rec.b().size(0), N = rec.b().size(1);  // K = 4H, N = P
+    const bool lp = rec.operand_type() != c10::CppTypeToScalarType<acc_t>::value;
+    BwdStep<scalar_t> s = proto;
+    const void* next = nullptr;
+    for (int64_t t = L - 1; t >= 0; --t) {
+      point_step(t, s);
+      if (next != nullptr) {
+        if (lp) {
+          rec.rows(B, static_cast<const scalar_t*>(next), K, dh_carry, N, /*accumulate=*/false);
+        } else {
+          rec.rows(B, static_cast<const acc_t*>(next), K, dh_carry, N, /*accumulate=*/false);
+        }
+      }
+      launch_backward(s, B * s.H);
+      next = lp ? static_cast<const void*>(s.dgates_lp) : static_cast<const void*>(s.dgates);
+    }
+    return true;
+  }
+
+  template <typename scalar_t>
+  static void backward_step(const BwdStep<scalar_t>& s, const Gemm& rec, const at::Tensor& next,
+                            at::Tensor& dh_carry) {
+    if (next.defined()) rec(dh_carry, next, /*accumulate=*/false);
+    launch_backward(s, dh_carry.size(0) * s.H);
   }
 };
 
