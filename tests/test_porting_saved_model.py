@@ -97,12 +97,43 @@ def test_keras3_export_every_readable_kind(tmp_path, capsys, mask):
     _compare(model, names, mods, seed=14, mask=mask)
 
 
+def _edge_kinds(keras):
+    return [
+        keras.layers.GRU(3, return_sequences=True, use_bias=False, name="gru_no_bias"),
+        keras.layers.GRU(
+            2, return_sequences=True, reset_after=False, use_bias=False, name="gru_before_no_bias"
+        ),
+        keras.layers.GRU(1, return_sequences=True, name="gru_one_unit"),
+        keras.layers.LSTM(3, activation="linear", return_sequences=True, name="lstm_linear"),
+        keras.layers.LSTM(1, return_sequences=True, name="lstm_one_unit"),
+        keras.layers.SimpleRNN(2, use_bias=False, name="rnn_no_bias"),
+    ]
+
+
+def test_keras3_export_edge_configs(tmp_path, capsys):
+    """Configurations whose loops lack an op the usual ones have: GRUs without biases (both
+    reset positions: no bias add after x·K nor h·R) and a SimpleRNN without one, a one-unit GRU
+    (its gate blocks one column
+    wide) and LSTM, linear activations (no op between the sum and its readers); read from the
+    export and exact against Keras (issue 34: mutants of the loop reader no test killed)."""
+    model, names = _chain_model(_edge_kinds, mask=False, seed=16)
+    src = _save(model, tmp_path / "sm", "export")
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "activation           = 'linear'  <- the SavedModel's loop" in log
+    assert "reset_after          = False  <- the SavedModel's loop" in log
+    _compare(model, names, mods, seed=17, mask=False)
+
+
 def _refused(keras, case):
     x_in = keras.Input((T, I))
     if case == "unroll":
         y = keras.layers.LSTM(3, unroll=True)(x_in)
     elif case == "tanh_gates":  # read, but no kernel computes tanh gates: the builder refuses
         y = keras.layers.LSTM(3, recurrent_activation="tanh")(x_in)
+    elif case == "mixed_precision":  # bfloat16 products: the kernels read through a Cast
+        y = keras.layers.LSTM(3, dtype="mixed_bfloat16")(x_in)
+    elif case == "rnn_linear":  # read as linear (no op after the sum), which no kernel computes
+        y = keras.layers.SimpleRNN(3, activation=None, return_sequences=True)(x_in)
     else:  # an activation the loop matcher does not know: gelu's ops
         y = keras.layers.SimpleRNN(3, activation="gelu")(x_in)
     model = keras.Model(x_in, y)
@@ -110,11 +141,12 @@ def _refused(keras, case):
     return model
 
 
-@pytest.mark.parametrize("case", ["unroll", "gelu", "tanh_gates"])
+@pytest.mark.parametrize("case", ["unroll", "gelu", "tanh_gates", "rnn_linear", "mixed_precision"])
 def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
     """What the loop matcher does not read is refused by name, nothing written: an unrolled
     layer, an activation made of several ops (gelu, naming them); a function it reads but no
-    kernel computes (tanh gates) is refused by the builder, as from a config."""
+    kernel computes (tanh gates, a linear SimpleRNN) is refused by the builder, as from a
+    config; a mixed-precision layer (bfloat16 products) is refused naming the Cast."""
     model = _refused(_keras(), case)
     src = _save(model, tmp_path / "sm", "export")
     err = _convert(src, tmp_path, capsys, code=2)
@@ -124,6 +156,9 @@ def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
         "unroll": "no While loop of the signature's functions reads",
         "gelu": "Gelu/Erfc (Erfc)",
         "tanh_gates": "recurrent_activation = 'tanh'",
+        "rnn_linear": "activation='linear' is not computed by this version's kernels",
+        "mixed_precision": "(Cast) reads the recurrent kernel in the loop: the layer multiplies "
+        "in a reduced precision",
     }
     assert want[case] in err
 

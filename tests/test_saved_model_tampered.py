@@ -315,3 +315,153 @@ def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
     )
     with pytest.raises(ValueError, match=r"/MatMul_gone', which is not in the graph"):
         porting.read_source(path)
+
+
+# -- the loop's other ops: arity, extra ops -----------------------------------------------------
+
+
+def _extra_add(nodes, node_def):
+    """A second x·K + h·R that nothing reads: an op of the body no cell explains."""
+    add = _node(node_def, "Add")
+    if add is not None:
+        extra = node_def.add()
+        extra.CopyFrom(add)
+        extra.name = add.name + "_extra"
+
+
+def _third_input(nodes, node_def):
+    """x·K + h·R given a third input (AddV2 takes two: TF would not load it)."""
+    add = _node(node_def, "Add")
+    if add is not None:
+        add.input.append(add.input[0])
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        (_extra_add, "computes ops that are not a Keras LSTM cell's: "),
+        (_third_input, "(AddV2) has 3 inputs, not 2"),
+    ],
+    ids=["extra_add", "add_of_three"],
+)
+def test_keras3_lstm_body_with_other_ops_is_refused(keras3_export, tmp_path, edit, why):
+    refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("lstm: graph = 'LSTM': "), refusals
+    assert why in refusals[0], refusals[0]
+
+
+# -- Keras 3's GRU cell (reset_after=True): the column blocks of h·R, the gates, 1 − z -----------
+
+
+@pytest.fixture(scope="module")
+def keras3_gru_export(tmp_path_factory):
+    keras = _keras()
+    x = keras.Input((5, 3), name="x")
+    y = keras.layers.GRU(3, return_sequences=True, name="gru")(x)
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 35)
+    path = tmp_path_factory.mktemp("tampered_gru") / "export"
+    model.export(str(path), verbose=False)
+    return path
+
+
+def _set_ints(const, values) -> None:
+    tf = tf_module()
+    const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(values, np.int32)))
+
+
+def _slice_end(suffix, values):
+    """h·R's column slice `suffix` ending elsewhere (its `stack_1` constant)."""
+
+    def edit(nodes, node_def):
+        const = _node(node_def, suffix + "/stack_1")
+        if const is not None:
+            _set_ints(const, values)
+
+    return edit
+
+
+def _slice_begin_computed(nodes, node_def):
+    """A column slice whose begin is computed in the loop (the step counter), not a constant."""
+    s, step = _node(node_def, "strided_slice_1"), _node(node_def, "while/add")
+    if s is not None and step is not None:
+        s.input[1] = step.name + ":z:0"
+
+
+def _one_minus_as(value):
+    def edit(nodes, node_def):
+        const = _node(node_def, "sub/x")
+        if const is not None:
+            _set(const, value)
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
+        (_slice_end("strided_slice", [0, 4]), "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
+        (_slice_begin_computed, "a slice of h·R whose bounds are not constants"),
+        # z·h + (2 − z)·hh
+        (_one_minus_as(2.0), "no 1 − z after "),
+        # r = tanh(..) where z = sigmoid(..)
+        (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
+    ],
+    ids=["overlapping_blocks", "computed_bound", "two_minus_z", "r_tanh"],
+)  # fmt: skip
+def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
+    refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("gru: graph = 'GRU': "), refusals
+    assert why in refusals[0], refusals[0]
+
+
+def test_keras3_gru_body_in_another_node_order_is_read(keras3_gru_export, tmp_path):
+    """A FunctionDef's nodes in any order (TF sorts them itself): reversed, the column slices
+    of h·R come in reverse and are still read as the blocks z, r, h, by where they begin."""
+
+    def reverse(nodes, node_def):
+        order = [type(n)() for n in node_def]
+        for copy, n in zip(order, reversed(node_def), strict=True):
+            copy.CopyFrom(n)
+        del node_def[:]
+        node_def.extend(order)
+
+    descriptions, refusals = porting.describe(
+        porting.read_source(_tampered(keras3_gru_export, tmp_path / "sm", reverse))
+    )
+    assert refusals == []
+    assert descriptions[0].value("reset_after") is True
+
+
+# -- Keras 3's SimpleRNN cell: x·K + b + h·R -----------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def keras3_rnn_export(tmp_path_factory):
+    keras = _keras()
+    x = keras.Input((5, 3), name="x")
+    y = keras.layers.SimpleRNN(3, return_sequences=True, name="rnn")(x)
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 36)
+    path = tmp_path_factory.mktemp("tampered_rnn") / "export"
+    model.export(str(path), verbose=False)
+    return path
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        # x·b + b + h·R: the input's product reads the bias, not the kernel
+        _x_times_bias,
+        # x·K + x·K + h·R: the bias add adds the product again
+        _rewire("BiasAdd", input_index=1, to=("MatMul", ":product:0")),
+        # (x·K)·b + h·R
+        _rewire("BiasAdd", op="Mul"),
+    ],
+    ids=["x_times_b", "no_bias_read", "times_bias"],
+)
+def test_keras3_simple_rnn_cell_altered_is_refused(keras3_rnn_export, tmp_path, edit):
+    refusals = _problem(_tampered(keras3_rnn_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("rnn: graph = 'SimpleRNN': "), refusals
+    assert "no x·K (+ b) + h·R after " in refusals[0], refusals[0]

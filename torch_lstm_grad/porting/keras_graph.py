@@ -85,18 +85,10 @@ class _Body:
         return [u for u in self.g.users(*ref) if _fn(u.name) == self.fn]
 
     def is_var(self, ref, role: str) -> bool:
-        """`ref` reads the variable `role` (through ReadVariableOp / Cast)."""
-        for _ in range(4):
-            n = self.g.nodes.get(self.g.resolve(ref)[0])
-            if n is None:
-                return False
-            if n.name in self.variables.get(role, ()):
-                return True
-            if n.op not in _VARIABLE_READS or not n.inputs:
-                return False
-            self.seen.add(n.name)
-            ref = n.inputs[0]
-        return False
+        """`ref` reads the variable `role` (`TF1Graph.resolve` follows the ReadVariableOp to
+        it). A read through a Cast is not: a mixed-precision layer multiplies in float16 or
+        bfloat16, which the modules do not compute (_read_layer refuses it by name)."""
+        return self.g.resolve(ref)[0] in self.variables.get(role, ())
 
     def one(self, ref, ops: set[str], what: str) -> _Node:
         found = [u for u in self.users(ref) if u.op in ops]
@@ -109,9 +101,12 @@ class _Body:
         return found[0]
 
     def other_input(self, node: _Node, ref) -> tuple[str, int]:
-        ins = [self.local(r) for r in node.inputs[:2]]
+        """The input of the binary op `node` that is not `ref`."""
+        ins = [self.local(r) for r in node.inputs]
+        if len(ins) != 2:  # a file TF would not load (Add, Mul, BiasAdd take two)
+            raise _Unreadable(f"{node.name} ({node.op}) has {len(ins)} inputs, not 2")
         mine = self.local(ref)
-        if len(ins) != 2 or mine not in ins:
+        if mine not in ins:
             raise _Unreadable(f"{node.name} ({node.op}) does not read {ref[0]}")
         return ins[1] if ins[0] == mine else ins[0]
 
@@ -122,7 +117,7 @@ class _Body:
         return float(value) if isinstance(value, np.ndarray) and value.size == 1 else None
 
     def const_input(self, node: _Node) -> float | None:
-        for r in node.inputs[:2]:
+        for r in node.inputs:
             c = self.const(r)
             if c is not None:
                 return c
@@ -258,14 +253,13 @@ def _lstm(b: _Body, mh: _Node, has_bias: bool):
     i_mul = _mul(b, acts["i"][1], lambda r: b.local(r) == b.local(acts["c"][1]), "i·act(z2)")
     c_new = _add_of(b, (f_mul.name, 0), lambda r: b.local(r) == (i_mul.name, 0), "f·c + i·act(z2)")
     act_c, act_c_out = b.activation((c_new.name, 0), "act(c)")
-    if act_c != acts["c"][0] and not (act_c == "linear" and acts["c"][0] == "linear"):
+    if act_c != acts["c"][0]:
         raise _Unreadable(f"act(z2) is {acts['c'][0]} but act(c) is {act_c}")
     h_new = _mul(b, acts["o"][1], lambda r: b.local(r) == b.local(act_c_out), "o·act(c)")
     return {
         "class": "LSTM",
         "activation": acts["c"][0],
         "recurrent_activation": ra.pop(),
-        "h_prev": h_prev,
         "states_prev": [h_prev, c_prev],
         "h_new": (h_new.name, 0),
         "states_new": [(h_new.name, 0), (c_new.name, 0)],
@@ -336,7 +330,6 @@ def _gru_cell(b: _Body, ra: str, reset_after: bool, hh_pre: _Node, z, h_prev, mx
         "activation": act,
         "recurrent_activation": ra,
         "reset_after": reset_after,
-        "h_prev": h_prev,
         "states_prev": [h_prev],
         "h_new": h_new,
         "states_new": [h_new],
@@ -436,34 +429,28 @@ def _gru_update(b: _Body, z, h_prev, hh) -> tuple[str, int]:
 def _simple_rnn(b: _Body, mh: _Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
 
-    def x_side(r):
+    def x_product(r) -> _Node | None:
         n = b.node(r)
-        if n.op == "MatMul" and b.is_var(n.inputs[1], "kernel"):
-            return True
-        if n.op in _ADDS | {"BiasAdd"} and has_bias:
-            ins = n.inputs[:2]
-            mm = [
-                q
-                for q in ins
-                if b.node(q).op == "MatMul" and b.is_var(b.node(q).inputs[1], "kernel")
-            ]
-            return len(mm) == 1 and _reads_bias(b, [q for q in ins if q is not mm[0]][0])
-        return False
+        return n if n.op == "MatMul" and b.is_var(n.inputs[1], "kernel") else None
 
-    add = _add_of(b, (mh.name, 0), x_side, "x·K (+ b) + h·R")
-    xs = b.node(b.other_input(add, (mh.name, 0)))
-    b.seen.add(xs.name)
-    mx = (
-        xs
-        if xs.op == "MatMul"
-        else next(b.node(q) for q in xs.inputs[:2] if b.node(q).op == "MatMul")
-    )
-    b.seen.add(mx.name)
+    def x_side(r) -> _Node | None:
+        """The MatMul of `x·K` or, with a bias, of `x·K + b` (BiasAdd or Add, in the order
+        Keras writes it), or None."""
+        if not has_bias:
+            return x_product(r)
+        n = b.node(r)
+        if n.op not in _ADDS | {"BiasAdd"} or len(n.inputs) != 2:
+            return None
+        return x_product(n.inputs[0]) if _reads_bias(b, n.inputs[1]) else None
+
+    add = _add_of(b, (mh.name, 0), lambda r: x_side(r) is not None, "x·K (+ b) + h·R")
+    xs = b.other_input(add, (mh.name, 0))
+    mx = x_side(xs)
+    b.seen |= {b.node(xs).name, mx.name}
     act, h_new = b.activation((add.name, 0), "activation")
     return {
         "class": "SimpleRNN",
         "activation": act,
-        "h_prev": h_prev,
         "states_prev": [h_prev],
         "h_new": h_new,
         "states_new": [h_new],
@@ -610,13 +597,13 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
     out["input_ref"] = _Body(g, _fn(loop.name), {}).local(src.inputs[0])
     out["initial_refs"] = [loop.inputs[_index(b, loop, p)] for p in cell["states_prev"]]
     out["state_refs"] = [(loop.name, _index(b, loop, p)) for p in cell["states_prev"]]
-    # the initial state: zeros (Fill / zeros) or given by the model
-    k = _index(b, loop, cell["h_prev"])
-    init = g.nodes.get(g.resolve(loop.inputs[k])[0]) if k is not None else None
-    if init is not None and init.op in ("ReadVariableOp", "VarHandleOp"):
-        raise _Unreadable(
-            f"the initial state comes from a variable ({init.name}): a stateful layer"
-        )
+    # the initial states: zeros (Fill / zeros) or given by the model, not a variable
+    for ref in out["initial_refs"]:
+        init = g.nodes.get(g.resolve(ref)[0])
+        if init is not None and init.op in ("ReadVariableOp", "VarHandleOp"):
+            raise _Unreadable(
+                f"the initial state comes from a variable ({init.name}): a stateful layer"
+            )
     return out
 
 
@@ -723,6 +710,12 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
         mh = loop_uses[0]
         if cls == "GRU" and all(u.op == "StridedSlice" for u in loop_uses):
             cell = _gru_reset_before(b, loop_uses, has_bias)
+        elif casts := [u for u in loop_uses if u.op == "Cast"]:
+            raise _Unreadable(
+                f"{_short(casts[0].name)} (Cast) reads the recurrent kernel in the loop: the "
+                "layer multiplies in a reduced precision (a mixed-precision dtype policy), "
+                "which the modules do not compute"
+            )
         elif (
             len(loop_uses) != 1
             or mh.op != "MatMul"
