@@ -22,18 +22,27 @@ pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not i
 K2 = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
 
 
-@pytest.fixture(scope="module")
-def keras3_export(tmp_path_factory):
-    """A Keras 3 export of an LSTM with Keras 3's hard sigmoid gates, relu6(x + 3) / 6."""
+def _export(tmp_path_factory, layer, seed):
+    """A Keras 3 export of Input((5, 3)) -> `layer(keras)`, weights drawn with `seed`."""
     keras = _keras()
     x = keras.Input((5, 3), name="x")
-    y = keras.layers.LSTM(4, recurrent_activation="hard_sigmoid", return_sequences=True,
-                          name="lstm")(x)  # fmt: skip
-    model = keras.Model(x, y)
-    randomize(model.trainable_weights, 34)
+    model = keras.Model(x, layer(keras)(x))
+    randomize(model.trainable_weights, seed)
     path = tmp_path_factory.mktemp("tampered") / "export"
     model.export(str(path), verbose=False)
     return path
+
+
+@pytest.fixture(scope="module")
+def keras3_export(tmp_path_factory):
+    """A Keras 3 export of an LSTM with Keras 3's hard sigmoid gates, relu6(x + 3) / 6."""
+    return _export(
+        tmp_path_factory,
+        lambda keras: keras.layers.LSTM(
+            4, recurrent_activation="hard_sigmoid", return_sequences=True, name="lstm"
+        ),
+        34,
+    )
 
 
 def _tampered(src, dst, edit):
@@ -355,14 +364,9 @@ def test_keras3_lstm_body_with_other_ops_is_refused(keras3_export, tmp_path, edi
 
 @pytest.fixture(scope="module")
 def keras3_gru_export(tmp_path_factory):
-    keras = _keras()
-    x = keras.Input((5, 3), name="x")
-    y = keras.layers.GRU(3, return_sequences=True, name="gru")(x)
-    model = keras.Model(x, y)
-    randomize(model.trainable_weights, 35)
-    path = tmp_path_factory.mktemp("tampered_gru") / "export"
-    model.export(str(path), verbose=False)
-    return path
+    return _export(
+        tmp_path_factory, lambda keras: keras.layers.GRU(3, return_sequences=True, name="gru"), 35
+    )
 
 
 def _set_ints(const, values) -> None:
@@ -439,14 +443,11 @@ def test_keras3_gru_body_in_another_node_order_is_read(keras3_gru_export, tmp_pa
 
 @pytest.fixture(scope="module")
 def keras3_rnn_export(tmp_path_factory):
-    keras = _keras()
-    x = keras.Input((5, 3), name="x")
-    y = keras.layers.SimpleRNN(3, return_sequences=True, name="rnn")(x)
-    model = keras.Model(x, y)
-    randomize(model.trainable_weights, 36)
-    path = tmp_path_factory.mktemp("tampered_rnn") / "export"
-    model.export(str(path), verbose=False)
-    return path
+    return _export(
+        tmp_path_factory,
+        lambda keras: keras.layers.SimpleRNN(3, return_sequences=True, name="rnn"),
+        36,
+    )
 
 
 @pytest.mark.parametrize(
