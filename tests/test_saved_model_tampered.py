@@ -316,6 +316,49 @@ def test_keras2_hard_sigmoid_altered_is_refused(tmp_path, edit, why):
     assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
 
 
+def _as_clip_by_value(lo, hi):
+    """Gate i's clip written as one ClipByValue(0.2·x + 0.5, lo, hi) (a TF op; tf.clip_by_value
+    itself writes Minimum then Maximum)."""
+
+    def edit(nodes, node_def):
+        mul = _first(node_def, "Mul", 0.2, nodes)
+        if mul is None:
+            return
+
+        def reader(of, ops):
+            return next(n for n in node_def if n.op in ops
+                        and any(r.split(":")[0] == of.name for r in n.input))  # fmt: skip
+
+        add = reader(mul, ("Add", "AddV2"))
+        first = reader(add, ("Minimum", "Maximum"))
+        second = reader(first, ("Minimum", "Maximum"))
+        low, high = (_const_of(nodes, n) for n in sorted((first, second), key=lambda n: n.op))
+        _set(low, lo)  # Maximum's bound, then Minimum's
+        _set(high, hi)
+        x = next(r for r in first.input if r.split(":")[0] == add.name)
+        first.op = "ClipByValue"
+        del first.input[:]
+        first.input.extend([x, low.name + ":output:0", high.name + ":output:0"])
+        for m in node_def:
+            for k, ref in enumerate(m.input):
+                if ref.split(":")[0] == second.name:
+                    m.input[k] = first.name + ":output:0"
+        node_def.remove(second)
+
+    return edit
+
+
+def test_keras2_hard_sigmoid_as_clip_by_value(tmp_path):
+    """clip(0.2·x + 0.5, 0, 1) as one ClipByValue op is Keras 2's hard sigmoid (read); clipped
+    to [0, 2] it is not (refused naming the bounds)."""
+    tf_module()
+    layers = _keras2_layers(_tampered(K2, tmp_path / "sm", _as_clip_by_value(0.0, 1.0)))
+    assert layers["lstm"].problem is None, layers["lstm"].problem
+    assert layers["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
+    layers = _keras2_layers(_tampered(K2, tmp_path / "sm2", _as_clip_by_value(0.0, 2.0)))
+    assert "clip to [0.0, 2.0] after 0.2·x + 0.5, not [0, 1]" in layers["lstm"].problem
+
+
 def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
     """x·K reading a node the graph does not have: the file is refused as corrupt, naming the
     node, before any loop is read (so the loop reader never meets a dangling input)."""
@@ -421,10 +464,20 @@ def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, w
 
 
 def test_keras3_gru_body_in_another_node_order_is_read(keras3_gru_export, tmp_path):
-    """A FunctionDef's nodes in any order (TF sorts them itself): reversed, the column slices
-    of h·R come in reverse and are still read as the blocks z, r, h, by where they begin."""
+    """A FunctionDef's nodes in any order and under any names: reversed, and the first column
+    slice of h·R renamed to sort last, the slices are still read as the blocks z, r, h, by
+    where they begin."""
 
     def reverse(nodes, node_def):
+        first = _node(node_def, "strided_slice")
+        if first is None:
+            return
+        old, new = first.name, first.name + "_9"
+        for n in node_def:
+            n.name = new if n.name == old else n.name
+            for k, ref in enumerate(n.input):
+                if ref.split(":")[0] == old:
+                    n.input[k] = new + ref[len(old) :]
         order = [type(n)() for n in node_def]
         for copy, n in zip(order, reversed(node_def), strict=True):
             copy.CopyFrom(n)
