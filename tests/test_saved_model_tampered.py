@@ -428,6 +428,15 @@ def _slice_end(suffix, values):
     return edit
 
 
+def _empty_blocks(nodes, node_def):
+    """h·R sliced as [:, 0:0], [:, 0:0], [:, 0:]: two empty blocks and the whole product."""
+    for suffix in ("strided_slice/stack_1", "strided_slice_1/stack", "strided_slice_1/stack_1",
+                   "strided_slice_2/stack"):  # fmt: skip
+        const = _node(node_def, suffix)
+        if const is not None:
+            _set_ints(const, [0, 0])
+
+
 def _slice_begin_computed(nodes, node_def):
     """A column slice whose begin is computed in the loop (the step counter), not a constant."""
     s, step = _node(node_def, "strided_slice_1"), _node(node_def, "while/add")
@@ -449,13 +458,14 @@ def _one_minus_as(value):
     [
         # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
         (_slice_end("strided_slice", [0, 4]), "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
+        (_empty_blocks, "h·R is sliced at [(0, 0), (0, 0), (0, None)]"),
         (_slice_begin_computed, "a slice of h·R whose bounds are not constants"),
         # z·h + (2 − z)·hh
         (_one_minus_as(2.0), "no 1 − z after "),
         # r = tanh(..) where z = sigmoid(..)
         (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
     ],
-    ids=["overlapping_blocks", "computed_bound", "two_minus_z", "r_tanh"],
+    ids=["overlapping_blocks", "empty_blocks", "computed_bound", "two_minus_z", "r_tanh"],
 )  # fmt: skip
 def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))
