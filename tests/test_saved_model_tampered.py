@@ -529,3 +529,55 @@ def test_keras3_simple_rnn_cell_altered_is_refused(keras3_rnn_export, tmp_path, 
     refusals = _problem(_tampered(keras3_rnn_export, tmp_path / "sm", edit))
     assert len(refusals) == 1 and refusals[0].startswith("rnn: graph = 'SimpleRNN': "), refusals
     assert "no x·K (+ b) + h·R after " in refusals[0], refusals[0]
+
+
+# -- Keras 3's GRU(reset_after=False): R's column blocks R[:, :2U], R[:, 2U:] --------------------
+
+
+@pytest.fixture(scope="module")
+def keras3_gru_before_export(tmp_path_factory):
+    return _export(
+        tmp_path_factory,
+        lambda keras: keras.layers.GRU(3, return_sequences=True, reset_after=False, name="gru"),
+        37,
+    )
+
+
+def _slice_begin(suffix, values):
+    def edit(nodes, node_def):
+        const = _node(node_def, suffix + "/stack")
+        if const is not None:
+            _set_ints(const, values)
+
+    return edit
+
+
+def _r_slice_computed(nodes, node_def):
+    """R[:, 2U:] begun at a value computed in the loop (the step counter)."""
+    s, step = _node(node_def, "strided_slice_4"), _node(node_def, "while/add")
+    if s is not None and step is not None:
+        s.input[1] = step.name + ":z:0"
+
+
+def _h_r_swapped(nodes, node_def):
+    """R[:, :2U]·h in place of h·R[:, :2U]."""
+    m = _node(node_def, "MatMul_1")
+    if m is not None:
+        m.input[0], m.input[1] = m.input[1], m.input[0]
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # R[:, :6] and R[:, 7:]: a column of R left out
+        (_slice_begin("strided_slice_4", [0, 7]),
+         "the recurrent kernel is sliced at [(0, 6), (7, None)]"),
+        (_r_slice_computed, "a slice of the recurrent kernel whose bounds are not constants"),
+        (_h_r_swapped, "the recurrent kernel's blocks are not the right-hand factors"),
+    ],
+    ids=["column_left_out", "computed_bound", "r_times_h"],
+)  # fmt: skip
+def test_keras3_gru_reset_before_altered_is_refused(keras3_gru_before_export, tmp_path, edit, why):
+    refusals = _problem(_tampered(keras3_gru_before_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("gru: graph = 'GRU': "), refusals
+    assert why in refusals[0], refusals[0]
