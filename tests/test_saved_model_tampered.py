@@ -388,13 +388,21 @@ def _third_input(nodes, node_def):
         add.input.append(add.input[0])
 
 
+def _step_input_from_a_constant(nodes, node_def):
+    """The cell's input read from a constant list (the element shape), not the loop's."""
+    get = next((n for n in node_def if n.op == "TensorListGetItem"), None)
+    if get is not None:
+        get.input[0] = get.input[2]
+
+
 @pytest.mark.parametrize(
     "edit, why",
     [
         (_extra_add, "computes ops that are not a Keras LSTM cell's: "),
+        (_step_input_from_a_constant, "is not a loop variable"),
         (_third_input, "(AddV2) has 3 inputs, not 2"),
     ],
-    ids=["extra_add", "add_of_three"],
+    ids=["extra_add", "add_of_three", "step_input_constant"],
 )
 def test_keras3_lstm_body_with_other_ops_is_refused(keras3_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
