@@ -88,6 +88,7 @@ def test_keras3_export_every_readable_kind(tmp_path, capsys, mask):
     mods, log = _convert(src, tmp_path, capsys)
     assert "go_backwards         = True  <- the SavedModel's loop" in log
     assert "return_state         = True  <- the SavedModel's loop" in log
+    assert "the loop's final states (outputs [" in log and "are read after it" in log
     for mode in ("ave", "mul", "concat"):
         assert f"merge_mode = '{mode}'  <- the SavedModel's graph" in log
     if mask:
@@ -130,6 +131,9 @@ def _refused(keras, case):
         y = keras.layers.LSTM(3, unroll=True)(x_in)
     elif case == "tanh_gates":  # read, but no kernel computes tanh gates: the builder refuses
         y = keras.layers.LSTM(3, recurrent_activation="tanh")(x_in)
+    elif case == "stateful":  # the initial states are variables
+        x_in = keras.Input(batch_shape=(2, T, I))
+        y = keras.layers.LSTM(3, stateful=True)(x_in)
     elif case == "mixed_precision":  # bfloat16 products: the kernels read through a Cast
         y = keras.layers.LSTM(3, dtype="mixed_bfloat16")(x_in)
     elif case == "rnn_linear":  # read as linear (no op after the sum), which no kernel computes
@@ -141,7 +145,9 @@ def _refused(keras, case):
     return model
 
 
-@pytest.mark.parametrize("case", ["unroll", "gelu", "tanh_gates", "rnn_linear", "mixed_precision"])
+@pytest.mark.parametrize(
+    "case", ["unroll", "gelu", "tanh_gates", "rnn_linear", "mixed_precision", "stateful"]
+)
 def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
     """What the loop matcher does not read is refused by name, nothing written: an unrolled
     layer, an activation made of several ops (gelu, naming them); a function it reads but no
@@ -159,6 +165,7 @@ def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
         "rnn_linear": "activation='linear' is not computed by this version's kernels",
         "mixed_precision": "(Cast) reads the recurrent kernel in the loop: the layer multiplies "
         "in a reduced precision",
+        "stateful": "the initial state comes from a variable",
     }
     assert want[case] in err
 
