@@ -116,9 +116,9 @@ def _edge_kinds(keras):
 def test_keras3_export_edge_configs(tmp_path, capsys):
     """Configurations whose loops lack an op the usual ones have: GRUs without biases (both
     reset positions: no bias add after x·K nor h·R) and a SimpleRNN without one, a one-unit GRU
-    (its gate blocks one column
-    wide) and LSTM, linear activations (no op between the sum and its readers); read from the
-    export and exact against Keras (issue 34: mutants of the loop reader no test killed)."""
+    (its gate blocks one column wide) and LSTM, linear activations (no op between the sum and
+    its readers); read from the export and exact against Keras, outputs and every gradient
+    (issue 34: mutants of the loop reader no test killed)."""
     model, names = _chain_model(_edge_kinds, mask=False, seed=16)
     src = _save(model, tmp_path / "sm", "export")
     mods, log = _convert(src, tmp_path, capsys)

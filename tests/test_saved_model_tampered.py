@@ -425,11 +425,11 @@ def _set_ints(const, values) -> None:
     const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(values, np.int32)))
 
 
-def _slice_end(suffix, values):
-    """h·R's column slice `suffix` ending elsewhere (its `stack_1` constant)."""
+def _slice_bound(suffix, bound, values):
+    """The column slice `suffix` beginning (`bound` "stack") or ending ("stack_1") elsewhere."""
 
     def edit(nodes, node_def):
-        const = _node(node_def, suffix + "/stack_1")
+        const = _node(node_def, f"{suffix}/{bound}")
         if const is not None:
             _set_ints(const, values)
 
@@ -445,11 +445,16 @@ def _empty_blocks(nodes, node_def):
             _set_ints(const, [0, 0])
 
 
-def _slice_begin_computed(nodes, node_def):
-    """A column slice whose begin is computed in the loop (the step counter), not a constant."""
-    s, step = _node(node_def, "strided_slice_1"), _node(node_def, "while/add")
-    if s is not None and step is not None:
-        s.input[1] = step.name + ":z:0"
+def _begin_computed(suffix):
+    """The column slice `suffix` begun at a value computed in the loop (the step counter), not
+    a constant."""
+
+    def edit(nodes, node_def):
+        s, step = _node(node_def, suffix), _node(node_def, "while/add")
+        if s is not None and step is not None:
+            s.input[1] = step.name + ":z:0"
+
+    return edit
 
 
 def _one_minus_as(value):
@@ -465,9 +470,10 @@ def _one_minus_as(value):
     "edit, why",
     [
         # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
-        (_slice_end("strided_slice", [0, 4]), "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
+        (_slice_bound("strided_slice", "stack_1", [0, 4]),
+         "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
         (_empty_blocks, "h·R is sliced at [(0, 0), (0, 0), (0, None)]"),
-        (_slice_begin_computed, "a slice of h·R whose bounds are not constants"),
+        (_begin_computed("strided_slice_1"), "a slice of h·R whose bounds are not constants"),
         # z·h + (2 − z)·hh
         (_one_minus_as(2.0), "no 1 − z after "),
         # r = tanh(..) where z = sigmoid(..)
@@ -551,22 +557,6 @@ def keras3_gru_before_export(tmp_path_factory):
     )
 
 
-def _slice_begin(suffix, values):
-    def edit(nodes, node_def):
-        const = _node(node_def, suffix + "/stack")
-        if const is not None:
-            _set_ints(const, values)
-
-    return edit
-
-
-def _r_slice_computed(nodes, node_def):
-    """R[:, 2U:] begun at a value computed in the loop (the step counter)."""
-    s, step = _node(node_def, "strided_slice_4"), _node(node_def, "while/add")
-    if s is not None and step is not None:
-        s.input[1] = step.name + ":z:0"
-
-
 def _h_r_swapped(nodes, node_def):
     """R[:, :2U]·h in place of h·R[:, :2U]."""
     m = _node(node_def, "MatMul_1")
@@ -578,9 +568,11 @@ def _h_r_swapped(nodes, node_def):
     "edit, why",
     [
         # R[:, :6] and R[:, 7:]: a column of R left out
-        (_slice_begin("strided_slice_4", [0, 7]),
+        (_slice_bound("strided_slice_4", "stack", [0, 7]),
          "the recurrent kernel is sliced at [(0, 6), (7, None)]"),
-        (_r_slice_computed, "a slice of the recurrent kernel whose bounds are not constants"),
+        # R[:, 2U:] begun at the step counter
+        (_begin_computed("strided_slice_4"),
+         "a slice of the recurrent kernel whose bounds are not constants"),
         (_h_r_swapped, "the recurrent kernel's blocks are not the right-hand factors"),
     ],
     ids=["column_left_out", "computed_bound", "r_times_h"],

@@ -118,7 +118,7 @@ class CublasGemm {
   }
   static at::Tensor readable(const at::Tensor& b) {
     TORCH_INTERNAL_ASSERT(b.dim() == 2);
-    if (b.stride(1) == 1 && b.stride(0) >= std::max<int64_t>(1, b.size(1))) return b;
+    if (!transposed(b)) return b;
     if (b.stride(0) == 1 && b.stride(1) >= std::max<int64_t>(1, b.size(0))) return b;
     return b.contiguous();
   }

@@ -1,7 +1,7 @@
 // CUDA backend of the LSTM block ops and block_lstm_ex (drivers and cell math:
 // csrc/lstm_block.h): the per-step pointwise passes as one elementwise kernel each (one per
-// activation variant), on PyTorch's current stream. The GEMMs are cuBLAS through torch's
-// wrapper (cublas_gemm.h: the step loops call it on pointers, no Tensor or dispatch a step);
+// activation variant), on PyTorch's current stream. The GEMMs are cuBLAS on torch's handle
+// (cublas_gemm.h: the step loops call it on pointers, no Tensor or dispatch a step);
 // the whole-sequence reductions (peephole and bias grads: no atomics) are ATen's.
 // bfloat16 ops multiply bf16 operands on tensor cores with float32 accumulation (the backward
 // rounds the gate gradients to bf16 for its products, as mixed precision does); float16 ops
