@@ -89,7 +89,11 @@ _PORTING_TESTS = [
     "tests/test_porting_readers.py",
     "tests/test_keras_describer.py",
     "tests/test_saved_model_tampered.py",
+    "tests/test_saved_model_loop_context.py",
     "tests/test_describe_tf1_mutants.py",
+    # the one reader of a SavedModel layer's graph_io (what --verify feeds and fetches); last,
+    # as it runs TF on each file
+    "tests/test_verify.py",
 ]
 _OP_TESTS = [
     *_FIRST_TESTS,
@@ -117,8 +121,12 @@ FILES = {
     "torch_lstm_grad/porting/describe_keras.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/describe_tf1.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/keras_graph.py": _PORTING_TESTS,
-    "torch_lstm_grad/layouts.py": ["tests/test_layouts.py", *_FIRST_TESTS, "tests/test_modules.py",
-                                   "tests/test_lstm_variants.py"],  # fmt: skip
+    "torch_lstm_grad/layouts.py": [
+        "tests/test_layouts.py",
+        *_FIRST_TESTS,
+        "tests/test_modules.py",
+        "tests/test_lstm_variants.py",
+    ],  # fmt: skip
     "torch_lstm_grad/autograd.py": _OP_TESTS,
     "torch_lstm_grad/ops.py": _OP_TESTS,
     "torch_lstm_grad/raw_ops.py": _OP_TESTS,

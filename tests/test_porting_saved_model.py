@@ -75,6 +75,9 @@ def _graph_readable_kinds(keras):
         keras.layers.Bidirectional(
             keras.layers.GRU(2, return_sequences=True), merge_mode="mul", name="bi_mul"
         ),
+        keras.layers.Bidirectional(
+            keras.layers.SimpleRNN(2, return_sequences=True), merge_mode="sum", name="bi_sum"
+        ),
         keras.layers.Bidirectional(keras.layers.GRU(2, return_state=True), name="bi_concat"),
     ]
 
@@ -170,6 +173,8 @@ def test_keras3_export_unread_patterns_are_refused(tmp_path, capsys, case):
         "stateful": "the initial state comes from a variable",
     }
     assert want[case] in err
+    if case == "unroll":  # the first four of the T = 6 unrolled steps' products h·R
+        assert len(re.findall(r"MatMul_\d+ \(MatMul\)", err)) == 4, err
 
 
 def test_keras3_export_signatures(tmp_path, capsys):
@@ -238,3 +243,130 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
     for src, why in cases.items():
         err = _convert(src, tmp_path, capsys, code=2)
         assert why in err and err.count("\n") == 1, err
+
+
+_ODD_CELLS = {}
+
+
+def _odd_cell(keras):
+    """A user's own RNN cell whose weights are named as Keras' (kernel, recurrent_kernel) but
+    whose recurrent kernel is [units, columns] with any number of columns: `h' = tanh((x·K +
+    h·R)[:, :units])`. Registered once per process (Keras refuses a second registration)."""
+    if "cls" not in _ODD_CELLS:
+
+        @keras.saving.register_keras_serializable(package="torch_lstm_grad_tests")
+        class OddCell(keras.layers.Layer):
+            def __init__(self, units, columns, **kwargs):
+                super().__init__(**kwargs)
+                self.units, self.columns, self.state_size = units, columns, units
+
+            def get_config(self):
+                return {**super().get_config(), "units": self.units, "columns": self.columns}
+
+            def build(self, input_shape):
+                self.kernel = self.add_weight(shape=(input_shape[-1], self.columns), name="kernel")
+                self.recurrent_kernel = self.add_weight(
+                    shape=(self.units, self.columns), name="recurrent_kernel"
+                )
+
+            def call(self, x, states):
+                y = keras.ops.matmul(x, self.kernel)
+                y = y + keras.ops.matmul(states[0], self.recurrent_kernel)
+                h = keras.ops.tanh(y[:, : self.units])
+                return h, [h]
+
+        _ODD_CELLS["cls"] = OddCell
+    return _ODD_CELLS["cls"]
+
+
+def test_keras3_export_custom_cells_are_refused(tmp_path):
+    """Custom cells whose recurrent kernel is not [U, g·U] for a Keras cell's g gates (4, 3, 1):
+    [3, 5], [0, 4] (no units) and [3, 6] (two blocks), alone and in a Bidirectional; each
+    refused naming the shape (never read as a GRU or a SimpleRNN by its column count)."""
+    keras = _keras()
+    cell = _odd_cell(keras)
+    x = keras.Input((T, I), name="x")
+
+    def rnn(units, columns):
+        return keras.layers.RNN(cell(units, columns), return_sequences=True)
+
+    outs = [
+        keras.layers.RNN(cell(3, 5), return_sequences=True, name="odd")(x),
+        keras.layers.RNN(cell(0, 4), return_sequences=True, name="no_units")(x),
+        keras.layers.Bidirectional(rnn(0, 4), name="bi_no_units")(x),
+        keras.layers.Bidirectional(rnn(3, 6), name="bi_two_blocks")(x),
+    ]
+    model = keras.Model(x, outs)
+    randomize(model.trainable_weights, 19)
+    descriptions, refusals = porting.describe(porting.read_source(_save(model, tmp_path, "export")))
+    assert descriptions == []
+    bi = "its saved loops are not a Keras Bidirectional this converter reads: backward_"
+    assert sorted(map(str, refusals)) == [
+        f"bi_no_units: graph = 'Bidirectional': {bi}rnn: a recurrent kernel of shape [0, 4]",
+        f"bi_two_blocks: graph = 'Bidirectional': {bi}rnn_1: a recurrent kernel of shape [3, 6]",
+        "no_units: graph = '(unread)': a recurrent kernel of shape [0, 4]",
+        "odd: graph = '(unread)': a recurrent kernel of shape [3, 5]",
+    ]
+
+
+def test_keras3_export_shared_layer(tmp_path, capsys):
+    """One layer called twice (two loops reading its kernel): read once when both loops run it
+    alike, exact on both calls; refused, naming both loops, when they differ (here one call
+    masked, where it outputs zeros at masked steps, one not)."""
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    shared = keras.layers.GRU(3, return_sequences=True, name="shared")
+    flipped = keras.layers.Lambda(lambda v: keras.ops.flip(v, axis=1), name="flip")(x)
+    model = keras.Model(x, [shared(x), shared(flipped)])
+    randomize(model.trainable_weights, 20)
+    mods, _ = _convert(_save(model, tmp_path / "alike", "export"), tmp_path, capsys)
+    assert list(mods) == ["shared"]
+    xs = np.random.default_rng(20).standard_normal((2, T, I)).astype(np.float32)
+    with torch.no_grad():
+        got = [mods["shared"](torch.from_numpy(v.copy())) for v in (xs, xs[:, ::-1])]
+    assert_close({"call 1": (got[0], shared(xs).numpy()),
+                  "call 2": (got[1], shared(xs[:, ::-1].copy()).numpy())})  # fmt: skip
+
+    rnn = keras.layers.SimpleRNN(3, return_sequences=True, zero_output_for_mask=True, name="rnn")
+    masked = keras.layers.Masking(0.0, name="masking")(x)
+    model = keras.Model(x, [rnn(masked), rnn(x)])
+    randomize(model.trainable_weights, 21)
+    _, refusals = porting.describe(porting.read_source(_save(model, tmp_path / "apart", "export")))
+    assert len(refusals) == 1 and str(refusals[0]).startswith("rnn: graph = 'SimpleRNN': ")
+    assert re.search(r"the loops \S+ and \S+ run the layer differently", str(refusals[0]))
+
+
+def test_saved_model_without_signatures(tmp_path):
+    """`tf.saved_model.save(..., signatures={})`: no signature says which functions run, so
+    every saved function's loop is read (the layer is ported, not reported as never run)."""
+    keras, tf = _keras(), tf_module()
+    x = keras.Input((T, I), name="x")
+    model = keras.Model(x, keras.layers.LSTM(4, name="lstm")(x))
+    randomize(model.trainable_weights, 22)
+    holder = tf.Module()
+    holder.model = model
+    holder.call = tf.function(
+        lambda v: model(v), input_signature=[tf.TensorSpec([None, T, I], tf.float32)]
+    )
+    tf.saved_model.save(holder, str(tmp_path / "sm"), signatures={})
+    descriptions, refusals = porting.describe(porting.read_source(tmp_path / "sm"))
+    assert refusals == [] and [d.name for d in descriptions] == ["lstm"]
+
+
+def test_keras3_export_states_read_by_a_later_layer(tmp_path, capsys):
+    """LSTM(return_state=True) whose final h feeds a Dense (not returned by the model): the
+    loop's final states are read after it, so the port returns them, exact against Keras."""
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    lstm = keras.layers.LSTM(4, return_sequences=True, return_state=True, name="lstm")
+    y, h, _ = lstm(x)
+    model = keras.Model(x, [y, keras.layers.Dense(2, name="dense")(h)])
+    randomize(model.trainable_weights, 23)
+    mods, log = _convert(_save(model, tmp_path / "sm", "export"), tmp_path, capsys)
+    assert "return_state         = True  <- the SavedModel's loop" in log
+    xs = np.random.default_rng(23).standard_normal((2, T, I)).astype(np.float32)
+    with torch.no_grad():
+        got = mods["lstm"](torch.from_numpy(xs))
+    want = lstm(xs)
+    pairs = zip(got, want, strict=True)
+    assert_close({f"out {k}": (g, w.numpy()) for k, (g, w) in enumerate(pairs)})

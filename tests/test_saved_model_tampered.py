@@ -316,6 +316,50 @@ def test_keras2_hard_sigmoid_altered_is_refused(tmp_path, edit, why):
     assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
 
 
+def _gru_split(edit_split):
+    """tf_keras' GRU(reset_after=False) splits h·R[:, :2U] by SplitV(·, [U, U, -1]): its split
+    `edit_split(split, size_const, node_def)`."""
+
+    def edit(nodes, node_def):
+        split = _first(node_def, "SplitV")
+        if split is not None:
+            edit_split(split, nodes[split.input[1].split(":")[0]], node_def)
+
+    return edit
+
+
+def _neg_of(node_def, ref, like):
+    neg = node_def.add()
+    neg.name, neg.op = like.name + "_neg", "Neg"
+    neg.input.append(ref)
+    neg.attr["T"].type = like.attr["T"].type
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # [U + 1, U − 1, −1]: z and r take other columns of h·R
+        (_gru_split(lambda split, sizes, nd: _set_ints(sizes, [4, 2, -1])),
+         "splits h·R[:, :2U] as [4, 2, -1], not [U, U]"),
+        # the empty third block read (by a Neg)
+        (_gru_split(lambda split, sizes, nd: _neg_of(nd, split.name + ":output:2", split)),
+         "split_1's empty third block is read"),
+        # h·R[:, :2U] read by the split and by a Neg
+        (_gru_split(lambda split, sizes, nd: _neg_of(nd, split.input[0], split)),
+         "h·R[:, :2U] is read by "),
+    ],
+    ids=["sizes_4_2", "third_block_read", "product_read_twice"],
+)  # fmt: skip
+def test_keras2_gru_split_altered_is_refused(tmp_path, edit, why):
+    """tf_keras' GRU loop with its split of h·R altered: the GRU is not read (a problem naming
+    the split), the LSTM beside it still is."""
+    tf_module()
+    layers = _keras2_layers(_tampered(K2, tmp_path / "sm", edit))
+    assert layers["lstm"].problem is None
+    problem = layers["gru"].problem
+    assert problem is not None and why in problem, problem
+
+
 def _as_clip_by_value(lo, hi):
     """Gate i's clip written as one ClipByValue(0.2·x + 0.5, lo, hi) (a TF op; tf.clip_by_value
     itself writes Minimum then Maximum)."""
@@ -395,14 +439,25 @@ def _step_input_from_a_constant(nodes, node_def):
         get.input[0] = get.input[2]
 
 
+def _recurrent_kernel_read_twice(nodes, node_def):
+    """A Neg of R beside h·R: the recurrent kernel read by two ops of the body."""
+    m = _node(node_def, "MatMul_1")
+    if m is not None:
+        neg = node_def.add()
+        neg.name, neg.op = m.name + "_neg", "Neg"
+        neg.input.append(m.input[1])
+        neg.attr["T"].type = m.attr["T"].type
+
+
 @pytest.mark.parametrize(
     "edit, why",
     [
         (_extra_add, "computes ops that are not a Keras LSTM cell's: "),
         (_step_input_from_a_constant, "is not a loop variable"),
         (_third_input, "(AddV2) has 3 inputs, not 2"),
+        (_recurrent_kernel_read_twice, "_neg (Neg) read the recurrent kernel in the loop: not"),
     ],
-    ids=["extra_add", "add_of_three", "step_input_constant"],
+    ids=["extra_add", "step_input_constant", "add_of_three", "kernel_read_twice"],
 )
 def test_keras3_lstm_body_with_other_ops_is_refused(keras3_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_export, tmp_path / "sm", edit))
@@ -457,6 +512,16 @@ def _begin_computed(suffix):
     return edit
 
 
+def _fourth_reader(nodes, node_def):
+    """A Neg of h·R beside its three column slices: h·R read by four ops."""
+    first = _node(node_def, "strided_slice")
+    if first is not None:
+        neg = node_def.add()
+        neg.name, neg.op = first.name + "_neg", "Neg"
+        neg.input.append(first.input[0])
+        neg.attr["T"].type = first.attr["T"].type
+
+
 def _one_minus_as(value):
     def edit(nodes, node_def):
         const = _node(node_def, "sub/x")
@@ -474,12 +539,14 @@ def _one_minus_as(value):
          "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
         (_empty_blocks, "h·R is sliced at [(0, 0), (0, 0), (0, None)]"),
         (_begin_computed("strided_slice_1"), "a slice of h·R whose bounds are not constants"),
+        (_fourth_reader, "is not split in three (it feeds ["),
         # z·h + (2 − z)·hh
         (_one_minus_as(2.0), "no 1 − z after "),
         # r = tanh(..) where z = sigmoid(..)
         (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
     ],
-    ids=["overlapping_blocks", "empty_blocks", "computed_bound", "two_minus_z", "r_tanh"],
+    ids=["overlapping_blocks", "empty_blocks", "computed_bound", "fourth_reader", "two_minus_z",
+         "r_tanh"],
 )  # fmt: skip
 def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))

@@ -376,9 +376,8 @@ def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
     users = b.users((m1.name, 0))
     if len(users) == 1 and users[0].op == "SplitV":  # tf.keras: split(·, [U, U, -1])
         split = users[0]
-        sizes = b.g.nodes.get(b.local(split.inputs[1])[0])
-        sizes = sizes.attrs.get("value") if sizes is not None else None
-        if not isinstance(sizes, np.ndarray) or sizes.tolist()[:2] != [units, units]:
+        sizes = _ints(b.g, split.inputs[1])
+        if sizes is None or sizes[:2] != [units, units]:
             raise _Unreadable(f"{_short(split.name)} splits h·R[:, :2U] as {sizes}, not [U, U]")
         if b.users((split.name, 2)):
             raise _Unreadable(f"{_short(split.name)}'s empty third block is read")
@@ -517,10 +516,9 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
         )
     src = g.nodes.get(g.resolve(made.inputs[0])[0])
     if src is not None and src.op == "ReverseV2":
-        axis = g.nodes.get(g.resolve(src.inputs[1])[0])
-        value = axis.attrs.get("value") if axis is not None else None
-        if not isinstance(value, np.ndarray) or value.reshape(-1).tolist() != [0]:
-            raise _Unreadable(f"{src.name} reverses axes {value}, not time (0)")
+        axes = _ints(g, src.inputs[1])
+        if axes != [0]:
+            raise _Unreadable(f"{src.name} reverses axes {axes}, not time (0)")
         out["go_backwards"] = (True, f"{_short(src.name)} (ReverseV2 of the time-major input)")
         src = g.nodes.get(g.resolve(src.inputs[0])[0])
     else:
@@ -530,6 +528,9 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
             f"the loop's input is {getattr(src, 'name', '?')} ({getattr(src, 'op', '?')}), "
             "not the batch-major input transposed"
         )
+    perm = _ints(g, src.inputs[1]) if len(src.inputs) == 2 else None
+    if perm != [1, 0, 2]:  # time-major [T, B, features]: another permutation loops over batch
+        raise _Unreadable(f"{src.name} permutes the input's axes by {perm}, not [1, 0, 2]")
     out["time_major"] = (False, f"{_short(src.name)} transposes the batch-major input")
     # the output: written at step t (every step) or at 0 (the last one only); with a mask,
     # Keras writes select(mask_t, h', previous output or zeros)
@@ -600,11 +601,18 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
     # the initial states: zeros (Fill / zeros) or given by the model, not a variable
     for ref in out["initial_refs"]:
         init = g.nodes.get(g.resolve(ref)[0])
-        if init is not None and init.op in ("ReadVariableOp", "VarHandleOp"):
+        if init is not None and init.op == "VarHandleOp":  # resolve() reads through its reads
             raise _Unreadable(
                 f"the initial state comes from a variable ({init.name}): a stateful layer"
             )
     return out
+
+
+def _ints(g: TF1Graph, ref) -> list[int] | None:
+    """The integers of the Const at `ref` (an axis list, a permutation), or None."""
+    n = g.nodes.get(g.resolve(ref)[0])
+    value = n.attrs.get("value") if n is not None and n.op == "Const" else None
+    return [int(v) for v in value.reshape(-1)] if isinstance(value, np.ndarray) else None
 
 
 def _short(key: str) -> str:
@@ -733,10 +741,13 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
             around = _around(g, b, loops[fn], cell)
         except _Unreadable as err:
             extra = b.unexplained()
-            if extra:  # the cell computes more than the matcher read: that is the reason
+            if extra:  # the cell computes more than the matcher read: the likely reason
                 raise _Unreadable(
                     f"the loop body {fn} computes ops that are not a Keras {cell['class']} "
-                    "cell's: " + ", ".join(extra[:8]) + (" ..." if len(extra) > 8 else "")
+                    "cell's: "
+                    + ", ".join(extra[:8])
+                    + (" ..." if len(extra) > 8 else "")
+                    + f" (and {err})"
                 ) from err
             raise
         extra = b.unexplained()
