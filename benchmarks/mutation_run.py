@@ -110,6 +110,9 @@ _OP_TESTS = [
     "tests/test_tf_ported_lstm_ops.py",
     "tests/test_tf_ported_gru_ops.py",
     "tests/test_tf_ported_cudnn_rnn.py",
+    # the CudnnRNNBackprop* raw ops and the ops' shape functions are called by these only
+    "tests/test_cudnn_rnn.py",
+    "tests/test_tf_ported_shape_fns.py",
 ]
 
 # Target file -> its test selection, in the order of the issue's priorities.

@@ -101,21 +101,26 @@ class GRUBlockCellGradOutput(NamedTuple):
 
 
 def _to_tensor(value, like: torch.Tensor | None = None) -> torch.Tensor:
-    """A torch tensor as it is; a numpy array keeps its dtype; scalars and lists take `like`'s."""
+    """A torch tensor as it is; a numpy array with its dtype, Python numbers and lists with
+    torch's default (float32, TF's too); converted to `like`'s dtype and device when given."""
     if isinstance(value, torch.Tensor):
         return value
     if isinstance(value, np.ndarray | np.generic):
         t = torch.from_numpy(np.array(value, copy=True))
-        return t if like is None else t.to(like.device)
+    else:
+        t = torch.as_tensor(value)
+    return t if like is None else t.to(dtype=like.dtype, device=like.device)
+
+
+def _floats(*values) -> tuple[torch.Tensor, ...]:
+    """An op's inputs of one type T, converted as TF's eager ops convert them: T is the dtype of
+    the first torch tensor among them (else the first value's, converted alone); numpy arrays,
+    Python numbers and lists become T on that tensor's device; tensors stay as they are (one of
+    another dtype is the op's TypeError, as in TF)."""
+    like = next((v for v in values if isinstance(v, torch.Tensor)), None)
     if like is None:
-        return torch.as_tensor(value)
-    return torch.as_tensor(value, dtype=like.dtype, device=like.device)
-
-
-def _floats(x, *others):
-    """x first (it decides dtype/device for non-tensor inputs), then the other float inputs."""
-    x = _to_tensor(x)
-    return (x, *(_to_tensor(t, like=x) for t in others))
+        like = _to_tensor(values[0])
+    return tuple(_to_tensor(v, like) for v in values)
 
 
 def _seq_len_max(value) -> torch.Tensor:
@@ -481,8 +486,12 @@ def _canonical_to_params(layout: ParamsLayout, weights, biases, rnn_mode: str) -
                                             rnn_mode, len(values)))  # fmt: skip
     named = [(f"weights[{k}]", v, s) for k, (v, s) in enumerate(zip(weights, w_spec, strict=True))]
     named += [(f"biases[{k}]", v, s) for k, (v, s) in enumerate(zip(biases, b_spec, strict=True))]
-    # The first tensor that has a region decides dtype and device (numpy arrays keep theirs).
-    ref_name, ref_value, _ = next(item for item in named if item[2][0] is not None)
+    # The first torch tensor that has a region decides dtype and device (else the first one
+    # with a region, converted alone); numpy arrays and lists are converted to them, as in TF.
+    regioned = [item for item in named if item[2][0] is not None]
+    ref_name, ref_value, _ = next(
+        (item for item in regioned if isinstance(item[1], torch.Tensor)), regioned[0]
+    )
     ref = _to_tensor(ref_value)
     if ref.dtype not in _CUDNN_FLOATS:
         raise TypeError(f"{ref_name}: expected dtype float16, bfloat16, float32 or float64, got "
