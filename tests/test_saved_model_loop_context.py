@@ -143,10 +143,13 @@ _T_PLUS_1 = ("while/add", ":z:0")  # a value of the body that is not a loop vari
         (_op("while/SelectV2", "ClipByValue"), "(ClipByValue), not select(mask, new, old)"),
         # the cell's h·R reads a value of the body, not the state the loop carries
         (_input("MatMul_1", 0, _T_PLUS_1, body=True), "while/add is not a loop variable"),
+        # the loop op renamed For (TF1's functional for-loop also names its body `body`)
+        (_op("while", "For"), "no While loop of the signature's functions reads"),
     ],
     ids=["reverse_batch", "perm_identity", "not_transposed", "list_reserved",
          "step_list_local", "masked_ones", "masked_local", "state_mask_other",
-         "mask_step_next", "mask_list_reserved", "select_as_clip", "state_not_carried"],
+         "mask_step_next", "mask_list_reserved", "select_as_clip", "state_not_carried",
+         "for_loop"],
 )  # fmt: skip
 def test_loop_context_altered_is_refused(masked_back, tmp_path, edit, why):
     path = _edited(masked_back, tmp_path / "sm", edit)
