@@ -287,23 +287,25 @@ def test_keras3_export_custom_cells_are_refused(tmp_path):
     cell = _odd_cell(keras)
     x = keras.Input((T, I), name="x")
 
-    def rnn(units, columns):
-        return keras.layers.RNN(cell(units, columns), return_sequences=True)
+    def rnn(units, columns, name):
+        return keras.layers.RNN(cell(units, columns), return_sequences=True, name=name)
 
     outs = [
-        keras.layers.RNN(cell(3, 5), return_sequences=True, name="odd")(x),
-        keras.layers.RNN(cell(0, 4), return_sequences=True, name="no_units")(x),
-        keras.layers.Bidirectional(rnn(0, 4), name="bi_no_units")(x),
-        keras.layers.Bidirectional(rnn(3, 6), name="bi_two_blocks")(x),
+        rnn(3, 5, "odd")(x),
+        rnn(0, 4, "no_units")(x),
+        keras.layers.Bidirectional(rnn(3, 5, "in_odd"), name="bi_odd")(x),
+        keras.layers.Bidirectional(rnn(0, 4, "in_none"), name="bi_no_units")(x),
+        keras.layers.Bidirectional(rnn(3, 6, "in_two"), name="bi_two_blocks")(x),
     ]
     model = keras.Model(x, outs)
     randomize(model.trainable_weights, 19)
     descriptions, refusals = porting.describe(porting.read_source(_save(model, tmp_path, "export")))
     assert descriptions == []
-    bi = "its saved loops are not a Keras Bidirectional this converter reads: backward_"
+    bi = "graph = 'Bidirectional': its saved loops are not a Keras Bidirectional this converter "
     assert sorted(map(str, refusals)) == [
-        f"bi_no_units: graph = 'Bidirectional': {bi}rnn: a recurrent kernel of shape [0, 4]",
-        f"bi_two_blocks: graph = 'Bidirectional': {bi}rnn_1: a recurrent kernel of shape [3, 6]",
+        f"bi_no_units: {bi}reads: backward_in_none: a recurrent kernel of shape [0, 4]",
+        f"bi_odd: {bi}reads: backward_in_odd: a recurrent kernel of shape [3, 5]",
+        f"bi_two_blocks: {bi}reads: backward_in_two: a recurrent kernel of shape [3, 6]",
         "no_units: graph = '(unread)': a recurrent kernel of shape [0, 4]",
         "odd: graph = '(unread)': a recurrent kernel of shape [3, 5]",
     ]

@@ -242,7 +242,8 @@ def test_cudnn_traced_layer_is_refused_naming_the_op(cudnn_exports, tmp_path, ki
 @pytest.fixture(scope="module")
 def merges(tmp_path_factory):
     """Bidirectional(ave) -> GRU masked by a float input `m` (cast, expanded and transposed
-    before its loop), beside a Bidirectional(concat) of the input."""
+    before its loop), beside a Bidirectional(concat) and a Bidirectional(merge_mode=None) of
+    the input."""
     keras = _keras()
     x, m = keras.Input((5, 3), name="x"), keras.Input((5,), name="m")
     ave = keras.layers.Bidirectional(
@@ -250,7 +251,10 @@ def merges(tmp_path_factory):
     )(x)
     gru = keras.layers.GRU(2, return_sequences=True, name="gru")(ave, mask=m)
     cat = keras.layers.Bidirectional(keras.layers.GRU(2, return_sequences=True), name="cat")(x)
-    model = keras.Model([x, m], [gru, cat])
+    apart = keras.layers.Bidirectional(
+        keras.layers.SimpleRNN(2, return_sequences=True), merge_mode=None, name="apart"
+    )(x)
+    model = keras.Model([x, m], [gru, cat, *apart])
     randomize(model.trainable_weights, 37)
     path = tmp_path_factory.mktemp("merges") / "export"
     model.export(str(path), verbose=False)
@@ -262,6 +266,10 @@ def test_merges_and_a_mask_input_as_keras_wrote_them(merges):
     assert layers["gru"].mask_from == "the signature's input m"
     assert layers["bi"].config["merge_mode"] == "ave"
     assert layers["cat"].config["merge_mode"] == "concat"
+    assert layers["apart"].config["merge_mode"] is None
+    assert layers["apart"].origins["merge_mode"] == (
+        "the SavedModel's graph: the two directions' outputs are not combined (merge_mode None)"
+    )
 
 
 def _half(mg):
