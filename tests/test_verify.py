@@ -82,6 +82,21 @@ def test_verify_keras3_saved_model(tmp_path, capsys, mask):
     assert "vs float64: TF " in out and "d forward_layer.kernel" in out
 
 
+def test_verify_keras3_saved_model_directions_apart(tmp_path, capsys):
+    """A Bidirectional(merge_mode=None) export: its two outputs fetched from the function in
+    the module's order (forward, then backward) and verified, states and all."""
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    layer = keras.layers.Bidirectional(
+        keras.layers.GRU(2, return_sequences=True), merge_mode=None, name="apart"
+    )
+    model = keras.Model(x, layer(x))
+    randomize(model.trainable_weights, 33)
+    out, _ = _verify_cli(_save(model, tmp_path / "sm", "export"), tmp_path, capsys)
+    assert "verified: every tensor of apart within the tolerance" in out
+    assert "  apart:\n    output 0" in out and "output 1" in out
+
+
 def test_verify_keras2_files(tmp_path, capsys):
     """tf_keras' SavedModel fixture verifies (through tf_keras where it is installed, else its
     saved functions); its legacy .h5 runs as Keras 2 only in tf_keras: without it, said so."""
