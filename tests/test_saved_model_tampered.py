@@ -308,12 +308,19 @@ def _clip(op, value):
 def test_keras2_hard_sigmoid_altered_is_refused(tmp_path, edit, why):
     """tf_keras' LSTM loop with its hard sigmoid altered: the LSTM is not read (a problem naming
     the op), the GRU beside it still is."""
+    problem = _keras2_problem(tmp_path, edit, altered="lstm", intact="gru")
+    assert why in problem, problem
+    assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
+
+
+def _keras2_problem(tmp_path, edit, altered, intact):
+    """The problem tf_keras' fixture, altered by `edit`, gives the layer `altered`; the layer
+    `intact` is still read."""
     tf_module()
     layers = _keras2_layers(_tampered(K2, tmp_path / "sm", edit))
-    assert layers["gru"].problem is None
-    problem = layers["lstm"].problem
-    assert problem is not None and why in problem, problem
-    assert _keras2_layers(K2)["lstm"].config["recurrent_activation"] == "hard_sigmoid_keras2"
+    assert layers[intact].problem is None
+    assert layers[altered].problem is not None
+    return layers[altered].problem
 
 
 def _gru_split(edit_split):
@@ -329,6 +336,7 @@ def _gru_split(edit_split):
 
 
 def _neg_of(node_def, ref, like):
+    """A new node `like`_neg computing Neg of `ref` (read by nothing)."""
     neg = node_def.add()
     neg.name, neg.op = like.name + "_neg", "Neg"
     neg.input.append(ref)
@@ -353,11 +361,8 @@ def _neg_of(node_def, ref, like):
 def test_keras2_gru_split_altered_is_refused(tmp_path, edit, why):
     """tf_keras' GRU loop with its split of h·R altered: the GRU is not read (a problem naming
     the split), the LSTM beside it still is."""
-    tf_module()
-    layers = _keras2_layers(_tampered(K2, tmp_path / "sm", edit))
-    assert layers["lstm"].problem is None
-    problem = layers["gru"].problem
-    assert problem is not None and why in problem, problem
+    problem = _keras2_problem(tmp_path, edit, altered="gru", intact="lstm")
+    assert why in problem, problem
 
 
 def _as_clip_by_value(lo, hi):
@@ -443,10 +448,7 @@ def _recurrent_kernel_read_twice(nodes, node_def):
     """A Neg of R beside h·R: the recurrent kernel read by two ops of the body."""
     m = _node(node_def, "MatMul_1")
     if m is not None:
-        neg = node_def.add()
-        neg.name, neg.op = m.name + "_neg", "Neg"
-        neg.input.append(m.input[1])
-        neg.attr["T"].type = m.attr["T"].type
+        _neg_of(node_def, m.input[1], m)
 
 
 @pytest.mark.parametrize(
@@ -516,10 +518,7 @@ def _fourth_reader(nodes, node_def):
     """A Neg of h·R beside its three column slices: h·R read by four ops."""
     first = _node(node_def, "strided_slice")
     if first is not None:
-        neg = node_def.add()
-        neg.name, neg.op = first.name + "_neg", "Neg"
-        neg.input.append(first.input[0])
-        neg.attr["T"].type = first.attr["T"].type
+        _neg_of(node_def, first.input[0], first)
 
 
 def _one_minus_as(value):
