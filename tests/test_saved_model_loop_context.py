@@ -10,12 +10,11 @@ issue 34 (mutants of keras_graph.py's `_around`, `_select`, `_mask_source`, `_cu
 import importlib
 import shutil
 
-import numpy as np
 import pytest
 from porting_oracle import randomize
 from test_porting_keras import _keras
+from test_saved_model_tampered import _neg_of, _set, _set_ints
 from tf_oracle import available as _tf_available
-from tf_oracle import tf_module
 
 from torch_lstm_grad import porting
 
@@ -70,12 +69,9 @@ def _one(mg, suffix, body=False):
     return found[0]
 
 
-def _const(suffix, value):
+def _const(suffix, values):
     def edit(mg):
-        tf = tf_module()
-        _one(mg, suffix).attr["value"].tensor.CopyFrom(
-            tf.make_tensor_proto(np.array(value, np.int32))
-        )
+        _set_ints(_one(mg, suffix), values)
 
     return edit
 
@@ -96,17 +92,14 @@ def _input(suffix, k, to, body=False):
     return edit
 
 
-def _reader(of, name, op="Neg"):
-    """A new node `name` beside `of` (a suffix) computing `op` of its output 0 (read by
-    nothing)."""
+def _reader(of, output):
+    """A Neg of `of`'s (a suffix) output `output` (":z:0") beside it, in its scope and function,
+    read by nothing."""
 
     def edit(mg):
         node = _one(mg, of)
         (fn,) = [f for f in mg.graph_def.library.function if node in f.node_def]
-        new = fn.node_def.add()
-        new.name, new.op = node.name.rpartition("/")[0] + "/" + name, op
-        new.input.append(node.name + (":z:0" if node.op in ("AddV2", "RealDiv") else ":output:0"))
-        new.attr["T"].type = node.attr["T"].type
+        _neg_of(fn.node_def, node.name + output, node)
 
     return edit
 
@@ -274,17 +267,12 @@ def test_merges_and_a_mask_input_as_keras_wrote_them(merges):
 
 def _half(mg):
     """(a + b) / 2 written (a + b) · 0.5."""
-    div = _one(mg, "bi_1/truediv")
-    div.op = "Mul"
-    _one(mg, "bi_1/truediv/y").attr["value"].tensor.CopyFrom(
-        tf_module().make_tensor_proto(np.float32(0.5))
-    )
+    _one(mg, "bi_1/truediv").op = "Mul"
+    _set(_one(mg, "bi_1/truediv/y"), 0.5)
 
 
 def _third(mg):
-    _one(mg, "bi_1/truediv/y").attr["value"].tensor.CopyFrom(
-        tf_module().make_tensor_proto(np.float32(3.0))
-    )
+    _set(_one(mg, "bi_1/truediv/y"), 3.0)
 
 
 @pytest.mark.parametrize(
@@ -294,9 +282,9 @@ def _third(mg):
         # (a + b) / 3: the layer's output is the sum; the division is an op after it
         (_third, "sum"),
         # a Neg of the sum beside the division, in the layer's scope: still its average
-        (_reader("bi_1/add", "neg"), "ave"),
+        (_reader("bi_1/add", ":z:0"), "ave"),
         # a Neg of the backward sequence in the layer's scope: not a second merge
-        (_reader("bi_1/ReverseV2", "neg"), "ave"),
+        (_reader("bi_1/ReverseV2", ":output:0"), "ave"),
     ],
     ids=["times_half", "over_three", "sum_read_twice", "backward_read_twice"],
 )
