@@ -904,9 +904,11 @@ def test_params_canonical_round_trip(c):
     b2 = [torch.randn(s, dtype=F64) for s in b_shapes]
     w3, b3 = to_canonical(c, to_params(c, w2, b2))
     assert all(torch.equal(a, b) for a, b in zip(w2 + b2, w3 + b3, strict=True))
-    # The outputs are copies (TF's outputs are their own buffers).
-    weights[0].zero_()
-    assert torch.equal(to_params(c, *to_canonical(c, params)), params)
+    # The outputs are copies (TF's outputs are their own buffers): writing to them leaves params.
+    before = params.clone()
+    for t in weights + biases:
+        t.zero_()
+    assert torch.equal(params, before)
 
 
 def test_canonical_conversions_are_differentiable():
@@ -971,6 +973,8 @@ def test_single_layer_opaque_layout():
         (dict(direction="backward"), ValueError, "direction: ", "got 'backward'"),
         (dict(num_proj=2, rnn_mode="gru"), ValueError, "num_proj: ", "rnn_mode='gru'"),
         (dict(num_proj=4), ValueError, "num_proj: ", "<= num_units = 3, got 4"),
+        (dict(num_layers=torch.tensor(True)), TypeError, "num_layers: ", "got dtype Bool"),
+        (dict(input_size=np.True_), TypeError, "input_size: ", "got dtype Bool"),
     ],
     ids=[
         "T",
@@ -986,6 +990,8 @@ def test_single_layer_opaque_layout():
         "direction",
         "num_proj_gru",
         "num_proj_big",
+        "num_layers_bool_tensor",
+        "input_size_numpy_bool",
     ],
 )
 def test_params_size_bad_attributes(kwargs, exc, start, contains):
@@ -1025,6 +1031,72 @@ def test_params_ops_reject_wrong_counts_and_sizes():
         raw_ops.CudnnRNNParamsToCanonicalV2(2, 4, 5, rand_params(Cfg("lstm", 2, 2, 5, 4, 2)),
                                             num_params_weights=32, num_params_biases=32,
                                             direction="bidirectional", num_proj=2)  # fmt: skip
+
+
+def test_count_messages_name_each_lists_formula():
+    """With projection the weights list has one more tensor per pseudo-layer than the biases
+    list: each count error gives its own list's formula and count, weights checked first."""
+    c = Cfg("lstm", 2, 2, I=5, H=4, P=2)
+    params = rand_params(c)
+    w, b = to_canonical(c, params)
+    tail = " (G = 4 for rnn_mode='lstm'), got "
+    weights_36 = "num_layers * D * (2G + 1) = 36"
+    kw = dict(num_layers=2, num_units=4, input_size=5, direction="bidirectional", num_proj=2)
+    with pytest.raises(ValueError) as info:
+        raw_ops.CudnnRNNParamsToCanonicalV2(**kw, params=params, num_params_weights=32,
+                                            num_params_biases=32)  # fmt: skip
+    assert str(info.value) == f"num_params_weights: expected {weights_36}{tail}32"
+    with pytest.raises(ValueError) as info:
+        raw_ops.CudnnRNNParamsToCanonicalV2(**kw, params=params, num_params_weights=36,
+                                            num_params_biases=36)  # fmt: skip
+    assert str(info.value) == f"num_params_biases: expected num_layers * D * 2G = 32{tail}36"
+    with pytest.raises(ValueError) as info:
+        raw_ops.CudnnRNNCanonicalToParamsV2(**kw, weights=w[:-1], biases=b[:-1])
+    assert str(info.value) == f"weights: expected {weights_36} tensors{tail}35"
+    with pytest.raises(ValueError) as info:
+        raw_ops.CudnnRNNCanonicalToParamsV2(**kw, weights=w, biases=b + b[:1])
+    assert str(info.value) == f"biases: expected num_layers * D * 2G = 32 tensors{tail}33"
+
+
+def test_canonical_v2_defaults_to_no_projection():
+    """num_proj's default is 0 (no projection), as TF's: V2 without it is V1."""
+    c = Cfg("gru", 2, 1, I=3, H=4)
+    params = rand_params(c)
+    kw = dict(num_layers=2, num_units=4, input_size=3, rnn_mode="gru")
+    v1 = raw_ops.CudnnRNNParamsToCanonical(**kw, params=params, num_params=12)
+    v2 = raw_ops.CudnnRNNParamsToCanonicalV2(**kw, params=params, num_params_weights=12,
+                                             num_params_biases=12)  # fmt: skip
+    assert all(torch.equal(a, b) for a, b in zip(v1.weights + v1.biases, v2.weights + v2.biases,
+                                                  strict=True))  # fmt: skip
+    back = raw_ops.CudnnRNNCanonicalToParamsV2(**kw, weights=v2.weights, biases=v2.biases)
+    assert torch.equal(back, params)
+
+
+def test_canonical_lists_may_be_any_iterable():
+    """weights and biases are read once, in order: generators and tuples give what lists give."""
+    c = Cfg("lstm", 1, 2, I=3, H=2)
+    params = rand_params(c)
+    w, b = to_canonical(c, params)
+    kw = dict(num_layers=1, num_units=2, input_size=3, direction="bidirectional")
+    back = raw_ops.CudnnRNNCanonicalToParams(**kw, weights=(t for t in w), biases=tuple(b))
+    assert torch.equal(back, params)
+
+
+def test_sequence_lengths_keep_their_integers_and_count_bools():
+    """Python and numpy lengths are not narrowed to int32 (2**32 + 2 is out of range, not 2);
+    bools are 0 and 1, as TF converts them; a torch bool tensor is refused, as TF does."""
+    c = Cfg("gru", 1, 1, I=3, H=3, T=4, B=3)
+    x, h0, c0, params = _fwd_inputs(c)
+    out_of_range = r"^sequence_lengths: expected values in \[0, T\] = \[0, 4\], got 4294967298 "
+    for lengths in ([4, 2**32 + 2, 1], np.array([4, 2**32 + 2, 1])):
+        with pytest.raises(ValueError, match=out_of_range + "at index 1"):
+            raw_ops.CudnnRNNV3(x, h0, c0, params, lengths, **c.attrs())
+    want = raw_ops.CudnnRNNV3(x, h0, c0, params, [1, 0, 1], **c.attrs())
+    for lengths in ([True, False, True], np.array([True, False, True])):
+        got = raw_ops.CudnnRNNV3(x, h0, c0, params, lengths, **c.attrs())
+        assert torch.equal(got.output, want.output) and torch.equal(got.output_h, want.output_h)
+    with pytest.raises(TypeError, match="^sequence_lengths: expected an integer dtype"):
+        raw_ops.CudnnRNNV3(x, h0, c0, params, torch.tensor([True, False, True]), **c.attrs())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1252,24 +1324,70 @@ def test_dropout_not_applied(case):
         assert torch.equal(torch.rand(2), after)  # no masks drawn
 
 
-@pytest.mark.parametrize("p", [0.3, 0.75])
-def test_dropout_mask_is_inverted_bernoulli(p):
-    """The mask itself, made visible: two rnn_relu layers with identity input matrices and no
-    recurrence or bias, x > 0, so output = mask * x. Every element is dropped with probability
-    p and kept ones are scaled by 1 / (1 - p) (cuDNN's inverted dropout)."""
-    c = Cfg("rnn_relu", L=2, D=1, I=8, H=8, T=10, B=25)
+_MASK_CFG = Cfg("rnn_relu", L=2, D=1, I=8, H=8, T=10, B=25)
+
+
+def _visible_mask(p, seed, seed2, op="CudnnRNNV3"):
+    """The dropout mask made visible: two rnn_relu layers with identity input matrices and no
+    recurrence or bias, x > 0, so output = mask * x. Returns (mask [T, B, H], output_h, x)."""
+    c = _MASK_CFG
     eye, zero = torch.eye(c.H, dtype=F64), torch.zeros(c.H, c.H, dtype=F64)
     params = to_params(c, [eye, zero, eye, zero], [torch.zeros(c.H, dtype=F64)] * 4)
     x = u(c.T, c.B, c.I, lo=0.5, hi=1.5)
     h0 = torch.zeros(2, c.B, c.H, dtype=F64)
-    res = raw_ops.CudnnRNNV3(x, h0, 0, params, None, rnn_mode="rnn_relu", dropout=p, seed=41,
-                             seed2=int(100 * p))  # fmt: skip
-    mask = res.output / x
+    lengths = (None,) if op == "CudnnRNNV3" else ()
+    res = getattr(raw_ops, op)(x, h0, 0, params, *lengths, rnn_mode="rnn_relu", dropout=p,
+                               seed=seed, seed2=seed2)  # fmt: skip
+    return res.output / x, res.output_h, x
+
+
+@pytest.mark.parametrize("p", [0.3, 0.75])
+def test_dropout_mask_is_inverted_bernoulli(p):
+    """Every element is dropped with probability p and kept ones are scaled by 1 / (1 - p)
+    (cuDNN's inverted dropout)."""
+    mask, output_h, x = _visible_mask(p, 41, int(100 * p))
     kept = mask != 0
     torch.testing.assert_close(mask[kept], torch.full_like(mask[kept], 1 / (1 - p)))
     frac = 1 - kept.double().mean().item()
     assert abs(frac - p) < 0.05, frac  # 2000 Bernoulli draws: std ~ 0.01
-    assert torch.equal(res.output_h[0], x[-1])  # layer 0 is not dropped
+    assert torch.equal(output_h[0], x[-1])  # layer 0 is not dropped
+
+
+def _cpu_dropout_seed(seed: int, seed2: int) -> int:
+    """The README's rule for the CPU generator of a seed pair: TF's 64-bit seed
+    (seed << 32) | seed2 (seed2 sign-extended), splitmix64's finalizer, the halves xor-ed into
+    the 32 bits torch's Mersenne Twister keeps."""
+    m64 = (1 << 64) - 1
+    key = ((seed << 32) | (seed2 & m64)) & m64
+    key = ((key ^ (key >> 30)) * 0xBF58476D1CE4E5B9) & m64
+    key = ((key ^ (key >> 27)) * 0x94D049BB133111EB) & m64
+    key ^= key >> 31
+    return (key ^ (key >> 32)) & 0xFFFFFFFF
+
+
+@pytest.mark.parametrize(
+    "op, seed, seed2",
+    [("CudnnRNN", 20261, 126), ("CudnnRNNV2", 126, 20261), ("CudnnRNNV3", 7, -3)],
+)  # fmt: skip
+def test_seed_pair_draws_the_documented_masks(op, seed, seed2):
+    """A pair's first masks are those of a torch generator seeded by the README's rule, through
+    every forward op and with a negative seed2 (pairs no other test uses: a pair's generator
+    advances from call to call)."""
+    p = 0.4
+    mask, _, _ = _visible_mask(p, seed, seed2, op)
+    c = _MASK_CFG
+    g = torch.Generator().manual_seed(_cpu_dropout_seed(seed, seed2))
+    want = torch.empty(c.T, c.B, c.H, dtype=F64).bernoulli_(1 - p, generator=g).div_(1 - p)
+    torch.testing.assert_close(mask, want, rtol=1e-12, atol=0)
+
+
+def test_seed_pairs_differing_in_one_seed_draw_other_masks():
+    """(seed, seed2) is TF's 64-bit seed: pairs that share seed2 (Keras' op seed under another
+    graph-level seed) or swap the two draw different masks. torch's Mersenne Twister keeps 32
+    bits of its seed, so seeding it with the 64 bits as they are kept seed2 alone."""
+    masks = [_visible_mask(0.5, seed, seed2)[0] for seed, seed2 in ((1, 99), (2, 99), (99, 1))]
+    for k in range(3):
+        assert not torch.equal(masks[k], masks[(k + 1) % 3])
 
 
 def test_seeded_dropout_advances_per_call():
@@ -1365,6 +1483,28 @@ def test_dropout_backward_uses_its_own_forward_masks():
     own, other = backprop(fwd1), backprop(fwd2)
     assert torch.equal(own.input_backprop, auto[0]) and torch.equal(own.params_backprop, auto[3])
     assert (other.input_backprop - auto[0]).abs().max() > 1e-6
+
+
+@pytest.mark.parametrize("op", ["CudnnRNN", "CudnnRNNV2"])
+def test_dropout_backprop_v1_v2_equal_autograd(op):
+    """CudnnRNNBackprop / V2 given their forward's dropout and seeds (nonzero, so an attribute
+    passed in another's place changes the call) give autograd's gradients."""
+    c = Cfg("lstm", L=2, D=2, I=3, H=4, T=4, B=3)
+    inputs = [t.requires_grad_() for t in _fwd_inputs(c)]
+    attrs = dict(rnn_mode="lstm", direction=c.direction, dropout=0.5, seed=35, seed2=36)
+    fwd = getattr(raw_ops, op)(*inputs, **attrs)
+    gy, gh, gc = upstream(c)
+    loss = (fwd.output * gy).sum() + (fwd.output_h * gh).sum() + (fwd.output_c * gc).sum()
+    auto = torch.autograd.grad(loss, inputs)
+    det = [t.detach() for t in inputs]
+    outs = (fwd.output.detach(), fwd.output_h.detach(), fwd.output_c.detach())
+    args = (*det, *outs, gy, gh, gc, fwd.reserve_space)
+    if op == "CudnnRNN":
+        back = raw_ops.CudnnRNNBackprop(*args, **attrs)
+    else:
+        back = raw_ops.CudnnRNNBackpropV2(*args, fwd.host_reserved, **attrs)
+    for got, want in zip(back, auto, strict=True):
+        assert torch.equal(got, want)
 
 
 @pytest.mark.parametrize("mode", ["lstm", "rnn_tanh", "lstm_proj"])

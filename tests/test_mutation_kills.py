@@ -626,8 +626,10 @@ def _as_given(values, given):
 @pytest.mark.parametrize(
     "given",
     [{k: "list" for k in _CELL_INPUTS[1:]}, {"x": "list"}, {k: "numpy" for k in _CELL_INPUTS},
-     {"cs_prev": "f64", "w": "f64"}, {"x": "list", "b": "scalar"}],
-    ids=["lists", "x_list", "all_numpy", "numpy_float64_among_float32", "numpy_scalar_bias"],
+     {"cs_prev": "f64", "w": "f64"}, {"x": "list", "b": "scalar"},
+     {k: "list" for k in _CELL_INPUTS}],
+    ids=["lists", "x_list", "all_numpy", "numpy_float64_among_float32", "numpy_scalar_bias",
+         "all_lists"],
 )  # fmt: skip
 def test_raw_ops_convert_numpy_and_python_inputs_as_tf(given):
     """raw_ops.LSTMBlockCell given numpy arrays (float64 ones among float32 tensors), Python
@@ -655,6 +657,21 @@ def test_raw_ops_convert_numpy_and_python_inputs_as_tf(given):
     for g, w in zip(got, want, strict=True):
         assert g.dtype == torch.float32 and w.dtype == tf.float32
         torch.testing.assert_close(g, torch.from_numpy(w.numpy()), rtol=1e-5, atol=1e-6)
+
+
+def test_raw_ops_without_tensors_take_the_first_inputs_dtype_as_tf():
+    """No torch tensor among the inputs: x a float64 numpy array, the rest Python lists. TF
+    converts x alone (float64) and the lists to it; the outputs are the float64 reference's."""
+    from torch_lstm_grad import raw_ops
+
+    values = _cell_values()
+    given = _as_given(values, {k: "list" for k in _CELL_INPUTS} | {"x": "f64"})
+    got = raw_ops.LSTMBlockCell(**given)
+    f64 = {k: torch.from_numpy(v.astype(np.float64)) for k, v in values.items()}
+    want = reference.lstm_block_cell(**f64)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == torch.float64
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
 
 
 def test_raw_ops_take_the_first_tensors_dtype_as_tf():

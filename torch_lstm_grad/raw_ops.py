@@ -241,12 +241,14 @@ CudnnRNNParamsToCanonicalV2Output = CudnnRNNParamsToCanonicalOutput
 
 
 def _sequence_lengths(value) -> torch.Tensor | None:
-    """None (every row runs T steps), a tensor as it is, or integers converted to int32 (TF's
-    dtype); a non-integer array keeps its dtype so the op rejects it."""
+    """None (every row runs T steps), a tensor as it is, or a numpy array / Python list with
+    its own integer dtype: the op reads any integer dtype and checks each value against [0, T],
+    where narrowing to int32 (TF's dtype) would wrap 2**32 + 2 to a valid 2. Bools become 0/1
+    as TF converts them; a float array keeps its dtype so the op rejects it."""
     if value is None or isinstance(value, torch.Tensor):
         return value
     t = torch.from_numpy(np.array(value, copy=True))
-    return t if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool else t.int()
+    return t.int() if t.dtype == torch.bool else t
 
 
 def _cudnn_rnn(op_name, input, input_h, input_c, params, sequence_lengths, rnn_mode, input_mode,

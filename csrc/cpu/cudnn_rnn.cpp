@@ -170,6 +170,17 @@ Reserve make_reserve(const RNNConfig& c, bool with_masks, at::Tensor buffer,
   return r;
 }
 
+// torch's CPU generator is a Mersenne Twister that keeps only the low 32 bits of its seed: TF's
+// 64-bit seed given as it is would leave seed2 alone choosing the masks, so pairs that differ
+// only in seed (TF's graph-level seed) would drop the same units. splitmix64's finalizer mixes
+// all 64 bits first, and the two halves are folded into the 32 that are kept.
+uint64_t dropout_generator_seed(uint64_t key) {
+  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  key = (key ^ (key >> 27)) * 0x94d049bb133111ebULL;
+  key ^= key >> 31;
+  return (key ^ (key >> 32)) & 0xffffffffULL;
+}
+
 // TF's dropout seed: (seed << 32) | seed2, seed2 widened from int (so a negative seed2
 // sign-extends over the high word). Masks come from torch's CPU generator: a cached generator
 // per seed pair that advances from call to call, as TF's per-kernel cuDNN state does; seed =
@@ -181,7 +192,9 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
   static std::map<uint64_t, at::Generator> generators;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = generators.find(key);
-  if (it == generators.end()) it = generators.emplace(key, at::detail::createCPUGenerator(key)).first;
+  if (it == generators.end()) {
+    it = generators.emplace(key, at::detail::createCPUGenerator(dropout_generator_seed(key))).first;
+  }
   return it->second;
 }
 
