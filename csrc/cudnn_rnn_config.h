@@ -324,6 +324,12 @@ inline CudnnRNNCall check_cudnn_rnn_backprop_call(
 // naming the first difference instead of computing with a reserve made for another call (TF
 // reads the reserve as it is).
 
+// Dropout states kept per device for explicit seed pairs, most recently used first: a pair
+// used again draws its next masks; the oldest beyond this many is forgotten (used again, it
+// starts from its first masks), so a caller who passes a new pair per call holds 16 states,
+// not one per call. The same on the CPU and the GPU.
+constexpr size_t kMaxSeededDropoutStates = 16;
+
 constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' 'R' 'V' '0' '1'
 constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B
 

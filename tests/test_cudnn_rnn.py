@@ -1381,6 +1381,20 @@ def test_seed_pair_draws_the_documented_masks(op, seed, seed2):
     torch.testing.assert_close(mask, want, rtol=1e-12, atol=0)
 
 
+def test_the_last_16_seed_pairs_are_kept():
+    """A pair used again draws its next masks while it is among the last 16 pairs used; beyond,
+    it is forgotten and starts again from its first masks (as on the GPU), so a caller passing a
+    new pair per call holds 16 generators, not one per call."""
+    first = _visible_mask(0.5, 9001, 1)[0]
+    for k in range(15):
+        _visible_mask(0.5, 9002 + k, 1)
+    second = _visible_mask(0.5, 9001, 1)[0]  # kept: its next masks
+    assert not torch.equal(second, first)
+    for k in range(16):
+        _visible_mask(0.5, 9002 + k, 1)
+    assert torch.equal(_visible_mask(0.5, 9001, 1)[0], first)
+
+
 def test_seed_pairs_differing_in_one_seed_draw_other_masks():
     """(seed, seed2) is TF's 64-bit seed: pairs that share seed2 (Keras' op seed under another
     graph-level seed) or swap the two draw different masks. torch's Mersenne Twister keeps 32

@@ -23,7 +23,8 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
-#include <map>
+#include <algorithm>
+#include <list>
 #include <mutex>
 #include <type_traits>
 
@@ -183,19 +184,24 @@ uint64_t dropout_generator_seed(uint64_t key) {
 
 // TF's dropout seed: (seed << 32) | seed2, seed2 widened from int (so a negative seed2
 // sign-extends over the high word). Masks come from torch's CPU generator: a cached generator
-// per seed pair that advances from call to call, as TF's per-kernel cuDNN state does; seed =
-// seed2 = 0 means "unseeded" and draws from torch's default generator.
+// per seed pair that advances from call to call, as TF's per-kernel cuDNN state does (the last
+// kMaxSeededDropoutStates pairs, as on the GPU); seed = seed2 = 0 means "unseeded" and draws
+// from torch's default generator.
 at::Generator dropout_generator(int64_t seed, int64_t seed2) {
   if (seed == 0 && seed2 == 0) return at::detail::getDefaultCPUGenerator();
   const uint64_t key = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
   static std::mutex mutex;
-  static std::map<uint64_t, at::Generator> generators;
+  static std::list<std::pair<uint64_t, at::Generator>> generators;  // most recently used first
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = generators.find(key);
-  if (it == generators.end()) {
-    it = generators.emplace(key, at::detail::createCPUGenerator(dropout_generator_seed(key))).first;
+  auto it = std::find_if(generators.begin(), generators.end(),
+                         [&](const auto& e) { return e.first == key; });
+  if (it != generators.end()) {
+    generators.splice(generators.begin(), generators, it);
+  } else {
+    generators.emplace_front(key, at::detail::createCPUGenerator(dropout_generator_seed(key)));
+    if (generators.size() > kMaxSeededDropoutStates) generators.pop_back();
   }
-  return it->second;
+  return generators.front().second;
 }
 
 // ---------------------------------------------------------------------------------------------

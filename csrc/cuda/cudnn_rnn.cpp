@@ -89,7 +89,7 @@ cudnnRNNMode_t cudnn_mode(RNNMode m) {
 // (slow: curand_init per thread), so it is created once and then advances from call to call, as
 // TF's per-kernel state does:
 // - explicit seeds (seed or seed2 != 0): one state per (device, TF's 64-bit seed), kept for the
-//   last kMaxSeededStates seed pairs used;
+//   last kMaxSeededDropoutStates seed pairs used;
 // - seed = seed2 = 0 ("unseeded"): one state per device, seeded from torch's CUDA generator and
 //   reseeded after torch.manual_seed (the generator's reset flag, or its seed or offset moved
 //   back), as PyTorch's own cuDNN RNN does, so runs after manual_seed repeat.
@@ -103,8 +103,6 @@ struct DropoutState {
   uint64_t seed = 0;                         // what cuDNN was initialised with
   uint64_t gen_seed = 0, gen_offset = 0;     // unseeded: the generator after our draw
 };
-
-constexpr size_t kMaxSeededStates = 16;
 
 // The state a call uses, locked; on release the current stream's position is recorded so the
 // next user waits for this call's kernels.
@@ -173,7 +171,7 @@ DropoutLease set_dropout(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, do
         seeded.emplace_front(key, std::make_shared<DropoutState>());
         // An evicted state lives on while a lease holds it; its buffer returns to the caching
         // allocator, stream-ordered, after the last call that used it.
-        if (seeded.size() > kMaxSeededStates) seeded.pop_back();
+        if (seeded.size() > kMaxSeededDropoutStates) seeded.pop_back();
       }
       st = seeded.front().second;
     }
