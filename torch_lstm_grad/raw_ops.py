@@ -112,14 +112,17 @@ def _to_tensor(value, like: torch.Tensor | None = None) -> torch.Tensor:
     return t if like is None else t.to(dtype=like.dtype, device=like.device)
 
 
+def _type_source(values) -> int:
+    """Which of an op's inputs of one type T decides T, as in TF's eager ops: the first torch
+    tensor among them, else the first value (converted alone)."""
+    return next((k for k, v in enumerate(values) if isinstance(v, torch.Tensor)), 0)
+
+
 def _floats(*values) -> tuple[torch.Tensor, ...]:
-    """An op's inputs of one type T, converted as TF's eager ops convert them: T is the dtype of
-    the first torch tensor among them (else the first value's, converted alone); numpy arrays,
-    Python numbers and lists become T on that tensor's device; tensors stay as they are (one of
-    another dtype is the op's TypeError, as in TF)."""
-    like = next((v for v in values if isinstance(v, torch.Tensor)), None)
-    if like is None:
-        like = _to_tensor(values[0])
+    """An op's inputs of one type T, converted as TF's eager ops convert them (T from
+    _type_source): numpy arrays, Python numbers and lists become T on that tensor's device;
+    tensors stay as they are (one of another dtype is the op's TypeError, as in TF)."""
+    like = _to_tensor(values[_type_source(values)])
     return tuple(_to_tensor(v, like) for v in values)
 
 
@@ -488,12 +491,10 @@ def _canonical_to_params(layout: ParamsLayout, weights, biases, rnn_mode: str) -
                                             rnn_mode, len(values)))  # fmt: skip
     named = [(f"weights[{k}]", v, s) for k, (v, s) in enumerate(zip(weights, w_spec, strict=True))]
     named += [(f"biases[{k}]", v, s) for k, (v, s) in enumerate(zip(biases, b_spec, strict=True))]
-    # The first torch tensor that has a region decides dtype and device (else the first one
-    # with a region, converted alone); numpy arrays and lists are converted to them, as in TF.
+    # The tensors that have a region decide dtype and device as an op's inputs of one type
+    # do (_type_source); numpy arrays and lists are converted to them, as in TF.
     regioned = [item for item in named if item[2][0] is not None]
-    ref_name, ref_value, _ = next(
-        (item for item in regioned if isinstance(item[1], torch.Tensor)), regioned[0]
-    )
+    ref_name, ref_value, _ = regioned[_type_source([value for _, value, _ in regioned])]
     ref = _to_tensor(ref_value)
     if ref.dtype not in _CUDNN_FLOATS:
         raise TypeError(f"{ref_name}: expected dtype float16, bfloat16, float32 or float64, got "
