@@ -689,3 +689,46 @@ def test_raw_ops_take_the_first_tensors_dtype_as_tf():
     for g, w in zip(got, want, strict=True):
         assert g.dtype == torch.float64
         torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+
+
+def _lstm_inputs_beyond_the_clips(T=3, B=2, I=3, H=4, P=None):  # noqa: E741
+    """float64 LSTM inputs whose cells pass ±4 and whose peepholes are not zero, so a default
+    clip or peephole changes the outputs; h_prev [B, P] and w [I + P, 4H] with a projection."""
+    g = torch.Generator().manual_seed(61)
+    r = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64) * 2 - 1  # noqa: E731
+    n = P or H
+    return (torch.tensor(T), r(T, B, I), 6 * r(B, H).sign(), r(B, n), r(I + n, 4 * H), r(H),
+            r(H), r(H), r(4 * H))  # fmt: skip
+
+
+def test_autograd_functions_defaults_are_the_ops():
+    """Each public Function applied with its defaults computes what the op computes with TF's
+    defaults (the float64 reference): LSTMBlockCell and BlockLSTM forget_bias 1, cell_clip 3, no
+    peepholes; BlockLSTMV2 no clip, no peepholes; block_lstm_ex forget_bias 1, no cell or
+    projection clip, no peepholes (its projection's outputs pass ±1)."""
+    from torch_lstm_grad import autograd as ag
+
+    seq, x, cs, h, w, wci, wcf, wco, b = _lstm_inputs_beyond_the_clips()
+    cases = [
+        (ag.BlockLSTMFunction.apply(seq, x, cs, h, w, wci, wcf, wco, b),
+         reference.block_lstm(seq, x, cs, h, w, wci, wcf, wco, b)),
+        (ag.BlockLSTMV2Function.apply(seq, x, cs, h, w, wci, wcf, wco, b),
+         reference.block_lstm(seq, x, cs, h, w, wci, wcf, wco, b, forget_bias=0.0,
+                              cell_clip=0.0, gate_order="ifco")),
+        (ag.LSTMBlockCellFunction.apply(x[0], cs, h, w, wci, wcf, wco, b),
+         reference.lstm_block_cell(x[0], cs, h, w, wci, wcf, wco, b)),
+    ]  # fmt: skip
+    seq, x, cs, h, w, wci, wcf, wco, b = _lstm_inputs_beyond_the_clips(P=2)
+    w_proj = 4 * torch.ones(4, 2, dtype=torch.float64)
+    cases.append(
+        (ag.BlockLSTMExFunction.apply(seq, x, cs, h, w, wci, wcf, wco, b, w_proj),
+         reference.block_lstm(seq, x, cs, h, w, wci, wcf, wco, b, cell_clip=0.0, w_proj=w_proj))
+    )  # fmt: skip
+    for got, want in cases:
+        for g, w_ in zip(got, want, strict=True):
+            torch.testing.assert_close(g, w_, rtol=1e-12, atol=1e-12)
+    # The unclipped cells pass ±4 (and the projected outputs ±1): every clip would show.
+    unclipped = reference.block_lstm(seq, x, cs, h, w, wci, wcf, wco, b, cell_clip=0.0,
+                                     w_proj=w_proj)  # fmt: skip
+    assert unclipped[1].abs().max() > 4 and unclipped[6].abs().max() > 1
+    assert cases[0][1][1].abs().max() == 3  # BlockLSTM's default clip reached
