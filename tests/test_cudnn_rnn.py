@@ -1327,18 +1327,19 @@ def test_dropout_not_applied(case):
 _MASK_CFG = Cfg("rnn_relu", L=2, D=1, I=8, H=8, T=10, B=25)
 
 
-def _visible_mask(p, seed, seed2, op="CudnnRNNV3"):
+def _visible_mask(p, seed, seed2, op="CudnnRNNV3", requires_grad=False):
     """The dropout mask made visible: two rnn_relu layers with identity input matrices and no
-    recurrence or bias, x > 0, so output = mask * x. Returns (mask [T, B, H], output_h, x)."""
+    recurrence or bias, x > 0, so output = mask * x. Returns (mask [T, B, H], output_h, x).
+    requires_grad: x records a gradient (the forward then runs through CudnnRNNFunction)."""
     c = _MASK_CFG
     eye, zero = torch.eye(c.H, dtype=F64), torch.zeros(c.H, c.H, dtype=F64)
     params = to_params(c, [eye, zero, eye, zero], [torch.zeros(c.H, dtype=F64)] * 4)
-    x = u(c.T, c.B, c.I, lo=0.5, hi=1.5)
+    x = u(c.T, c.B, c.I, lo=0.5, hi=1.5).requires_grad_(requires_grad)
     h0 = torch.zeros(2, c.B, c.H, dtype=F64)
     lengths = (None,) if op == "CudnnRNNV3" else ()
     res = getattr(raw_ops, op)(x, h0, 0, params, *lengths, rnn_mode="rnn_relu", dropout=p,
                                seed=seed, seed2=seed2)  # fmt: skip
-    return res.output / x, res.output_h, x
+    return (res.output / x).detach(), res.output_h.detach(), x.detach()
 
 
 @pytest.mark.parametrize("p", [0.3, 0.75])
@@ -1366,15 +1367,16 @@ def _cpu_dropout_seed(seed: int, seed2: int) -> int:
 
 
 @pytest.mark.parametrize(
-    "op, seed, seed2",
-    [("CudnnRNN", 20261, 126), ("CudnnRNNV2", 126, 20261), ("CudnnRNNV3", 7, -3)],
+    "op, seed, seed2, requires_grad",
+    [("CudnnRNN", 20261, 126, False), ("CudnnRNNV2", 126, 20261, False),
+     ("CudnnRNNV3", 7, -3, False), ("CudnnRNNV3", 8, 5, True)],
 )  # fmt: skip
-def test_seed_pair_draws_the_documented_masks(op, seed, seed2):
+def test_seed_pair_draws_the_documented_masks(op, seed, seed2, requires_grad):
     """A pair's first masks are those of a torch generator seeded by the README's rule, through
-    every forward op and with a negative seed2 (pairs no other test uses: a pair's generator
-    advances from call to call)."""
+    every forward op, with a negative seed2 and through the autograd Function (pairs no other
+    test uses: a pair's generator advances from call to call)."""
     p = 0.4
-    mask, _, _ = _visible_mask(p, seed, seed2, op)
+    mask, _, _ = _visible_mask(p, seed, seed2, op, requires_grad)
     c = _MASK_CFG
     g = torch.Generator().manual_seed(_cpu_dropout_seed(seed, seed2))
     want = torch.empty(c.T, c.B, c.H, dtype=F64).bernoulli_(1 - p, generator=g).div_(1 - p)

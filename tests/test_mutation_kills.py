@@ -732,3 +732,92 @@ def test_autograd_functions_defaults_are_the_ops():
                                      w_proj=w_proj)  # fmt: skip
     assert unclipped[1].abs().max() > 4 and unclipped[6].abs().max() > 1
     assert cases[0][1][1].abs().max() == 3  # BlockLSTM's default clip reached
+
+
+def _keras_gru_inputs(T=3, B=2, I=3, H=4):  # noqa: E741
+    g = torch.Generator().manual_seed(62)
+    r = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64) * 2 - 1  # noqa: E731
+    return torch.tensor(T), r(T, B, I), r(B, H), r(I, 3 * H), r(H, 3 * H), r(2, 3 * H)
+
+
+def test_keras_gru_function_defaults_and_gates():
+    """KerasGRUFunction with its defaults is Keras' GRU default (reset_after, sigmoid, tanh; the
+    float64 reference); its gate outputs z, r, hh, hr are not differentiable (a loss on one is
+    an error, as for the LSTM gates), h is, to every input."""
+    from torch_lstm_grad import autograd as ag
+
+    inputs = [t.requires_grad_() if t.is_floating_point() else t for t in _keras_gru_inputs()]
+    got = ag.KerasGRUFunction.apply(*inputs)
+    want = reference.keras_gru(*inputs)
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
+    for k, name in enumerate(("z", "r", "hh", "hr")):
+        assert not got[k].requires_grad, name
+        with pytest.raises(RuntimeError):
+            got[k].sum().backward(retain_graph=True)
+    grads = torch.autograd.grad(got[4].sum(), inputs[1:])
+    assert all(g.abs().sum() > 0 for g in grads)
+
+
+def test_cudnn_rnn_function_defaults_are_cudnn_rnn_v3s():
+    """CudnnRNNFunction with its defaults is CudnnRNNV3 with TF's (lstm, linear_input,
+    unidirectional, no dropout, no projection, training, time-major): the same outputs and
+    reserve; given only a dropout, its masks come from torch's generator (seeds 0), as the
+    raw op's after the same manual_seed."""
+    from torch_lstm_grad import autograd as ag
+    from torch_lstm_grad import raw_ops
+
+    g = torch.Generator().manual_seed(63)
+    T, B, I, H, L = 3, 2, 4, 4, 2  # noqa: E741
+    size = int(raw_ops.CudnnRNNParamsSize(L, H, I, T=torch.float64, S=torch.int64)[0])
+    x, h0, c0, params = (torch.rand(*s, generator=g, dtype=torch.float64) - 0.5
+                         for s in ((T, B, I), (L, B, H), (L, B, H), (size,)))  # fmt: skip
+    got = ag.CudnnRNNFunction.apply(x, h0, c0, params)
+    want = raw_ops.CudnnRNNV3(x, h0, c0, params, None)
+    assert all(torch.equal(a, b) for a, b in zip(got, want, strict=True))
+    torch.manual_seed(64)
+    got = ag.CudnnRNNFunction.apply(x, h0, c0, params, None, "lstm", "linear_input",
+                                    "unidirectional", 0.5)  # fmt: skip
+    torch.manual_seed(64)
+    want = raw_ops.CudnnRNNV3(x, h0, c0, params, None, dropout=0.5)
+    assert torch.equal(got[0], want.output)
+    assert not torch.equal(want.output, raw_ops.CudnnRNNV3(x, h0, c0, params, None).output)
+
+
+def test_cudnn_inference_name_does_not_outlive_its_call():
+    """The op name TF's is_training error gives is the raw op's only within that call: the op
+    called directly afterwards names CudnnRNNV3."""
+    from torch_lstm_grad import raw_ops
+
+    T, B, I, H = 2, 2, 3, 3  # noqa: E741
+    size = int(raw_ops.CudnnRNNParamsSize(1, H, I, T=torch.float64, S=torch.int64)[0])
+    x = torch.rand(T, B, I, dtype=torch.float64, requires_grad=True)
+    h0, c0 = torch.zeros(1, B, H, dtype=torch.float64), torch.zeros(1, B, H, dtype=torch.float64)
+    params = torch.rand(size, dtype=torch.float64)
+    for name, run in (
+        ("CudnnRNN", lambda: raw_ops.CudnnRNN(x, h0, c0, params, is_training=False).output),
+        ("CudnnRNNV3", lambda: torch.ops.torch_lstm_grad.cudnn_rnn(
+            x, h0, c0, params, None, "lstm", "linear_input", "unidirectional", 0.0, 0, 0, 0,
+            False, True)[0]),
+    ):  # fmt: skip
+        with pytest.raises(ValueError) as info:
+            run().sum().backward()
+        assert str(info.value) == f"To use {name} in gradients, is_training must be set to True."
+
+
+def test_raw_ops_under_vmap_without_grad_run_the_op_per_sample():
+    """torch.func.vmap over a raw op, no gradient recorded: PyTorch's batching fallback runs the
+    op per sample (the numbers of the loop). Under functorch the raw ops take the dispatcher's
+    path, not the eager fast path."""
+    import warnings
+
+    from torch_lstm_grad import raw_ops
+
+    g = torch.Generator().manual_seed(65)
+    r = lambda *s: torch.rand(*s, generator=g, dtype=torch.float64) - 0.5  # noqa: E731
+    x, rest = r(5, 2, 3), (r(2, 4), r(2, 4), r(7, 16), r(4), r(4), r(4), r(16))
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the fallback's performance warning
+        got = torch.func.vmap(lambda x: raw_ops.LSTMBlockCell(x, *rest).h)(x)
+    want = torch.stack([raw_ops.LSTMBlockCell(x[k], *rest).h for k in range(5)])
+    assert torch.equal(got, want)
