@@ -1082,6 +1082,26 @@ def test_canonical_lists_may_be_any_iterable():
     assert torch.equal(back, params)
 
 
+def test_canonical_dtype_comes_from_the_first_tensor_with_a_region():
+    """The params' dtype is the first torch tensor's among the tensors that have a region (TF's
+    rule for an input list): a float64 numpy weights[0] before float32 tensors becomes float32.
+    skip_input's absent input matrices (any 0-element tensor) take no part: a float32 empty
+    among float64 tensors changes nothing."""
+    c = Cfg("gru", 1, 1, I=3, H=3)
+    params = rand_params(c)
+    w, b = to_canonical(c, params)
+    kw = dict(num_layers=1, num_units=3, input_size=3, rnn_mode="gru")
+    weights = [w[0].numpy()] + [t.float() for t in w[1:]]
+    got = raw_ops.CudnnRNNCanonicalToParams(**kw, weights=weights, biases=[t.float() for t in b])
+    assert got.dtype == torch.float32 and torch.equal(got, params.float())
+    params = rand_params(c, "skip_input")
+    w, b = to_canonical(c, params, "skip_input")
+    assert w[0].numel() == 0 and w[0].dtype == F64
+    w = [torch.empty(0) if t.numel() == 0 else t for t in w]
+    got = raw_ops.CudnnRNNCanonicalToParams(**kw, weights=w, biases=b, input_mode="skip_input")
+    assert got.dtype == F64 and torch.equal(got, params)
+
+
 def test_sequence_lengths_keep_their_integers_and_count_bools():
     """Python and numpy lengths are not narrowed to int32 (2**32 + 2 is out of range, not 2);
     bools are 0 and 1, as TF converts them; a torch bool tensor is refused, as TF does."""
