@@ -95,6 +95,9 @@ _PORTING_TESTS = [
     # as it runs TF on each file
     "tests/test_verify.py",
 ]
+# The readers of the files users hold (byte formats, protobufs, graphs) and the converter around
+# them: every porting test reads its file through them; the fuzz tests feed them hostile bytes.
+_READER_TESTS = [*_PORTING_TESTS[:-1], "tests/test_fuzz_readers.py", _PORTING_TESTS[-1]]
 _OP_TESTS = [
     *_FIRST_TESTS,
     "tests/test_modules.py",
@@ -133,6 +136,12 @@ FILES = {
     "torch_lstm_grad/autograd.py": _OP_TESTS,
     "torch_lstm_grad/ops.py": _OP_TESTS,
     "torch_lstm_grad/raw_ops.py": _OP_TESTS,
+    **{
+        f"torch_lstm_grad/porting/{name}.py": _READER_TESTS
+        for name in ("statements", "source", "guard", "frozen_graph", "object_graph",
+                     "description", "checkpoint", "proto", "convert", "hdf5_check", "textproto",
+                     "saved_model", "keras_files", "tensorbundle", "tf1_graph", "verify")
+    },  # fmt: skip
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}
