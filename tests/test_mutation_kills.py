@@ -659,30 +659,24 @@ def test_raw_ops_convert_numpy_and_python_inputs_as_tf(given):
         torch.testing.assert_close(g, torch.from_numpy(w.numpy()), rtol=1e-5, atol=1e-6)
 
 
-def test_raw_ops_without_tensors_take_the_first_inputs_dtype_as_tf():
-    """No torch tensor among the inputs: x a float64 numpy array, the rest Python lists. TF
-    converts x alone (float64) and the lists to it; the outputs are the float64 reference's."""
+@pytest.mark.parametrize(
+    "given, float64_tensor",
+    [({k: "list" for k in _CELL_INPUTS} | {"x": "f64"}, None),
+     ({k: "numpy" for k in _CELL_INPUTS} | {"x": "list"}, "cs_prev")],
+    ids=["no_tensor_x_float64_numpy", "x_list_cs_prev_float64_tensor"],
+)  # fmt: skip
+def test_raw_ops_take_float64_where_tf_infers_it(given, float64_tensor):
+    """T is float64 where TF infers it: from the first tensor (cs_prev a float64 tensor, x a
+    Python list, the rest float32 numpy arrays), or with no tensor from the first input
+    converted alone (x a float64 numpy array, the rest lists); every input is converted to it
+    and the outputs are the float64 reference's. (TF's own LSTMBlockCell has no float64 kernel
+    on CPU.)"""
     from torch_lstm_grad import raw_ops
 
     values = _cell_values()
-    given = _as_given(values, {k: "list" for k in _CELL_INPUTS} | {"x": "f64"})
-    got = raw_ops.LSTMBlockCell(**given)
-    f64 = {k: torch.from_numpy(v.astype(np.float64)) for k, v in values.items()}
-    want = reference.lstm_block_cell(**f64)
-    for g, w in zip(got, want, strict=True):
-        assert g.dtype == torch.float64
-        torch.testing.assert_close(g, w, rtol=1e-12, atol=1e-12)
-
-
-def test_raw_ops_take_the_first_tensors_dtype_as_tf():
-    """x a Python list, cs_prev a float64 tensor, the rest float32 numpy arrays: T is float64
-    (the first tensor's, as TF infers it), every input converted to it; the outputs are the
-    float64 reference's. (TF's own LSTMBlockCell has no float64 kernel on CPU.)"""
-    from torch_lstm_grad import raw_ops
-
-    values = _cell_values()
-    given = _as_given(values, {k: "numpy" for k in _CELL_INPUTS} | {"x": "list"})
-    given["cs_prev"] = torch.from_numpy(values["cs_prev"].astype(np.float64))
+    given = _as_given(values, given)
+    if float64_tensor:
+        given[float64_tensor] = torch.from_numpy(values[float64_tensor].astype(np.float64))
     got = raw_ops.LSTMBlockCell(**given)
     f64 = {k: torch.from_numpy(v.astype(np.float64)) for k, v in values.items()}
     want = reference.lstm_block_cell(**f64)
