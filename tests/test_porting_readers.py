@@ -2,6 +2,8 @@
 checksums), the TF2 object graph and the TF1 meta graph read without TensorFlow, each against
 TensorFlow's own reading of files TF wrote; and `convert` through both checkpoint readers."""
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -14,6 +16,7 @@ from torch_lstm_grad.porting.tf1_graph import read_meta_graph
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 I, H = 3, 4  # noqa: E741
+CUTKUM = os.path.join(os.path.dirname(__file__), "data", "cutkum", "frozen_model.pb")
 
 
 def _rand(*shape, seed=[0]):  # noqa: B006 (a counter)
@@ -291,3 +294,137 @@ def test_meta_graph_read_without_tensorflow(tmp_path):
     cell = ours.cell_at("rnn/lstm_cell", "lstm")
     assert cell.cls == "LSTMCell" and cell.attrs["forget_bias"] == 0.25
     assert cell.attrs["cell_clip"] == 1.5 and cell.attrs["activation"] == "tanh"
+
+
+def _tf_frozen_weights(tf, graph_def) -> dict:
+    """TF's reading of a frozen graph's weights: the main graph's floating-point Const nodes of
+    rank >= 1 (scalars are an op's constants; a function body's constants are its ops')."""
+    out = {}
+    for n in graph_def.node:
+        if n.op == "Const":
+            value = tf.make_ndarray(n.attr["value"].tensor)
+            if value.dtype.kind == "f" and value.ndim:
+                out[n.name] = value
+    return out
+
+
+def test_frozen_graph_read_without_tensorflow(tmp_path):
+    """Our frozen-GraphDef reading against TF's parse of the same files: the published cutkum
+    graph (TF1 loops) and a TF2 graph whose While body holds float constants of its own. The
+    weights are exactly the main graph's float Const nodes of rank >= 1, bit for bit; the file,
+    its form and node count, and the producer version TF reads are what the source reports."""
+    tf = tf_module()
+    from tensorflow.core.framework import graph_pb2
+
+    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+    from torch_lstm_grad.porting.source import Writer
+
+    g = tf.Graph()  # graph mode, TF 2's While (its body a library function)
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, I])
+        w = tf.constant(_rand(I, I), name="w")
+
+        def body(i, a):
+            return i + 1, tf.tanh(a @ w + tf.constant(_rand(I), name="body_bias"))
+
+        tf.identity(0.5 * tf.while_loop(lambda i, a: i < 3, body, (0, x))[1], name="out")
+    made = g.as_graph_def()
+    (tmp_path / "loop.pb").write_bytes(made.SerializeToString())
+    for path in (str(tmp_path / "loop.pb"), CUTKUM):
+        graph_def = graph_pb2.GraphDef()
+        with open(path, "rb") as fh:
+            graph_def.ParseFromString(fh.read())
+        want = _tf_frozen_weights(tf, graph_def)
+        scalars = [
+            n.name
+            for n in graph_def.node
+            if n.op == "Const" and n.attr["value"].tensor.dtype == tf.float32.as_datatype_enum
+            and not n.attr["value"].tensor.tensor_shape.dim
+        ]  # fmt: skip
+        assert want and scalars  # both kinds are in each file: the reading tells them apart
+        source = read_graph_def(path)
+        assert sorted(source.variables) == sorted(want)
+        for name, value in want.items():
+            _same_bits(source.variables[name], value)
+        assert source.keys == {n: n for n in want}
+        assert source.path == path
+        assert source.format == (
+            f"frozen GraphDef (binary, {len(graph_def.node)} nodes; weights from Const nodes)"
+        )
+        producer = graph_def.versions.producer  # cutkum's writer left it unset (0)
+        assert producer > 0 or path == CUTKUM
+        version = f" (graph version {producer})" if producer else ""
+        assert source.writer == Writer("tf1", how=f"a frozen GraphDef{version}")
+    body_consts = [n for f in made.library.function for n in f.node_def if n.op == "Const"]
+    assert any(len(n.attr["value"].tensor.tensor_shape.dim) == 1 for n in body_consts)
+
+
+def _node(name: bytes, op: bytes, *attrs: bytes) -> bytes:
+    """A GraphDef's `node` field (NodeDef: name = 1, op = 2, attr = 5), by hand."""
+    from test_fuzz_readers import _field
+
+    return _field(1, 2, _field(1, 2, name) + _field(2, 2, op) + b"".join(attrs))
+
+
+@pytest.mark.parametrize(
+    "nodes, found",
+    [
+        ([(b"x y", b"Const")], "a node named 'x y' with op 'Const'"),
+        ([(b"x", b"1Const")], "a node named 'x' with op '1Const'"),
+        ([(b"ok", b"Const"), (b"", b"Const")], "a node named '' with op 'Const'"),
+        ([], "no nodes"),
+    ],
+)
+def test_frozen_graph_nodes_need_a_name_and_an_op(tmp_path, nodes, found):
+    """A `.pb` whose nodes are not all named as TF names nodes and ops is no GraphDef: one line
+    naming the file and the first bad node."""
+    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(b"".join(_node(n, op) for n, op in nodes))
+    with pytest.raises(ValueError) as err:
+        read_graph_def(str(path))
+    assert str(err.value) == f"{path}: not a GraphDef ({found})"
+
+
+@pytest.mark.parametrize("reader", ["tensorflow", "tensorbundle"])
+def test_checkpoint_damage_is_one_line_naming_the_file(tmp_path, reader):
+    """A TF1 checkpoint whose data file lost its end, and one whose tensor bytes were changed
+    (the index still right): each reader refuses in one line, the damaged file at the front (not
+    "not a checkpoint"), a changed tensor named with the check that failed."""
+    from torch_lstm_grad.porting.guard import CorruptFile
+
+    prefix = _tf1_save(tmp_path / "c", {"v": _rand(16, 8)})
+    data = tmp_path / "c.data-00000-of-00001"
+    whole = data.read_bytes()
+    data.write_bytes(whole[:-7])
+    with pytest.raises(CorruptFile) as err:
+        porting.read_variables(prefix, reader=reader)
+    message = str(err.value)
+    assert message.startswith(f"{prefix}.index: "), message  # the damaged file's index first
+    assert "not a SavedModel" not in message and "\n" not in message
+    data.write_bytes(whole[:-9] + bytes([whole[-9] ^ 1]) + whole[-8:])
+    with pytest.raises(ValueError) as err:
+        porting.read_variables(prefix, reader=reader)
+    message = str(err.value)
+    if reader == "tensorflow":  # TF's reader checks the crc32c as it reads the tensor
+        assert message.startswith(f"{prefix}: tensor 'v' (OpError: "), message
+        assert "Checksum does not match" in message
+    else:
+        want = f"{data}: the bytes of 'v' fail their checksum (crc32c)"
+        assert message == want
+
+
+def test_frozen_graph_reading_a_missing_node_is_refused(tmp_path):
+    """A GraphDef whose node reads a node it does not hold: the file and the format first."""
+    from test_fuzz_readers import _field
+
+    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+
+    path = tmp_path / "g.pb"
+    path.write_bytes(_node(b"a", b"Identity", _field(3, 2, b"missing")))
+    with pytest.raises(ValueError) as err:
+        read_graph_def(str(path))
+    assert str(err.value) == (
+        f"{path}: frozen GraphDef: node 'a' reads 'missing', which is not in the graph"
+    )

@@ -77,7 +77,7 @@ def read_graph_def(path: str) -> Source:
         f = proto.fields(data)
         versions = proto.fields(proto.message(f, 4))  # VersionDef {producer = 1}
         producer = proto.integer(versions, 1, None)
-    variables, ignored = {}, {}
+    variables = {}
     for name, node in graph.nodes.items():
         if node.op != "Const" or "::" in name:  # function bodies' constants are the ops'
             continue
@@ -91,7 +91,6 @@ def read_graph_def(path: str) -> Source:
         Writer("tf1", how=how),
         variables,
         {n: n for n in variables},
-        ignored=ignored,
     )
     source.graph = graph
     return source
