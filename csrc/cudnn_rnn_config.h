@@ -9,8 +9,12 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <list>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "checks.h"
@@ -329,6 +333,41 @@ inline CudnnRNNCall check_cudnn_rnn_backprop_call(
 // starts from its first masks), so a caller who passes a new pair per call holds 16 states,
 // not one per call. The same on the CPU and the GPU.
 constexpr size_t kMaxSeededDropoutStates = 16;
+
+// TF's dropout seed of a CudnnRNN op: (seed << 32) | seed2, seed2 widened from int (a negative
+// seed2 sign-extends over the high word, as TF's cast does). Both backends key their seeded
+// dropout states by it.
+inline uint64_t tf_dropout_seed(int64_t seed, int64_t seed2) {
+  return (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
+}
+
+// The last `capacity` values by key, most recently used first: the seeded dropout states (CPU:
+// a generator per seed pair; GPU: a cuDNN state per device and seed pair). A handful of
+// entries, so a list searched in order. Not locked: its owner holds a mutex around get().
+template <typename Key, typename Value>
+class MostRecentlyUsed {
+ public:
+  explicit MostRecentlyUsed(size_t capacity) : capacity_(capacity) {}
+
+  // The value for `key`, made by `make()` when absent, now the most recent; beyond capacity
+  // the least recently used is forgotten.
+  template <typename Make>
+  Value& get(const Key& key, Make&& make) {
+    auto it = std::find_if(entries_.begin(), entries_.end(),
+                           [&](const auto& e) { return e.first == key; });
+    if (it != entries_.end()) {
+      entries_.splice(entries_.begin(), entries_, it);
+    } else {
+      entries_.emplace_front(key, make());
+      if (entries_.size() > capacity_) entries_.pop_back();
+    }
+    return entries_.front().second;
+  }
+
+ private:
+  size_t capacity_;
+  std::list<std::pair<Key, Value>> entries_;
+};
 
 constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' 'R' 'V' '0' '1'
 constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B

@@ -24,7 +24,6 @@
 #include <torch/library.h>
 
 #include <algorithm>
-#include <list>
 #include <mutex>
 #include <type_traits>
 
@@ -182,26 +181,19 @@ uint64_t dropout_generator_seed(uint64_t key) {
   return (key ^ (key >> 32)) & 0xffffffffULL;
 }
 
-// TF's dropout seed: (seed << 32) | seed2, seed2 widened from int (so a negative seed2
-// sign-extends over the high word). Masks come from torch's CPU generator: a cached generator
-// per seed pair that advances from call to call, as TF's per-kernel cuDNN state does (the last
+// Masks come from torch's CPU generator: a cached generator per seed pair (TF's 64-bit seed)
+// that advances from call to call, as TF's per-kernel cuDNN state does (the last
 // kMaxSeededDropoutStates pairs, as on the GPU); seed = seed2 = 0 means "unseeded" and draws
 // from torch's default generator.
 at::Generator dropout_generator(int64_t seed, int64_t seed2) {
   if (seed == 0 && seed2 == 0) return at::detail::getDefaultCPUGenerator();
-  const uint64_t key = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
+  const uint64_t key = tf_dropout_seed(seed, seed2);
   static std::mutex mutex;
-  static std::list<std::pair<uint64_t, at::Generator>> generators;  // most recently used first
+  static MostRecentlyUsed<uint64_t, at::Generator> generators(kMaxSeededDropoutStates);
   std::lock_guard<std::mutex> lock(mutex);
-  auto it = std::find_if(generators.begin(), generators.end(),
-                         [&](const auto& e) { return e.first == key; });
-  if (it != generators.end()) {
-    generators.splice(generators.begin(), generators, it);
-  } else {
-    generators.emplace_front(key, at::detail::createCPUGenerator(dropout_generator_seed(key)));
-    if (generators.size() > kMaxSeededDropoutStates) generators.pop_back();
-  }
-  return generators.front().second;
+  return generators.get(key, [&] {
+    return at::detail::createCPUGenerator(dropout_generator_seed(key));
+  });
 }
 
 // ---------------------------------------------------------------------------------------------

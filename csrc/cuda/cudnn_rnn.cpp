@@ -29,7 +29,6 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 
 #include <algorithm>
-#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -149,11 +148,13 @@ DropoutLease set_dropout(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, do
     return {};
   }
   const bool unseeded = seed == 0 && seed2 == 0;
-  // TF: (seed << 32) | seed2, seed2 widened from int (a negative seed2 fills the high word).
-  const uint64_t seed64 = (static_cast<uint64_t>(seed) << 32) | static_cast<uint64_t>(seed2);
+  const uint64_t seed64 = tf_dropout_seed(seed, seed2);
   static std::mutex cache_mutex;
   static std::map<int, std::shared_ptr<DropoutState>> unseeded_states;
-  static std::list<std::pair<std::pair<int, uint64_t>, std::shared_ptr<DropoutState>>> seeded;
+  // An evicted state lives on while a lease holds it; its buffer returns to the caching
+  // allocator, stream-ordered, after the last call that used it.
+  static MostRecentlyUsed<std::pair<int, uint64_t>, std::shared_ptr<DropoutState>> seeded(
+      kMaxSeededDropoutStates);
   std::shared_ptr<DropoutState> st;
   {
     std::lock_guard<std::mutex> lock(cache_mutex);
@@ -162,18 +163,8 @@ DropoutLease set_dropout(cudnnDropoutDescriptor_t desc, cudnnHandle_t handle, do
       if (!slot) slot = std::make_shared<DropoutState>();
       st = slot;
     } else {
-      const auto key = std::make_pair(static_cast<int>(device.index()), seed64);
-      auto it = std::find_if(seeded.begin(), seeded.end(),
-                             [&](const auto& e) { return e.first == key; });
-      if (it != seeded.end()) {
-        seeded.splice(seeded.begin(), seeded, it);  // most recently used first
-      } else {
-        seeded.emplace_front(key, std::make_shared<DropoutState>());
-        // An evicted state lives on while a lease holds it; its buffer returns to the caching
-        // allocator, stream-ordered, after the last call that used it.
-        if (seeded.size() > kMaxSeededDropoutStates) seeded.pop_back();
-      }
-      st = seeded.front().second;
+      st = seeded.get(std::make_pair(static_cast<int>(device.index()), seed64),
+                      [] { return std::make_shared<DropoutState>(); });
     }
   }
   DropoutLease lease(st);
