@@ -584,9 +584,10 @@ def make_scratch(scratch: str) -> None:
     if os.path.exists(scratch):
         shutil.rmtree(scratch)
     os.makedirs(scratch)
-    for part in ("torch_lstm_grad", "tests", "examples"):
+    # benchmarks/: the fuzz tests run its harness (fuzz_readers.py) from the copy.
+    for part in ("torch_lstm_grad", "tests", "examples", "benchmarks"):
         shutil.copytree(os.path.join(REPO, part), os.path.join(scratch, part),
-                        ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+                        ignore=shutil.ignore_patterns("__pycache__", "results"))  # fmt: skip
     shutil.copy(os.path.join(REPO, "pyproject.toml"), scratch)
 
 

@@ -49,7 +49,12 @@ _DTYPES |= {f"{k}_REF": v + 100 for k, v in _DTYPES.items() if v}
 # message -> field name -> (number, kind): kind is a scalar kind ("string", "int", "bool",
 # "enum", "float", "double") or the name of a message; "map:<message>" is a map<string, message>.
 SCHEMA: dict[str, dict[str, tuple[int, str]]] = {
-    "GraphDef": {"node": (1, "NodeDef"), "library": (2, "FunctionDefLibrary")},
+    "GraphDef": {
+        "node": (1, "NodeDef"),
+        "library": (2, "FunctionDefLibrary"),
+        "versions": (4, "VersionDef"),
+    },
+    "VersionDef": {"producer": (1, "int"), "min_consumer": (2, "int")},
     "NodeDef": {
         "name": (1, "string"),
         "op": (2, "string"),
