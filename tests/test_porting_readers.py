@@ -413,6 +413,24 @@ def test_checkpoint_damage_is_one_line_naming_the_file(tmp_path, reader):
     else:
         want = f"{data}: the bytes of 'v' fail their checksum (crc32c)"
         assert message == want
+    # A TF2 checkpoint whose object graph (a string tensor) was changed.
+    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+
+    tf = tf_module()
+    prefix = tf.train.Checkpoint(v=tf.Variable(_rand(4))).write(str(tmp_path / "o"))
+    entry = TensorBundleReader(prefix).entries[OBJECT_GRAPH_KEY]
+    data = tmp_path / "o.data-00000-of-00001"
+    whole = bytearray(data.read_bytes())
+    whole[entry.offset + entry.size // 2] ^= 1
+    data.write_bytes(bytes(whole))
+    with pytest.raises(ValueError) as err:
+        porting.read_variables(prefix, reader=reader)
+    message = str(err.value)
+    if reader == "tensorflow":
+        assert message.startswith(f"{prefix}: tensor '{OBJECT_GRAPH_KEY}' ("), message
+    else:
+        assert message.startswith(f"{data}: "), message
+        assert OBJECT_GRAPH_KEY in message
 
 
 def test_frozen_graph_reading_a_missing_node_is_refused(tmp_path):
