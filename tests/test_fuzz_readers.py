@@ -17,6 +17,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HARNESS = os.path.join(ROOT, "benchmarks", "fuzz_readers.py")
 MUTANTS = 12  # per format and reader: about 40 s on one core (the long run: README)
@@ -385,3 +387,43 @@ def test_config_values_of_any_type(tmp_path, capsys):
                 code = cli.main(["convert", str(src), "-o", str(tmp_path / "o.pt")])
                 assert code in (0, 2), (layer["class_name"], key, value)
                 capsys.readouterr()
+
+
+def test_reading_names_library_errors_and_lets_ours_through():
+    """guard.reading, the rule every reader's boundary follows: an error raised inside a named
+    library becomes one CorruptFile line naming the file, what was read, the error's type and
+    its first line (a KeyError's text unquoted); an error of the package's own code (a bug)
+    passes through unchanged, as do ValueErrors that already name the file."""
+    import io
+    import zipfile
+
+    from torch_lstm_grad.porting import guard
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("config.json", "{}")
+    cases = [
+        (lambda: zipfile.ZipFile(io.BytesIO(b"junk")), "(BadZipFile: File is not a zip file)"),
+        (
+            lambda: zipfile.ZipFile(buf).getinfo("weights.h5"),
+            "(KeyError: There is no item named 'weights.h5' in the archive)",
+        ),
+        (lambda: json.loads("{"), "(JSONDecodeError: Expecting property name enclosed in double"),
+    ]
+    for call, found in cases:
+        with pytest.raises(guard.CorruptFile) as err:
+            with guard.reading("m.keras", "the Keras archive", ("zipfile", "json")):
+                call()
+        assert str(err.value).startswith(f"m.keras: the Keras archive {found}"), str(err.value)
+
+    def ours():
+        raise TypeError("a bug of the package")
+
+    for libraries in ((), ("zipfile",), ("tensorflow", "h5py", "json")):
+        with pytest.raises(TypeError, match="a bug of the package"):
+            with guard.reading("m.keras", "the Keras archive", libraries):
+                ours()
+    with pytest.raises(ValueError) as err:
+        with guard.reading("m.keras", "the Keras archive", ("zipfile",)):
+            raise ValueError("m.keras: member 'config.json' is 3 bytes, not 2")
+    assert type(err.value) is ValueError and str(err.value).startswith("m.keras: member")

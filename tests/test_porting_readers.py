@@ -446,3 +446,64 @@ def test_frozen_graph_reading_a_missing_node_is_refused(tmp_path):
     assert str(err.value) == (
         f"{path}: frozen GraphDef: node 'a' reads 'missing', which is not in the graph"
     )
+
+
+def test_keras_version_strings_as_files_store_them():
+    """The version strings Keras files store ("3.15.1", "2.2.4-tf" from tf.keras, "2.2"):
+    missing parts are 0, "-tf" marks tf.keras; anything else is refused by name."""
+    from torch_lstm_grad.porting.source import keras_version_tuple
+
+    assert keras_version_tuple("3") == (3, 0, 0, False)
+    assert keras_version_tuple("2.2") == (2, 2, 0, False)
+    assert keras_version_tuple(" 2.2.4-tf ") == (2, 2, 4, True)
+    assert keras_version_tuple("3.15.1") == (3, 15, 1, False)
+    with pytest.raises(ValueError, match="keras_version: cannot read version 'x.1'"):
+        keras_version_tuple("x.1")
+
+
+@pytest.mark.parametrize("reader", ["tensorflow", "tensorbundle"])
+def test_checkpoint_sources_account_for_every_tensor(tmp_path, reader):
+    """What `read_checkpoint` hands on, against TF's own listing and object graph of the same
+    files. TF1: the file and its format, the meta graph named when it is beside the prefix.
+    TF2: variables sharing a full name are named by their object paths (a dotted one, which
+    the checkpoint key escapes, among them), each with the key TF stored it under; every other
+    tensor but the object graph itself is ignored with its reason."""
+    tf = tf_module()
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    from torch_lstm_grad.porting.checkpoint import read_checkpoint
+    from torch_lstm_grad.porting.source import Writer
+
+    prefix = _tf1_save(tmp_path / "c", {"a/w": _rand(2, 3)})
+    source = read_checkpoint(prefix, reader)
+    assert source.path == prefix
+    assert source.format == "TF1 checkpoint (Saver) with its meta graph (c.meta)"
+    assert source.writer == Writer("tf1", how="a TF1 Saver checkpoint")
+    assert source.graph is not None and "a/w" in source.graph.nodes
+    (tmp_path / "c.meta").unlink()
+    assert read_checkpoint(prefix, reader).format == "TF1 checkpoint (Saver)"
+
+    values = {"first.layer": _rand(2), "second": _rand(3)}
+    ckpt = tf.train.Checkpoint(
+        **{k: tf.Variable(v, name="w") for k, v in values.items()},
+        steps=tf.Variable(3, dtype=tf.int64, name="steps"),
+    )
+    prefix = ckpt.write(str(tmp_path / "o"))
+    theirs = trackable_object_graph_pb2.TrackableObjectGraph()
+    theirs.ParseFromString(tf.train.load_checkpoint(prefix).get_tensor(OBJECT_GRAPH_KEY))
+    key_of = {
+        child.local_name: theirs.nodes[child.node_id].attributes[0].checkpoint_key
+        for child in theirs.nodes[0].children
+    }
+    assert key_of["first.layer"] != "first.layer/.ATTRIBUTES/VARIABLE_VALUE"  # escaped
+    listed = {name for name, _ in tf.train.list_variables(prefix)}
+    assert listed == {OBJECT_GRAPH_KEY, *key_of.values()}
+    source = read_checkpoint(prefix, reader)
+    assert source.path == prefix
+    assert source.format == "TF2 object checkpoint (object graph read)"
+    assert source.writer == Writer("tf2", how="a TF2 object checkpoint")
+    assert sorted(source.variables) == sorted(values)
+    for name, value in values.items():
+        _same_bits(source.variables[name], value)
+    assert source.keys == {name: key_of[name] for name in values}
+    assert source.ignored == {key_of["steps"]: "not a floating-point tensor"}

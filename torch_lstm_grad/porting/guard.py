@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 
-__all__ = ["CorruptFile", "check", "reading"]
+__all__ = ["CorruptFile", "reading"]
 
 # A library's frames: its package directory in a path, or for the standard library's modules
 # their file name (zipfile is a package from Python 3.12).
@@ -32,18 +32,11 @@ class CorruptFile(ValueError):
     """A file that is not what it claims to be; the message names the file and the check."""
 
 
-def check(ok: bool, path: str, what: str) -> None:
-    """Raises CorruptFile(f"{path}: {what}") unless `ok`."""
-    if not ok:
-        raise CorruptFile(f"{path}: {what}")
-
-
 def _raised_in(err: BaseException, libraries) -> bool:
     """Whether the innermost Python frame of `err`'s traceback belongs to one of `libraries`
-    (an exception a C extension raises has its Python caller as innermost frame)."""
+    (an exception a C extension raises has its Python caller as innermost frame). Called on
+    a caught exception, which always has a traceback."""
     tb = err.__traceback__
-    if tb is None:
-        return False
     while tb.tb_next is not None:
         tb = tb.tb_next
     parts = os.path.normpath(tb.tb_frame.f_code.co_filename).split(os.sep)
