@@ -100,6 +100,10 @@ def test_keras2_tf_checkpoint(tmp_path, capsys):
     (tmp_path / "bare.json").write_text(json.dumps(config))  # ... a hand-made config may not
     mods, log = _convert(src, tmp_path, capsys, "--config", str(tmp_path / "bare.json"))
     assert "stored as layer_with_weights-0/cell/kernel/.ATTRIBUTES/VARIABLE_VALUE" in log
+    assert (
+        "written by: Keras 2 (tf.keras' object names in the checkpoint; its version is not "
+        "stored)" in log
+    )
     with pytest.raises(NotImplementedError, match="convert with --keras-version"):
         mods["lstm"](torch.zeros(3, 6, 4), mask=torch.ones(3, 6, dtype=torch.bool))
     mods, _ = _convert(src, tmp_path, capsys, "--config", str(tmp_path / "bare.json"),
