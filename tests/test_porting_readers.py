@@ -431,6 +431,20 @@ def test_checkpoint_damage_is_one_line_naming_the_file(tmp_path, reader):
     else:
         assert message.startswith(f"{data}: "), message
         assert OBJECT_GRAPH_KEY in message
+    # A bundle TF wrote (SaveV2) whose object graph is no TrackableObjectGraph.
+    prefix = str(tmp_path / "g")
+    tf.raw_ops.SaveV2(
+        prefix=prefix,
+        tensor_names=[OBJECT_GRAPH_KEY, "w"],
+        shape_and_slices=["", ""],
+        tensors=[tf.constant(b"\x0a\x05ab"), tf.constant(_rand(3))],
+    )
+    with pytest.raises(ValueError) as err:
+        porting.read_variables(prefix, reader=reader)
+    assert str(err.value) == (
+        f"{prefix}: the object graph ({OBJECT_GRAPH_KEY}): truncated length-delimited field "
+        "(5 bytes, 2 left)"
+    )
 
 
 def test_frozen_graph_reading_a_missing_node_is_refused(tmp_path):
