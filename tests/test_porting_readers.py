@@ -521,3 +521,46 @@ def test_checkpoint_sources_account_for_every_tensor(tmp_path, reader):
         _same_bits(source.variables[name], value)
     assert source.keys == {name: key_of[name] for name in values}
     assert source.ignored == {key_of["steps"]: "not a floating-point tensor"}
+
+
+@pytest.mark.parametrize(
+    "version, refusal",
+    [
+        (
+            (1, 999, ()),
+            "made for readers of version 999 or later; this one reads version 1, as TF's",
+        ),
+        ((1, 0, (1,)), "marks readers of version 1 (this one, TF's) bad"),
+    ],
+)
+def test_tensorbundle_made_for_newer_readers_is_refused_as_tf_refuses_it(
+    tmp_path, version, refusal
+):
+    """A bundle whose header's VersionDef TF's reader refuses (min_consumer above its format
+    version 1, or version 1 listed as bad) is refused by the package's reader too, before
+    TF's is reached; the same header with min_consumer 1 opens in both."""
+    from test_fuzz_readers import _field, _sstable, _varint
+
+    from torch_lstm_grad.porting.guard import CorruptFile
+    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+
+    tf = tf_module()
+    prefix = str(tmp_path / "v")
+
+    def write(producer, min_consumer, bad):
+        v = _field(1, 0, _varint(producer)) + _field(2, 0, _varint(min_consumer))
+        v += b"".join(_field(3, 0, _varint(b)) for b in bad)
+        header = _field(1, 0, _varint(1)) + _field(3, 2, v)
+        (tmp_path / "v.index").write_bytes(_sstable([(b"", header)]))
+        (tmp_path / "v.data-00000-of-00001").write_bytes(b"")
+
+    write(*version)
+    with pytest.raises(Exception, match="above current version|upgrade TensorFlow|bad"):
+        tf.train.load_checkpoint(prefix)  # TF's own verdict on the file
+    for reader in ("tensorflow", "tensorbundle"):
+        with pytest.raises(CorruptFile) as err:
+            porting.read_variables(prefix, reader=reader)
+        assert str(err.value) == f"{prefix}.index: TensorBundle index: {refusal}"
+    write(1, 1, ())
+    tf.train.load_checkpoint(prefix)
+    assert TensorBundleReader(prefix).entries == {}

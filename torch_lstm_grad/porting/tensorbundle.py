@@ -59,6 +59,7 @@ __all__ = ["TensorBundleReader", "crc32c", "masked_crc32c"]
 
 _MAGIC = 0xDB4775248B80FB57
 _FOOTER = 48
+_BUNDLE_VERSION = 1  # TF's kTensorBundleVersion: the format this reader reads
 
 # DataType enum (tensorflow/core/framework/types.proto) -> (name, numpy dtype, little-endian)
 DTYPES = {
@@ -398,6 +399,18 @@ class TensorBundleReader:
             if endianness not in (0, 1):
                 raise ValueError(f"unknown endianness {endianness}")
             self.byte_order = "<" if endianness == 0 else ">"
+            # TF's reader refuses a bundle made for a newer reader (tensor_bundle.cc checks the
+            # header's VersionDef against its format version, 1): so does this one.
+            version = proto.fields(proto.message(header, 3))  # producer 1, min_consumer 2
+            min_consumer = proto.integer(version, 2, 0)
+            bad = proto.packed_varints(version.get(3, []))  # bad_consumers
+            if min_consumer > _BUNDLE_VERSION:
+                raise ValueError(
+                    f"made for readers of version {min_consumer} or later; this one reads "
+                    f"version {_BUNDLE_VERSION}, as TF's"
+                )
+            if _BUNDLE_VERSION in bad:
+                raise ValueError(f"marks readers of version {_BUNDLE_VERSION} (this one, TF's) bad")
             for name, e in self.entries.items():
                 self._check_entry(name, e)
 
