@@ -564,3 +564,33 @@ def test_tensorbundle_made_for_newer_readers_is_refused_as_tf_refuses_it(
     write(1, 1, ())
     tf.train.load_checkpoint(prefix)
     assert TensorBundleReader(prefix).entries == {}
+
+
+def test_loop_variables_the_body_changes_are_not_traced_out_of_the_loop():
+    """A While loop's body argument is traced to the loop's input only when the body returns it
+    unchanged (TF passes a captured kernel so); one the body computes anew each step holds the
+    input only at step 0, so reading it as the input (a kernel scaled by the loop, say) would
+    port another computation. On the graph TF builds for such a loop."""
+    tf = tf_module()
+    from torch_lstm_grad.porting.tf1_graph import graph_from_graph_def
+
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [2, I], name="x")
+        k = tf.constant(_rand(I, I), name="kernel")
+        tf.while_loop(
+            lambda i, a, changed, kept: i < 3,
+            lambda i, a, changed, kept: (i + 1, a @ changed @ kept, changed * 0.5, kept),
+            (0, x, k, tf.identity(k)),
+            name="loop",
+        )
+    made = g.as_graph_def()
+    (body,) = [f for f in made.library.function if "body" in f.signature.name]
+    graph = graph_from_graph_def(made.SerializeToString(), label="graph")
+    args = [f"{body.signature.name}::{a.name}" for a in body.signature.input_arg]
+    # TF 2's While: the loop counter, maximum_iterations, then i, a, changed, kept
+    assert len(args) == 6
+    assert graph.resolve((args[5], 0)) == ("kernel", 0)  # kept: returned as it came
+    assert graph.resolve((args[4], 0)) == (args[4], 0)  # changed * 0.5 each step
+    assert graph.resolve((args[0], 0)) == (args[0], 0)  # the loop counter
+    assert graph.resolve((args[1], 0))[0].startswith("loop/")  # maximum_iterations: outside

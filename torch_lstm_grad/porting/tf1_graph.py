@@ -98,6 +98,7 @@ class _Node:
     attrs: dict
     raw: bytes = b""  # the NodeDef as stored (`verify` runs copies of a cell's ops)
     caller: tuple[str, int] | None = None  # a function argument: the node and input feeding it
+    varies: bool = False  # a loop variable the loop's body changes (not its input's value)
 
 
 @dataclass
@@ -187,14 +188,14 @@ class TF1Graph:
                 self.consumers.setdefault(self.resolve(ref), []).append((n.name, pos))
 
     def resolve(self, ref: tuple[str, int], depth: int = 0) -> tuple[str, int]:
-        """Follows identities, variable reads, loop entries and function arguments back to the
-        node that produces the value."""
+        """Follows identities, variable reads, loop entries and function arguments (not a loop
+        variable its body changes) back to the node that produces the value."""
         node = self.nodes.get(ref[0])
         if node is None or depth > 64:
             return ref
         if node.op in _PASS_THROUGH and node.inputs:
             return self.resolve(node.inputs[0], depth + 1)
-        if node.op == "_Arg" and node.caller is not None:
+        if node.op == "_Arg" and node.caller is not None and not node.varies:
             caller, index = node.caller
             return self.resolve(self.nodes[caller].inputs[index], depth + 1)
         return ref
@@ -624,18 +625,40 @@ def graph_from_graph_def(
         for ref in n.inputs:
             if ref[0] not in nodes:
                 raise ValueError(f"node {n.name!r} reads {ref[0]!r}, which is not in the graph")
-    # A loop or call passes its inputs to its function's arguments, in order.
+    # A loop or call passes its inputs to its function's arguments, in order. A loop's argument
+    # holds its input only while the body returns it unchanged (a captured kernel, the input
+    # list); one the body computes anew (a state, the step counter) `varies`, and `resolve`
+    # does not trace it out of the loop: a value the body changes is never read as the initial.
     for n in list(nodes.values()):
+        body = n.attrs.get("body")
+        body = body.get("func") if isinstance(body, dict) else None
         for key in ("body", "cond", "f"):
             fn = n.attrs.get(key)
             if isinstance(fn, dict) and fn.get("func") in bodies:
                 for index, arg in enumerate(bodies[fn["func"]]):
                     if index < len(n.inputs):
                         nodes[arg].caller = (n.name, index)
+                        nodes[arg].varies = key != "f" and not _loop_invariant(
+                            nodes, bodies, ordered, body, index
+                        )
     g = TF1Graph(nodes, tf_version, label)
     g.functions, g.returns = bodies, {g.resolve(r) for r in returns}
     g.function_returns = ordered
     return g
+
+
+def _loop_invariant(nodes, bodies, returns, body: str | None, index: int) -> bool:
+    """Whether loop variable `index` of the loop whose body is `body` is returned unchanged
+    (through identities) by that body."""
+    if body not in bodies or index >= len(bodies[body]) or index >= len(returns.get(body, [])):
+        return False
+    ref = returns[body][index]
+    for _ in range(16):
+        n = nodes.get(ref[0])
+        if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
+            break
+        ref = n.inputs[0]
+    return ref == (bodies[body][index], 0)
 
 
 def meta_graph_parts(data: bytes) -> tuple[bytes, str]:
