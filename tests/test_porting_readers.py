@@ -594,3 +594,26 @@ def test_loop_variables_the_body_changes_are_not_traced_out_of_the_loop():
     assert graph.resolve((args[4], 0)) == (args[4], 0)  # changed * 0.5 each step
     assert graph.resolve((args[0], 0)) == (args[0], 0)  # the loop counter
     assert graph.resolve((args[1], 0))[0].startswith("loop/")  # maximum_iterations: outside
+
+
+def test_object_graph_slot_variables_are_optimizer_state(tmp_path):
+    """A TF1-style optimizer (tf.compat.v1.train.AdamOptimizer, run eagerly) lists its moments
+    as the object graph's slot variables: those TF's proto names as slots, and its beta powers,
+    are optimizer state; the model's variable is a weight under its own path."""
+    tf = tf_module()
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    v = tf.Variable(_rand(3), name="w")
+    opt = tf.compat.v1.train.AdamOptimizer(0.1)
+    opt.minimize(lambda: tf.reduce_sum(v * v), var_list=[v])
+    prefix = tf.train.Checkpoint(v=v, optimizer=opt).write(str(tmp_path / "c"))
+    data = tf.train.load_checkpoint(prefix).get_tensor(OBJECT_GRAPH_KEY)
+    theirs = trackable_object_graph_pb2.TrackableObjectGraph()
+    theirs.ParseFromString(data)
+    slots = {s.slot_variable_node_id for n in theirs.nodes for s in n.slot_variables}
+    assert len(slots) == 2  # Adam's m and v
+    ours = read_object_graph(data)
+    state = {g.node for g in ours if g.optimizer_state}
+    assert slots <= state
+    assert [(g.full_name, g.path) for g in ours if not g.optimizer_state] == [("w", "v")]
+    assert len(ours) == 5  # w, m, v, beta1_power, beta2_power
