@@ -617,3 +617,17 @@ def test_object_graph_slot_variables_are_optimizer_state(tmp_path):
     assert slots <= state
     assert [(g.full_name, g.path) for g in ours if not g.optimizer_state] == [("w", "v")]
     assert len(ours) == 5  # w, m, v, beta1_power, beta2_power
+
+
+def test_object_graph_children_outside_the_graph_are_not_followed():
+    """A hand-made object graph whose root names a child one past its last node (and one with
+    a negative id): the edges are not followed, the root's own variable is still read."""
+    from test_fuzz_readers import _field, _varint
+
+    def ref(node_id: int, name: bytes) -> bytes:  # ObjectReference {node_id = 1, local_name = 2}
+        return _field(1, 2, _field(1, 0, _varint(node_id)) + _field(2, 2, name))
+
+    attr = _field(2, 2, _field(1, 2, b"VARIABLE_VALUE") + _field(2, 2, b"w") + _field(3, 2, b"k"))
+    root = ref(1, b"past_the_end") + ref(-1, b"negative") + attr
+    (only,) = read_object_graph(_field(1, 2, root))
+    assert (only.checkpoint_key, only.full_name, only.path, only.node) == ("k", "w", "", 0)
