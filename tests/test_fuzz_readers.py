@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -427,3 +428,21 @@ def test_reading_names_library_errors_and_lets_ours_through():
         with guard.reading("m.keras", "the Keras archive", ("zipfile",)):
             raise ValueError("m.keras: member 'config.json' is 3 bytes, not 2")
     assert type(err.value) is ValueError and str(err.value).startswith("m.keras: member")
+    # What is not supported keeps its type and gets the file in front unless it names it; a
+    # ValueError naming the file only past its first line gets it too; a path object is named.
+    with pytest.raises(NotImplementedError) as err:
+        with guard.reading(pathlib.Path("m.keras"), "the Keras archive"):
+            raise NotImplementedError("float16 kernels")
+    assert str(err.value) == "m.keras: the Keras archive: float16 kernels"
+    with pytest.raises(NotImplementedError) as err:
+        with guard.reading("m.keras", "the Keras archive"):
+            raise NotImplementedError("m.keras: float16 kernels")
+    assert str(err.value) == "m.keras: float16 kernels"
+    with pytest.raises(guard.CorruptFile) as err:
+        with guard.reading("m.keras", "the Keras archive"):
+            raise ValueError("a negative size\nin m.keras")
+    assert str(err.value) == "m.keras: the Keras archive: a negative size"
+    with pytest.raises(guard.CorruptFile) as err:  # json's errors are the file's, named or not
+        with guard.reading("m.keras", "the Keras archive"):
+            json.loads("[1,")
+    assert str(err.value).startswith("m.keras: the Keras archive (JSONDecodeError: Expecting")
