@@ -631,3 +631,27 @@ def test_object_graph_children_outside_the_graph_are_not_followed():
     root = ref(1, b"past_the_end") + ref(-1, b"negative") + attr
     (only,) = read_object_graph(_field(1, 2, root))
     assert (only.checkpoint_key, only.full_name, only.path, only.node) == ("k", "w", "", 0)
+
+
+def test_object_graph_paths_are_bounded_by_its_size():
+    """A hand-made chain of 2,000 objects under 100-byte names (230 kB): its paths would total
+    ~200 MB (each repeats its parents'); the reading stops at 16 bytes of path per byte of
+    graph (plus 1 MiB) with one line instead of building them."""
+    from test_fuzz_readers import _field, _varint
+
+    name = b"n" * 100
+    chain = b"".join(
+        _field(1, 2, _field(1, 2, _field(1, 0, _varint(i + 1)) + _field(2, 2, name)))
+        for i in range(1999)
+    )
+    data = chain + _field(1, 2, b"")
+    assert 200_000 < len(data) < 250_000
+    with pytest.raises(ValueError, match="^object graph: its paths are too long for its size$"):
+        read_object_graph(data)
+    assert (
+        read_object_graph(
+            _field(1, 2, _field(1, 2, _field(1, 0, _varint(1)) + _field(2, 2, name)))
+            + _field(1, 2, b"")
+        )
+        == []
+    )
