@@ -636,7 +636,8 @@ def test_object_graph_children_outside_the_graph_are_not_followed():
 def test_object_graph_paths_are_bounded_by_its_size():
     """A hand-made chain of 2,000 objects under 100-byte names (230 kB): its paths would total
     ~200 MB (each repeats its parents'); the reading stops at 16 bytes of path per byte of
-    graph (plus 1 MiB) with one line instead of building them."""
+    graph (plus 1 MiB) with one line instead of building them; a wide graph of 20,000 objects
+    is read whole."""
     from test_fuzz_readers import _field, _varint
 
     name = b"n" * 100
@@ -655,3 +656,14 @@ def test_object_graph_paths_are_bounded_by_its_size():
         )
         == []
     )
+    # A wide graph is read whole: 20,000 objects under the root, 2 MB of paths in 2.4 MB.
+    wide = 20_000
+    root = b"".join(
+        _field(1, 2, _field(1, 0, _varint(i + 1)) + _field(2, 2, name + str(i).encode()))
+        for i in range(wide)
+    )
+    leaf = _field(2, 2, _field(1, 2, b"VARIABLE_VALUE") + _field(2, 2, b"w") + _field(3, 2, b"k"))
+    data = _field(1, 2, root) + _field(1, 2, leaf) * wide
+    assert len(data) > 2_000_000
+    found = read_object_graph(data)
+    assert len(found) == wide and found[-1].path == name.decode() + str(wide - 1)
