@@ -342,7 +342,7 @@ def test_frozen_lstm_cell_peepholes_clip(tmp_path, capsys, form):
     assert f"frozen GraphDef ({'binary' if form == 'pb' else 'text'}," in log
     assert "cell_clip       = 0.699999988079071  <- frozen graph" in log  # TF's float32 0.7
     version = tf_module().version.GRAPH_DEF_VERSION  # the producer TF wrote into the graph
-    assert f"written by: a frozen GraphDef (graph version {version})" in log
+    assert f"written by: a frozen GraphDef (graph version {version})\n" in log
     assert "dynamic_rnn (rnn) takes sequence_length" in log
     assert np.abs(run.values[1]).max() == pytest.approx(0.7)
     convert_without_tf(run.frozen, tmp_path / "no_tf.pt")

@@ -6,8 +6,8 @@ string tensor `_CHECKPOINTABLE_OBJECT_GRAPH`: a serialized TrackableObjectGraph
 objects, node 0 the root; each `TrackableObject` has `children` (= 1: ObjectReference
 {node_id = 1, local_name = 2}), `attributes` (= 2: SerializedTensor {name = 1, full_name = 2,
 checkpoint_key = 3}; a variable's value is the attribute named `VARIABLE_VALUE`) and
-`slot_variables` (= 3: SlotVariableReference {original_variable_node_id = 1, slot_name = 2,
-slot_variable_node_id = 3}).
+`slot_variables` (= 3, not read: a slot is reached only through its optimizer, which is what
+makes it optimizer state here).
 
 A variable's checkpoint key is the *first* path TF found to it, which after `model.fit` is often
 the optimizer's (`optimizer/_trainable_variables/0/...`): the key says nothing about the layer.
@@ -51,8 +51,7 @@ def _nodes(data: bytes):
             (proto.string(a, 1), proto.string(a, 2), proto.string(a, 3))
             for a in map(proto.fields, f.get(2, []))
         ]
-        slots = [proto.integer(s, 3) for s in map(proto.fields, f.get(3, []))]
-        out.append((children, attrs, slots))
+        out.append((children, attrs))
     return out
 
 
@@ -84,9 +83,8 @@ def read_object_graph(data: bytes) -> list[GraphVariable]:
     budget = 16 * len(data) + (1 << 20)  # real graphs' paths take a few times their size
     model = _paths(nodes, _OPTIMIZER_EDGES, budget)
     anywhere = _paths(nodes, set(), budget)
-    slots = {s for _, _, ss in nodes for s in ss}
     out = []
-    for i, (_, attrs, _) in enumerate(nodes):
+    for i, (_, attrs) in enumerate(nodes):
         for name, full_name, key in attrs:
             if name != "VARIABLE_VALUE":
                 continue
@@ -99,7 +97,7 @@ def read_object_graph(data: bytes) -> list[GraphVariable]:
                     checkpoint_key=key,
                     full_name=full_name,
                     path=path,
-                    optimizer_state=path is None and (i in slots or not trained),
+                    optimizer_state=path is None and not trained,
                     node=i,
                 )
             )
