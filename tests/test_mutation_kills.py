@@ -815,3 +815,19 @@ def test_raw_ops_under_vmap_without_grad_run_the_op_per_sample():
         got = torch.func.vmap(lambda x: raw_ops.LSTMBlockCell(x, *rest).h)(x)
     want = torch.stack([raw_ops.LSTMBlockCell(x[k], *rest).h for k in range(5)])
     assert torch.equal(got, want)
+
+
+def test_set_statements_allow_spaces_around_their_parts():
+    """`--set` as a shell user writes it: spaces around the layer, the key and the value are
+    not part of them; a value that is JSON is read as JSON, any other as text."""
+    from torch_lstm_grad.porting.statements import parse_set
+
+    assert parse_set(' lstm : recurrent_activation = "sigmoid" ') == (
+        "lstm",
+        "recurrent_activation",
+        "sigmoid",
+    )
+    assert parse_set("unit_forget_bias= true") == (None, "unit_forget_bias", True)
+    assert parse_set("gru:reset_after=tanh") == ("gru", "reset_after", "tanh")
+    with pytest.raises(ValueError, match=r"--set 'lstm: = 1': no KEY before '='"):
+        parse_set("lstm: = 1")
