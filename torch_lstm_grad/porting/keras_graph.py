@@ -27,7 +27,7 @@ import numpy as np
 
 from .describe_keras import keras_rnn_scopes, layer_and_rest
 from .source import KerasLayer
-from .tf1_graph import TF1Graph, _Node
+from .tf1_graph import TF1Graph, _Node, through_identities
 
 __all__ = ["keras_layers_from_graph"]
 
@@ -71,12 +71,7 @@ class _Body:
     def local(self, ref) -> tuple[str, int]:
         """`ref` through the body's identities, stopping at its arguments (`TF1Graph.resolve`
         would follow them out to the loop's inputs)."""
-        for _ in range(16):
-            n = self.g.nodes.get(ref[0])
-            if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
-                return ref
-            ref = n.inputs[0]
-        return ref
+        return through_identities(self.g.nodes, ref)
 
     def node(self, ref) -> _Node:
         return self.g.nodes[self.local(ref)[0]]

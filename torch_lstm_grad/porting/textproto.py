@@ -54,7 +54,7 @@ SCHEMA: dict[str, dict[str, tuple[int, str]]] = {
         "library": (2, "FunctionDefLibrary"),
         "versions": (4, "VersionDef"),
     },
-    "VersionDef": {"producer": (1, "int"), "min_consumer": (2, "int")},
+    "VersionDef": {"producer": (1, "int")},
     "NodeDef": {
         "name": (1, "string"),
         "op": (2, "string"),

@@ -647,18 +647,23 @@ def graph_from_graph_def(
     return g
 
 
+def through_identities(nodes: dict, ref: tuple[str, int]) -> tuple[str, int]:
+    """`ref` through Identity/Snapshot nodes (at most 16), stopping at any other op and at a
+    function's arguments (`TF1Graph.resolve` follows those out to the caller)."""
+    for _ in range(16):
+        n = nodes.get(ref[0])
+        if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
+            return ref
+        ref = n.inputs[0]
+    return ref
+
+
 def _loop_invariant(nodes, bodies, returns, body: str | None, index: int) -> bool:
     """Whether loop variable `index` of the loop whose body is `body` is returned unchanged
     (through identities) by that body."""
     if body not in bodies or index >= len(bodies[body]) or index >= len(returns.get(body, [])):
         return False
-    ref = returns[body][index]
-    for _ in range(16):
-        n = nodes.get(ref[0])
-        if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
-            break
-        ref = n.inputs[0]
-    return ref == (bodies[body][index], 0)
+    return through_identities(nodes, returns[body][index]) == (bodies[body][index], 0)
 
 
 def meta_graph_parts(data: bytes) -> tuple[bytes, str]:

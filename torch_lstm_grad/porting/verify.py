@@ -30,6 +30,7 @@ import torch
 
 from . import build_tf1
 from .convert import load, read_source
+from .tf1_graph import through_identities
 
 __all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
 
@@ -365,21 +366,17 @@ class _TF1Cells:
         tf, g = self.tf, self.g
         b = cell.boundary
 
-        def norm(ref):
-            for _ in range(16):
-                n = g.nodes.get(ref[0])
-                if n is None or n.op not in ("Identity", "Snapshot") or not n.inputs:
-                    return ref
-                ref = n.inputs[0]
-            return ref
-
-        entry = {norm(r): role for role, r in b["inputs"].items()} if "at" not in b else {}
+        entry = (
+            {through_identities(g.nodes, r): role for role, r in b["inputs"].items()}
+            if "at" not in b
+            else {}
+        )
         at = {where: role for role, where in b.get("at", {}).items()}
         var_names = set(d.weights.values())
         nodes, names, weights = [], {}, {}
 
         def visit(ref) -> str:
-            ref = norm(ref)
+            ref = through_identities(g.nodes, ref)
             if ref in entry:
                 return f"in_{entry[ref]}:0"
             key = g.resolve(ref)[0]
