@@ -113,6 +113,19 @@ def test_keras2_tf_checkpoint(tmp_path, capsys):
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
 
 
+def test_config_names_the_keras_that_wrote_a_checkpoint():
+    """The checkpoint above stores no Keras version; --config's `keras_version` becomes the
+    writer's, its major version (2, which --verify's oracle runs in tf_keras) and where it came
+    from."""
+    from torch_lstm_grad.porting.convert import read_source
+    from torch_lstm_grad.porting.source import Writer
+
+    config = os.path.join(K2, "model.json")
+    assert read_source(os.path.join(K2, "ckpt")).writer.keras_version is None
+    writer = read_source(os.path.join(K2, "ckpt"), config=config).writer
+    assert writer == Writer("keras", "2.21.0", 2, f"--config {config}")
+
+
 def test_keras2_saved_model(tmp_path, capsys):
     """tf_keras' `model.save(dir, save_format="tf")` of issue 28's model (LSTM(hard_sigmoid,
     return_sequences) -> GRU(reset_after=False)): the config and the Keras version from

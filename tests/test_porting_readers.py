@@ -667,3 +667,44 @@ def test_object_graph_paths_are_bounded_by_its_size():
     assert len(data) > 2_000_000
     found = read_object_graph(data)
     assert len(found) == wide and found[-1].path == name.decode() + str(wide - 1)
+
+
+def test_converted_file_digest_is_the_format_s():
+    """A converted file carries the SHA-256 of its contents in a canonical form, and load()
+    refuses a file whose digest differs: that form is part of format /3, so files this version
+    wrote stay loadable only while it is unchanged. Pinned on a dict of every kind of value a
+    converted file holds (the digest key itself left out); each marker of the form (a dict's, a
+    list's, a tuple's, a tensor's dtype and shape, a scalar's type) changes it."""
+    from torch_lstm_grad.porting.convert import _digest
+
+    def data(**change):
+        state = {"w": torch.arange(6, dtype=torch.float32).reshape(2, 3)}
+        d = {
+            "format": "torch_lstm_grad.convert/3",
+            "modules": {"g": {"config": {"units": 3, "bias": None, "x": 1.5, "ok": True},
+                              "state": state}},
+            "order": ["g"],
+            "pair": (1, b"a"),
+            "empty": {},
+        }  # fmt: skip
+        d.update(change)
+        return d
+
+    pinned = "bdc7c6efcbc03a2510af0b8983dbb766f6e1bb94d404d8a8de63dc1e5a02929f"
+    assert _digest(data()) == pinned
+    assert _digest(data(sha256="anything")) == pinned
+    changed = [
+        data(empty=[]),
+        data(empty=()),
+        data(order=("g",)),
+        data(pair=[1, b"a"]),
+        data(pair=(1.0, b"a")),
+        data(pair=(True, b"a")),
+        data(pair=(1, "a")),
+        data(pair=(1,), a=b"a"),
+        data(empty={"": None}),
+        data(modules={"g": {"state": {"w": torch.arange(6, dtype=torch.float32)}}}),
+        data(modules={"g": {"state": {"w": torch.arange(6, dtype=torch.int32).reshape(2, 3)}}}),
+    ]
+    digests = {_digest(d) for d in changed}
+    assert pinned not in digests and len(digests) == len(changed)

@@ -941,3 +941,43 @@ def test_tf2_checkpoint_of_a_plain_module(tmp_path, capsys):
     grads = torch.autograd.grad((got * torch.from_numpy(rw)).sum(), [x_t, h_t, *params])
     pairs = {f"d {k}": (a, b.numpy()) for k, (a, b) in enumerate(zip(grads, g, strict=True))}
     assert_close({"h": (got, want.numpy()), **pairs})
+
+
+def _legacy_keras_lstm(tf, xs):
+    """TF's in-tree Keras LSTM (`tensorflow.python.keras.layers.recurrent`, the v1 layer TF 1.x
+    code called as tf.keras.layers.LSTM; its recurrent_activation defaults to hard_sigmoid) in
+    a TF1 graph: its variables reach the Saver under Keras names, lstm/lstm_cell/kernel etc."""
+    from tensorflow.python.keras.layers import recurrent
+
+    seq, h, c = recurrent.LSTM(3, return_sequences=True, return_state=True)(
+        tf.transpose(xs, [1, 0, 2])
+    )
+    return tf.transpose(seq, [1, 0, 2]), (h, c)
+
+
+def test_keras_layer_in_a_tf1_saver_checkpoint(tmp_path, capsys):
+    """Keras layers in a checkpoint that names no Keras version (a TF1 Saver's): refused until
+    the gate function is stated; then read as a Keras LSTM of the stated version, exact
+    against TF's session run (outputs, both final states, every gradient)."""
+    tf_module()
+    run = _TF1Run(tmp_path / "m", None, driver=_legacy_keras_lstm, lengths=False, seed=17)
+    out = tmp_path / "out.pt"
+    assert cli.main(["convert", run.prefix, "-o", str(out)]) == 2
+    log, err = capsys.readouterr()
+    assert "lstm: recurrent_activation = '(not stored in the file)'" in err
+    assert "the file does not say which Keras wrote it" in err
+    assert "activation           = 'tanh'  <- default of Keras (version not stored)" in log
+    mods, log = _convert(
+        run.prefix, tmp_path, capsys, "--keras-version", "2.6.0",
+        "--set", "lstm:recurrent_activation=hard_sigmoid", "--set", "lstm:return_sequences=true",
+        "--set", "lstm:return_state=true",
+    )  # fmt: skip
+    assert "written by: a TF1 Saver checkpoint" in log
+    assert "lstm: keras.LSTM (variables lstm/lstm_cell/* (no config in the file))" in log
+    assert "gate_activation      = 'hard_sigmoid_keras2'  <- --set" in log
+    assert "activation           = 'tanh'  <- default of Keras 2.6.0 (--keras-version)" in log
+    m = mods["lstm"]
+    x_t = torch.from_numpy(run.x).requires_grad_()
+    seq, h, c = m(x_t.transpose(0, 1))
+    params = {f"lstm/lstm_cell/{k}": getattr(m, k) for k in ("kernel", "recurrent_kernel", "bias")}
+    run.compare(seq.transpose(0, 1), [h, c], x_t, params)

@@ -19,6 +19,7 @@ with weights_only=True all the same).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import sys
@@ -89,20 +90,14 @@ def describe(source: Source, statements: Statements | None = None):
     if keras_names:
         keras_source = source
         if source.writer.family != "keras":  # Keras layers in a TF1/TF2 checkpoint
-            keras_source = Source(
-                source.path,
-                source.format,
-                Writer(
+            keras_source = dataclasses.replace(
+                source,
+                writer=Writer(
                     "keras",
                     None,
                     None,
                     f"Keras layers in a {source.format}; the Keras version is not stored",
                 ),
-                source.variables,
-                source.keys,
-                source.layers,
-                source.config_origin,
-                mask_layers=source.mask_layers,
             )
         d, r = describe_keras(keras_source, statements)
         out, refusals = out + d, refusals + r
