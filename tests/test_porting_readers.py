@@ -656,6 +656,15 @@ def test_object_graph_paths_are_bounded_by_its_size():
         )
         == []
     )
+    # A small graph is never refused: 300 objects nested under one-letter names (2.9 kB) have
+    # 89 kB of paths, 31 times its size, inside the 1 MiB every graph is allowed.
+    deep = b"".join(
+        _field(1, 2, _field(1, 2, _field(1, 0, _varint(i + 1)) + _field(2, 2, b"n")))
+        for i in range(299)
+    )
+    deep += _field(1, 2, b"")
+    assert len(deep) < 3_000
+    assert read_object_graph(deep) == []
     # A wide graph is read whole: 20,000 objects under the root, 2 MB of paths in 2.4 MB.
     wide = 20_000
     root = b"".join(

@@ -518,6 +518,9 @@ def test_checkpoint_without_meta_graph(tmp_path, capsys):
     err = _convert(run.prefix, tmp_path, capsys, code=2)
     assert "rnn.lstm_cell: forget_bias, cell_clip, activation = '(not stored)'" in err
     assert "--assume-defaults" in err
+    # describe() with no statements assumes nothing either
+    _, refusals = porting.describe(porting.read_source(run.prefix))
+    assert [str(r) for r in refusals] == [err.splitlines()[1].strip()]
     err = _convert(run.prefix, tmp_path, capsys, "--assume-defaults", "--set", "nope=1", code=2)
     assert "--set nope: not used" in err
     mods, log = _convert(
@@ -536,6 +539,31 @@ def test_checkpoint_without_meta_graph(tmp_path, capsys):
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_lstm(cell, x_t, run.lengths)
     run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
+    # --forget-bias F is --set forget_bias=F; a layer's own --set is taken before one for
+    # every layer (which no other layer takes here: refused as not used); two values of one
+    # key are refused.
+    err = _convert(run.prefix, tmp_path, capsys, "--set", "forget_bias=1", "--set",
+                   "rnn/lstm_cell:forget_bias=0.5", "--assume-defaults", code=2)  # fmt: skip
+    assert "--set forget_bias: not used" in err
+    err = _convert(run.prefix, tmp_path, capsys, "--set", "forget_bias=0.5", "--forget-bias", "1",
+                   "--assume-defaults", code=2)  # fmt: skip
+    assert "--set forget_bias=0.5 and --forget-bias 1.0: two values for forget_bias" in err
+    err = _convert(run.prefix, tmp_path, capsys, "--set", "rnn/lstm_cell:forget_bias=0.5",
+                   "--set", "rnn/lstm_cell:forget_bias=1", code=2)  # fmt: skip
+    assert (
+        "--set rnn/lstm_cell:forget_bias=0.5 and --set rnn/lstm_cell:forget_bias=1: two values "
+        "for rnn/lstm_cell:forget_bias" in err
+    )
+    for extra in (
+        ["--forget-bias", "0.5"],
+        ["--forget-bias", "0.5", "--set", "forget_bias=0.5"],
+        ["--set", "rnn/lstm_cell:forget_bias=0.5", "--set", "rnn/lstm_cell:cell_clip=none"],
+    ):
+        mods, log = _convert(run.prefix, tmp_path, capsys, *extra, "--assume-defaults")
+        assert "forget_bias     = 0.5  <- --set  [not stored in the file]" in log
+        cell = mods["rnn.lstm_cell"]
+        outs, state = _step_lstm(cell, x_t, run.lengths)
+        run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
 
 
 def _block_lstm_graph(tf, xs):

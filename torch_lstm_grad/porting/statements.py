@@ -48,12 +48,22 @@ class Statements:
 
     @classmethod
     def from_args(cls, sets=(), keras_version=None, assume_defaults=False, forget_bias=None):
-        settings = {}
+        settings, said = {}, {}
+
+        def state(layer, key, value, how: str) -> None:
+            # Two values for one key would leave one unused without a word: refused instead.
+            if (layer, key) in settings and settings[(layer, key)] != value:
+                raise ValueError(
+                    f"{said[(layer, key)]} and {how}: two values for "
+                    f"{layer + ':' if layer else ''}{key}"
+                )
+            settings[(layer, key)], said[(layer, key)] = value, how
+
         for item in sets:
             layer, key, value = parse_set(item) if isinstance(item, str) else item
-            settings[(layer, key)] = value
+            state(layer, key, value, f"--set {item}" if isinstance(item, str) else f"--set {key}")
         if forget_bias is not None:
-            settings.setdefault((None, "forget_bias"), float(forget_bias))
+            state(None, "forget_bias", float(forget_bias), f"--forget-bias {forget_bias}")
         return cls(settings, keras_version, assume_defaults)
 
     def take(self, layer_names, key: str):
