@@ -717,3 +717,20 @@ def test_converted_file_digest_is_the_format_s():
     ]
     digests = {_digest(d) for d in changed}
     assert pinned not in digests and len(digests) == len(changed)
+
+
+def test_saved_model_named_by_its_file(monkeypatch):
+    """A SavedModel is named by its directory or its saved_model.pb, also as a bare file name in
+    the directory it is in (the directory is then "."); any other file is not one."""
+    from torch_lstm_grad.porting.saved_model import saved_model_dir
+
+    directory = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
+    assert saved_model_dir(directory) == directory
+    assert saved_model_dir(os.path.join(directory, "saved_model.pb")) == directory
+    monkeypatch.chdir(directory)
+    assert saved_model_dir("saved_model.pb") == "."
+    assert porting.read_source("saved_model.pb").variables.keys() == (
+        porting.read_source(directory).variables.keys()
+    )
+    assert saved_model_dir("keras_metadata.pb") is None
+    assert saved_model_dir("variables") is None

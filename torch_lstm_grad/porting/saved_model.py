@@ -5,8 +5,8 @@ tf.keras' `save_format="tf"`; TF1's `SavedModelBuilder`), read without TensorFlo
 of MetaGraphDefs (meta_graph.proto: meta_info_def = 1 {tags = 4, tensorflow_version = 5},
 graph_def = 2, signature_def = 5 map<name, SignatureDef {outputs = 2 map<key, TensorInfo
 {name = 1}>}>, object_graph_def = 7). The object graph (saved_object_graph.proto) lists every
-saved object: nodes = 1 (SavedObject: children = 1 {node_id = 1, local_name = 2}, user_object =
-4 {identifier = 1, metadata = 3}, variable = 7 {name = 6}) and concrete_functions = 2
+saved object: nodes = 1 (SavedObject: user_object = 4 {identifier = 1, metadata = 3},
+variable = 7 {name = 6}) and concrete_functions = 2
 (map<function, SavedConcreteFunction {bound_inputs = 2}>: the object nodes a function captures,
 its last arguments, in order).
 
@@ -68,10 +68,10 @@ def is_saved_model(path: str) -> bool:
 
 @dataclass
 class SavedObjects:
-    """The object graph: per node its children, its user-object identifier, its variable name;
-    per saved concrete function the nodes it captures."""
+    """The object graph: per node its user-object identifier, its variable name; per saved
+    concrete function the nodes it captures (what reads a layer needs: the checkpoint's own
+    object graph gives the paths)."""
 
-    children: list[list[tuple[int, str]]] = field(default_factory=list)
     identifiers: dict[int, str] = field(default_factory=dict)
     metadata: dict[int, bytes] = field(default_factory=dict)
     variable_names: dict[int, str] = field(default_factory=dict)
@@ -83,9 +83,6 @@ def _objects(buf: bytes) -> SavedObjects:
     f = proto.fields(buf)
     for i, node in enumerate(f.get(1, [])):
         n = proto.fields(node)
-        out.children.append(
-            [(proto.integer(c, 1), proto.string(c, 2)) for c in map(proto.fields, n.get(1, []))]
-        )
         if 4 in n:
             u = proto.fields(proto.message(n, 4))
             out.identifiers[i] = proto.string(u, 1)
