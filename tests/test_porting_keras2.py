@@ -83,6 +83,11 @@ def test_keras2_weights_only_with_and_without_config(tmp_path, capsys):
     mods, log = _convert(src, tmp_path, capsys)
     assert "go_backwards         = False  <- default of Keras 2.21.0  [not stored" in log
     assert "gate_activation      = 'sigmoid'  <- default of Keras 2.21.0  [not stored" in log
+    # load() gives each module the description the log printed (a Bidirectional's children,
+    # values not stored in the file among them)
+    assert sorted(mods) == sorted(ORDER)
+    for m in mods.values():
+        assert "\n".join("  " + line for line in m.port_description.lines()) in log
     mods, log = _convert(src, tmp_path, capsys, "--config", os.path.join(K2, "model.json"))
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
 
