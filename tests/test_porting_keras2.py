@@ -73,6 +73,14 @@ def test_keras2_model_h5(tmp_path, capsys):
     mods, log = _convert(os.path.join(K2, "model.h5"), tmp_path, capsys)
     assert "written by: Keras 2.21.0 (keras_version attribute, backend tensorflow)" in log
     assert "go_backwards         = True  <- the file's model_config" in log
+    # the Bidirectional's description holds its two layers', each under its role
+    bi = log[log.index("  bi: keras.Bidirectional (config of layer 'bi')") :].splitlines()
+    assert bi[1:4] == [
+        "    merge_mode = 'concat'  <- the file's model_config",
+        "    backward:",
+        "      bi/backward_lstm: keras.LSTM (config of layer 'lstm')",
+    ]
+    assert "    forward:\n      bi/forward_lstm: keras.LSTM (config of layer 'lstm')" in log
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
 
 
@@ -145,6 +153,21 @@ def test_keras2_saved_model(tmp_path, capsys):
     _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
     convert_without_tf(src, tmp_path / "no_tf.pt")
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
+
+
+def test_keras2_saved_model_without_its_metadata(tmp_path, capsys):
+    """The tf_keras SavedModel with keras_metadata.pb removed: no config, so each layer is read
+    from the loop that computes it; the object graph's `_tf_keras` layer objects say Keras 2
+    wrote it. Exact against tf_keras' own numbers."""
+    import shutil
+
+    src = tmp_path / "saved_model"
+    shutil.copytree(os.path.join(K2, "saved_model"), src)
+    os.remove(src / "keras_metadata.pb")
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "layers read from its saved functions (no Keras config stored)" in log
+    assert "written by: Keras 2 (tf.keras' layer objects in the object graph)" in log
+    _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
 
 
 def test_keras2_saved_model_loops_agree_with_its_config():
