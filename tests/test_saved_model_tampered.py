@@ -647,3 +647,27 @@ def test_keras3_gru_reset_before_altered_is_refused(keras3_gru_before_export, tm
     refusals = _problem(_tampered(keras3_gru_before_export, tmp_path / "sm", edit))
     assert len(refusals) == 1 and refusals[0].startswith("gru: graph = 'GRU': "), refusals
     assert why in refusals[0], refusals[0]
+
+
+def test_variables_take_the_names_tf_loads_them_under(tmp_path):
+    """A SavedModel names each variable twice: its SavedVariable in saved_model.pb (the name
+    tf.saved_model.load gives it) and the checkpoint's object graph (its full_name). TF writes
+    the same name in both; with the SavedVariables renamed (TF's protobuf classes), the
+    variables are read under the names TF loads them under."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    tf = tf_module()
+    dst = tmp_path / "renamed"
+    shutil.copytree(K2, dst)
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString((dst / "saved_model.pb").read_bytes())
+    renamed = 0
+    for node in sm.meta_graphs[0].object_graph_def.nodes:
+        if node.WhichOneof("kind") == "variable":
+            node.variable.name = "outer/" + node.variable.name
+            renamed += 1
+    (dst / "saved_model.pb").write_bytes(sm.SerializeToString())
+    loaded = tf.saved_model.load(str(dst))
+    by_tf = {v.name.removesuffix(":0") for v in loaded.variables}
+    assert renamed == len(by_tf) == 6 and all(n.startswith("outer/") for n in by_tf)
+    assert set(porting.read_source(dst, reader="tensorbundle").variables) == by_tf
