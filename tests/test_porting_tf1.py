@@ -376,6 +376,9 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     assert log.count("note: not ported: a DropoutWrapper around the cell") == 3
     scopes = [f"rnn/multi_rnn_cell/cell_{k}/gru_cell" for k in range(3)]
     cells = [mods[s.replace("/", ".")] for s in scopes]
+    for cell in cells:  # load() keeps each description, its notes among them, as logged
+        assert "\n".join("  " + line for line in cell.port_description.lines()) in log
+        assert len(cell.port_description.notes) == 2  # the dropout, the sequence lengths
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_cells(cells, x_t, run.lengths)
     params = {}
