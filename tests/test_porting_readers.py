@@ -734,3 +734,19 @@ def test_saved_model_named_by_its_file(monkeypatch):
     )
     assert saved_model_dir("keras_metadata.pb") is None
     assert saved_model_dir("variables") is None
+
+
+def test_varints_as_protobuf_writes_them():
+    """The wire format's varints, written by Google's protobuf encoder: read back to the value
+    and the position after them; every truncation, and an eleventh byte, refused."""
+    encoder = pytest.importorskip("google.protobuf.internal.encoder")
+    from torch_lstm_grad.porting import proto
+
+    for value in (0, 1, 127, 128, 300, 2**32 - 1, 2**35 + 5, 2**63 - 1, 2**64 - 1):
+        data = encoder._VarintBytes(value)
+        assert proto.varint(b"\x07" + data + b"\x01", 1) == (value, 1 + len(data))
+        for cut in range(len(data)):
+            with pytest.raises(ValueError, match="^truncated varint$"):
+                proto.varint(data[:cut], 0)
+    with pytest.raises(ValueError, match="^varint longer than 10 bytes$"):
+        proto.varint(b"\xff" * 10 + b"\x01", 0)
