@@ -750,3 +750,30 @@ def test_varints_as_protobuf_writes_them():
                 proto.varint(data[:cut], 0)
     with pytest.raises(ValueError, match="^varint longer than 10 bytes$"):
         proto.varint(b"\xff" * 10 + b"\x01", 0)
+
+
+def test_fields_of_every_wire_type_as_protobuf_writes_them():
+    """One field of each wire type the reader takes (varint, fixed64, length-delimited,
+    fixed32), written by Google's protobuf (its well-known wrapper types): decoded to the value
+    protobuf wrote, and every truncation of the message refused."""
+    import struct
+
+    wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
+    from torch_lstm_grad.porting import proto
+
+    def bits(fmt_from, fmt_to, value):
+        return struct.unpack(fmt_to, struct.pack(fmt_from, value))[0]
+
+    cases = [
+        (wrappers.UInt64Value(value=2**40 + 3), 2**40 + 3),
+        (wrappers.DoubleValue(value=-2.5), bits("<d", "<Q", -2.5)),
+        (wrappers.BytesValue(value=b"\x00abc"), b"\x00abc"),
+        (wrappers.FloatValue(value=1.25), bits("<f", "<I", 1.25)),
+    ]
+    for message, want in cases:
+        data = message.SerializeToString()
+        assert proto.fields(data) == {1: [want]}
+        assert proto.fields(data + data) == {1: [want, want]}
+        for cut in range(1, len(data)):
+            with pytest.raises(ValueError, match="^truncated "):
+                proto.fields(data[:cut])

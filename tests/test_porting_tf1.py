@@ -324,14 +324,22 @@ def test_tf1_saved_model(tmp_path, capsys):
     run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
     convert_without_tf(run.saved_model, tmp_path / "no_tf.pt")
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
-    # With a second meta graph (tagged "train", first in the file, TF's protobuf classes) the
-    # one tagged "serve" is ported; with none tagged "serve" the choice is refused.
+    # Its one meta graph is ported whatever its tags; with a second meta graph (tagged "train",
+    # first in the file; TF's protobuf classes) the one tagged "serve" is; with none tagged
+    # "serve" the choice is refused.
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb = os.path.join(run.saved_model, "saved_model.pb")
     sm = saved_model_pb2.SavedModel()
     with open(pb, "rb") as fh:
         sm.ParseFromString(fh.read())
+    train = saved_model_pb2.SavedModel()
+    train.meta_graphs.add().CopyFrom(sm.meta_graphs[0])
+    train.meta_graphs[0].meta_info_def.tags[:] = ["train"]
+    with open(pb, "wb") as fh:
+        fh.write(train.SerializeToString())
+    mods, log = _convert(run.saved_model, tmp_path, capsys)
+    assert "TF1 SavedModel (tags train; TF 2.21" in log
     train = saved_model_pb2.SavedModel()
     train.meta_graphs.add().CopyFrom(sm.meta_graphs[0])
     train.meta_graphs[0].meta_info_def.tags[:] = ["train"]
