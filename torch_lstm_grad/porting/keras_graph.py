@@ -262,6 +262,17 @@ def _lstm(b: _Body, mh: _Node, has_bias: bool):
     }
 
 
+def _slice_bounds(b: _Body, s: _Node, what: str) -> tuple[int, int | None]:
+    """`(start, end or None)` of a 2-D StridedSlice's columns; None where `end_mask` leaves
+    the end open (Keras writes `[:, 2U:]` so)."""
+    begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
+    begin, end = (n.attrs.get("value") if n is not None else None for n in (begin, end))
+    if not all(isinstance(v, np.ndarray) and v.size == 2 for v in (begin, end)):
+        raise _Unreadable(f"{_short(s.name)}: a slice of {what} whose bounds are not constants")
+    open_end = bool(int(s.attrs.get("end_mask") or 0) & 2)
+    return int(begin[-1]), None if open_end else int(end[-1])
+
+
 def _slices(b: _Body, ref, what: str) -> list[tuple[str, int]]:
     """The three column blocks of `ref`: a Split/SplitV's outputs or three StridedSlices
     (ordered by where they begin)."""
@@ -274,12 +285,7 @@ def _slices(b: _Body, ref, what: str) -> list[tuple[str, int]]:
     if len(slices) == 3 and len(users) == 3:
         bounds = []
         for s in slices:
-            begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
-            begin, end = (n.attrs.get("value") if n is not None else None for n in (begin, end))
-            if not all(isinstance(v, np.ndarray) and v.size == 2 for v in (begin, end)):
-                raise _Unreadable(f"{s.name}: a slice of {what} whose bounds are not constants")
-            open_end = bool(int(s.attrs.get("end_mask") or 0) & 2)
-            bounds.append((int(begin[-1]), None if open_end else int(end[-1]), s))
+            bounds.append((*_slice_bounds(b, s, what), s))
             b.seen.add(s.name)
         bounds.sort(key=lambda t: t[0])
         a = bounds[1][0]
@@ -339,15 +345,11 @@ def _column_blocks(b: _Body, slices: list[_Node], what: str) -> list[tuple[int, 
     for s in slices:
         if s.op != "StridedSlice":
             raise _Unreadable(f"{what} is read by {_short(s.name)} ({s.op}), not a column slice")
-        begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
-        begin, end = (n.attrs.get("value") if n is not None else None for n in (begin, end))
-        if not all(isinstance(v, np.ndarray) and v.size == 2 for v in (begin, end)):
-            raise _Unreadable(f"{_short(s.name)}: a slice of {what} whose bounds are not constants")
+        start, end = _slice_bounds(b, s, what)
         if not b.users((s.name, 0)):
             b.seen.add(s.name)
             continue
-        open_end = bool(int(s.attrs.get("end_mask") or 0) & 2)
-        out.append((int(begin[-1]), None if open_end else int(end[-1]), s))
+        out.append((start, end, s))
     return sorted(out, key=lambda t: t[0])
 
 
