@@ -118,3 +118,10 @@ def same_modules(a: dict, b: dict) -> None:
         assert sorted(sa) == sorted(sb), name
         for k in sa:
             assert torch.equal(sa[k], sb[k]), f"{name}.{k}"
+
+
+def descriptions_as_logged(modules, log: str) -> None:
+    """load() gives each module the description `convert` printed for it: every module's
+    `port_description.lines()` stand in the log, indented as printed."""
+    for m in modules:
+        assert "\n".join("  " + line for line in m.port_description.lines()) in log

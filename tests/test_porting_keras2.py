@@ -11,7 +11,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from porting_oracle import assert_close, convert_without_tf, loss_weights, same_modules
+from porting_oracle import (
+    assert_close,
+    convert_without_tf,
+    descriptions_as_logged,
+    loss_weights,
+    same_modules,
+)
 from tf_oracle import available as _tf_available
 
 from torch_lstm_grad import cli, keras_layers, porting
@@ -94,8 +100,7 @@ def test_keras2_weights_only_with_and_without_config(tmp_path, capsys):
     # load() gives each module the description the log printed (a Bidirectional's children,
     # values not stored in the file among them)
     assert sorted(mods) == sorted(ORDER)
-    for m in mods.values():
-        assert "\n".join("  " + line for line in m.port_description.lines()) in log
+    descriptions_as_logged(mods.values(), log)
     mods, log = _convert(src, tmp_path, capsys, "--config", os.path.join(K2, "model.json"))
     _compare_with_tf_keras(mods, "model", ORDER, mask=True)
 

@@ -10,7 +10,13 @@ import os
 import numpy as np
 import pytest
 import torch
-from porting_oracle import assert_close, convert_without_tf, loss_weights, same_modules
+from porting_oracle import (
+    assert_close,
+    convert_without_tf,
+    descriptions_as_logged,
+    loss_weights,
+    same_modules,
+)
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
@@ -330,27 +336,24 @@ def test_tf1_saved_model(tmp_path, capsys):
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb = os.path.join(run.saved_model, "saved_model.pb")
-    sm = saved_model_pb2.SavedModel()
     with open(pb, "rb") as fh:
-        sm.ParseFromString(fh.read())
-    train = saved_model_pb2.SavedModel()
-    train.meta_graphs.add().CopyFrom(sm.meta_graphs[0])
-    train.meta_graphs[0].meta_info_def.tags[:] = ["train"]
-    with open(pb, "wb") as fh:
-        fh.write(train.SerializeToString())
+        graph = saved_model_pb2.SavedModel.FromString(fh.read()).meta_graphs[0]
+
+    def rewrite(*tag_sets):  # saved_model.pb with one copy of the meta graph per tag set
+        sm = saved_model_pb2.SavedModel()
+        for tags in tag_sets:
+            sm.meta_graphs.add().CopyFrom(graph)
+            sm.meta_graphs[-1].meta_info_def.tags[:] = tags
+        with open(pb, "wb") as fh:
+            fh.write(sm.SerializeToString())
+
+    rewrite(["train"])
     mods, log = _convert(run.saved_model, tmp_path, capsys)
     assert "TF1 SavedModel (tags train; TF 2.21" in log
-    train = saved_model_pb2.SavedModel()
-    train.meta_graphs.add().CopyFrom(sm.meta_graphs[0])
-    train.meta_graphs[0].meta_info_def.tags[:] = ["train"]
-    train.meta_graphs.add().CopyFrom(sm.meta_graphs[0])
-    with open(pb, "wb") as fh:
-        fh.write(train.SerializeToString())
+    rewrite(["train"], ["serve"])
     mods, log = _convert(run.saved_model, tmp_path, capsys)
     assert "TF1 SavedModel (tags serve; TF 2.21" in log
-    train.meta_graphs[1].meta_info_def.tags[:] = ["eval", "gpu"]
-    with open(pb, "wb") as fh:
-        fh.write(train.SerializeToString())
+    rewrite(["train"], ["eval", "gpu"])
     err = _convert(run.saved_model, tmp_path, capsys, code=2)
     assert (
         "saved_model.pb: 2 meta graphs (tag sets train, eval+gpu) and not one tagged 'serve': "
@@ -408,8 +411,8 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     assert log.count("note: not ported: a DropoutWrapper around the cell") == 3
     scopes = [f"rnn/multi_rnn_cell/cell_{k}/gru_cell" for k in range(3)]
     cells = [mods[s.replace("/", ".")] for s in scopes]
-    for cell in cells:  # load() keeps each description, its notes among them, as logged
-        assert "\n".join("  " + line for line in cell.port_description.lines()) in log
+    descriptions_as_logged(cells, log)  # load() keeps each, its notes among them
+    for cell in cells:
         assert len(cell.port_description.notes) == 2  # the dropout, the sequence lengths
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_cells(cells, x_t, run.lengths)
