@@ -348,10 +348,10 @@ def test_tf1_saved_model(tmp_path, capsys):
             fh.write(sm.SerializeToString())
 
     rewrite(["train"])
-    mods, log = _convert(run.saved_model, tmp_path, capsys)
+    _, log = _convert(run.saved_model, tmp_path, capsys)
     assert "TF1 SavedModel (tags train; TF 2.21" in log
     rewrite(["train"], ["serve"])
-    mods, log = _convert(run.saved_model, tmp_path, capsys)
+    _, log = _convert(run.saved_model, tmp_path, capsys)
     assert "TF1 SavedModel (tags serve; TF 2.21" in log
     rewrite(["train"], ["eval", "gpu"])
     err = _convert(run.saved_model, tmp_path, capsys, code=2)
