@@ -213,7 +213,7 @@ def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
     nodes = sm.meta_graphs[0].object_graph_def.nodes
     for entry in proto.fields((src / "keras_metadata.pb").read_bytes())[1]:
         f = proto.fields(entry)  # SavedObject {node_id = 2, metadata = 5}
-        nodes[proto.last(f, 2)].user_object.metadata = proto.last(f, 5).decode()
+        nodes[proto.integer(f, 2)].user_object.metadata = proto.message(f, 5).decode()
     (src / "saved_model.pb").write_bytes(sm.SerializeToString())
     (src / "keras_metadata.pb").unlink()
     mods, log = _convert(src, tmp_path, capsys)

@@ -777,3 +777,64 @@ def test_fields_of_every_wire_type_as_protobuf_writes_them():
         for cut in range(1, len(data)):
             with pytest.raises(ValueError, match="^truncated "):
                 proto.fields(data[:cut])
+
+
+def test_numbers_as_protobuf_reads_them():
+    """int64 values at both bounds, and a number field given twice (two messages run together,
+    which protobuf merges: the last value wins), written and read back by Google's protobuf:
+    the reader reads the value protobuf reads."""
+    wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
+    from torch_lstm_grad.porting import proto
+
+    values = (-(2**63), -1, 0, 1, 2**63 - 1)
+    for value in values:
+        data = wrappers.Int64Value(value=value).SerializeToString()
+        assert proto.int64(proto.integer(proto.fields(data), 1)) == value
+    for a, b in zip(values, values[::-1], strict=True):
+        data = b"".join(wrappers.Int64Value(value=v).SerializeToString() for v in (a, b))
+        want = wrappers.Int64Value.FromString(data).value
+        assert proto.int64(proto.integer(proto.fields(data), 1)) == want == (b if b else a)
+    data = b"".join(wrappers.FloatValue(value=v).SerializeToString() for v in (1.5, -2.25))
+    got = proto.packed_floats([proto.last(proto.fields(data), 1, None)], "f")
+    assert got == [wrappers.FloatValue.FromString(data).value] == [-2.25]
+
+
+def test_a_number_of_the_wrong_wire_type_is_refused():
+    """A number written with another number's wire type (a varint where a float or a fixed32
+    belongs, a fixed-width value where a varint belongs): Google's protobuf keeps it as an
+    unknown field and reads the field's default or earlier value in its place, so TF never sees
+    it; the reader, which would have read it, refuses the file instead, naming the field."""
+    wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
+    tensor_pb2 = pytest.importorskip("tensorflow.core.framework.tensor_pb2")
+    bundle_pb2 = pytest.importorskip("tensorflow.core.protobuf.tensor_bundle_pb2")
+    from torch_lstm_grad.porting import proto, tensorbundle
+
+    varint_5 = b"\x08\x05"  # field 1, wire type 0
+    fixed32_5 = b"\x0d\x05\x00\x00\x00"  # field 1, wire type 5
+    fixed64_5 = b"\x09\x05" + bytes(7)  # field 1, wire type 1
+    assert wrappers.FloatValue.FromString(varint_5).value == 0.0
+    with pytest.raises(ValueError, match=r"^a float written as a varint \(5\): wrong wire type$"):
+        proto.packed_floats(proto.fields(varint_5)[1], "f")
+    assert wrappers.DoubleValue.FromString(fixed32_5).value == 0.0
+    with pytest.raises(ValueError, match=r"^a double written as a fixed32 \(5\)"):
+        proto.packed_floats(proto.fields(fixed32_5)[1], "d")
+    for data, wire in ((fixed32_5, "fixed32"), (fixed64_5, "fixed64")):
+        assert wrappers.Int64Value.FromString(data).value == 0
+        with pytest.raises(ValueError, match=f"^field 1: a {wire} where a varint belongs"):
+            proto.integer(proto.fields(data), 1)
+        with pytest.raises(ValueError, match=f"^a {wire} value 5 where a varint belongs"):
+            proto.packed_varints(proto.fields(data)[1])
+
+    # In TF's messages: a float constant's value as a varint (TF reads none: zeros) ...
+    t = tensor_pb2.TensorProto(dtype=1)
+    t.tensor_shape.dim.add(size=2)
+    data = t.SerializeToString() + b"\x28\x05"  # float_val (5) as a varint
+    assert list(tensor_pb2.TensorProto.FromString(data).float_val) == []
+    assert proto.tensor_value(t.SerializeToString()).tolist() == [0.0, 0.0]
+    with pytest.raises(ValueError, match="^a float written as a varint"):
+        proto.tensor_value(data)
+    # ... and a checkpoint entry's crc32c (fixed32) followed by a varint one: TF keeps the first
+    data = bundle_pb2.BundleEntryProto(dtype=1, crc32c=7).SerializeToString() + b"\x30\x05"
+    assert bundle_pb2.BundleEntryProto.FromString(data).crc32c == 7
+    with pytest.raises(ValueError, match="^field 6: a varint where a fixed32 belongs"):
+        tensorbundle._parse_entry(data)

@@ -9,9 +9,11 @@ parses them. Field numbers are those of TF's `.proto` files, named where they ar
 
 The bytes come from files that may be corrupt or hostile: every length is checked against the
 bytes left before it is used, and a field read with the wrong wire type (a number where a
-message or string belongs, or the reverse) raises ValueError through `integer`, `message`,
-`string` and `fields` rather than failing later as a TypeError in the caller. The callers add
-the file's name (`guard.reading`).
+message or string belongs, or the reverse; a fixed-width value where a varint belongs, or the
+reverse) raises ValueError through `integer`, `fixed32`, `message`, `string`, `packed_varints`,
+`packed_floats` and `fields` rather than being read as another type. Protobuf's own parsers
+keep such a field as an unknown one and read the field's default in its place: a value TF never
+sees, so the file is refused. The callers add the file's name (`guard.reading`).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ import struct
 import numpy as np
 
 __all__ = [
+    "Fixed32",
+    "Fixed64",
     "fields",
+    "fixed32",
     "int64",
     "integer",
     "last",
@@ -56,9 +61,19 @@ def varint(buf: bytes, pos: int) -> tuple[int, int]:
             raise ValueError("varint longer than 10 bytes")
 
 
+class Fixed32(int):
+    """A fixed32 field's value: an int that keeps its wire type, so that a float, a fixed32 and
+    a varint are told apart."""
+
+
+class Fixed64(int):
+    """A fixed64 field's value (doubles, fixed64 integers)."""
+
+
 def fields(buf: bytes) -> dict[int, list]:
-    """Field number -> list of values: ints for varint/fixed fields, bytes for length-delimited
-    ones (sub-messages are parsed by the caller)."""
+    """Field number -> list of values: ints for varint fields, `Fixed32`/`Fixed64` for
+    fixed-width ones, bytes for length-delimited ones (sub-messages are parsed by the
+    caller)."""
     if not isinstance(buf, (bytes, bytearray, memoryview)):
         raise ValueError("a number where a message belongs (wrong wire type)")
     out: dict[int, list] = {}
@@ -71,7 +86,7 @@ def fields(buf: bytes) -> dict[int, list]:
         elif wire == 1:
             if pos + 8 > len(buf):
                 raise ValueError("truncated fixed64 field")
-            (value,) = struct.unpack_from("<Q", buf, pos)
+            value = Fixed64(struct.unpack_from("<Q", buf, pos)[0])
             pos += 8
         elif wire == 2:
             n, pos = varint(buf, pos)
@@ -83,7 +98,7 @@ def fields(buf: bytes) -> dict[int, list]:
         elif wire == 5:
             if pos + 4 > len(buf):
                 raise ValueError("truncated fixed32 field")
-            (value,) = struct.unpack_from("<I", buf, pos)
+            value = Fixed32(struct.unpack_from("<I", buf, pos)[0])
             pos += 4
         else:
             raise ValueError(f"unsupported protobuf wire type {wire} (field {field})")
@@ -96,16 +111,33 @@ def int64(v: int) -> int:
     return v - (1 << 64) if v >= 1 << 63 else v
 
 
-def last(f: dict, n: int, default=0):
+def last(f: dict, n: int, default):
     """The value of a non-repeated field (protobuf: the last one wins), or `default`."""
     return f[n][-1] if n in f else default
 
 
+def _wire(v) -> str:
+    """What a value of `fields` was on the wire, for the messages of refusals."""
+    if isinstance(v, bytes):
+        return "bytes"
+    if isinstance(v, Fixed32):
+        return "a fixed32"
+    return "a fixed64" if isinstance(v, Fixed64) else "a varint"
+
+
 def integer(f: dict, n: int, default=0):
-    """A non-repeated number field (varint or fixed), or `default`."""
+    """A non-repeated varint field (int32, int64, uint*, bool, enum), or `default`."""
     v = last(f, n, default)
-    if v is not default and not isinstance(v, int):
-        raise ValueError(f"field {n}: bytes where a number belongs (wrong wire type)")
+    if v is not default and (not isinstance(v, int) or isinstance(v, (Fixed32, Fixed64))):
+        raise ValueError(f"field {n}: {_wire(v)} where a varint belongs (wrong wire type)")
+    return v
+
+
+def fixed32(f: dict, n: int, default=None):
+    """A non-repeated fixed32 field, or `default`."""
+    v = last(f, n, default)
+    if v is not default and not isinstance(v, Fixed32):
+        raise ValueError(f"field {n}: {_wire(v)} where a fixed32 belongs (wrong wire type)")
     return v
 
 
@@ -145,6 +177,8 @@ def packed_varints(values: list) -> list[int]:
             while pos < len(v):
                 x, pos = varint(v, pos)
                 out.append(x)
+        elif isinstance(v, (Fixed32, Fixed64)):
+            raise ValueError(f"{_wire(v)} value {v} where a varint belongs (wrong wire type)")
         else:
             out.append(v)
     return out
@@ -154,15 +188,16 @@ def packed_floats(values: list, fmt: str) -> list[float]:
     """A repeated float (`fmt="f"`, fixed32) or double (`"d"`, fixed64) field, packed or not."""
     out: list[float] = []
     size = struct.calcsize(fmt)
+    wire, bits, name = (Fixed32, "<I", "float") if size == 4 else (Fixed64, "<Q", "double")
     for v in values:
         if isinstance(v, bytes):
             if len(v) % size:
                 raise ValueError(f"packed {fmt} values: {len(v)} bytes, not a multiple of {size}")
             out.extend(struct.unpack(f"<{len(v) // size}{fmt}", v))
-        elif 0 <= v < 1 << (8 * size):
-            out.append(struct.unpack(f"<{fmt}", struct.pack("<I" if size == 4 else "<Q", v))[0])
+        elif isinstance(v, wire):
+            out.append(struct.unpack(f"<{fmt}", struct.pack(bits, v))[0])
         else:  # a varint (or a fixed64 for a float) where a fixed-width value belongs
-            raise ValueError(f"a {fmt} value {v} of the wrong wire type")
+            raise ValueError(f"a {name} written as {_wire(v)} ({v}): wrong wire type")
     return out
 
 
@@ -176,7 +211,7 @@ def tensor_value(buf: bytes) -> np.ndarray | None:
     array, or None for other dtypes. A scalar repeated to fill the shape is expanded, as TF
     does."""
     f = fields(buf)
-    dtype = last(f, 1)
+    dtype = integer(f, 1)
     if dtype not in _TENSOR_DTYPES:
         return None
     shape_f = fields(message(f, 2))

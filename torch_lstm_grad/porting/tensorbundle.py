@@ -222,7 +222,7 @@ def _parse_entry(value: bytes, what: str = "entry") -> BundleEntry:
         shard_id=proto.integer(f, 3),
         offset=proto.int64(proto.integer(f, 4)),
         size=proto.int64(proto.integer(f, 5)),
-        crc32c=proto.integer(f, 6, None),
+        crc32c=proto.fixed32(f, 6),
         slices=tuple(slices),
     )
     if entry.dtype not in _KNOWN_DTYPES:
