@@ -838,3 +838,20 @@ def test_a_number_of_the_wrong_wire_type_is_refused():
     assert bundle_pb2.BundleEntryProto.FromString(data).crc32c == 7
     with pytest.raises(ValueError, match="^field 6: a varint where a fixed32 belongs"):
         tensorbundle._parse_entry(data)
+
+
+def test_a_float_attr_of_the_wrong_wire_type_is_refused():
+    """A node attribute's float (AttrValue.f, fixed32) written length-delimited or as a
+    varint: protobuf skips it (the attribute holds no value), the meta graph reader refuses
+    it; as protobuf writes it, it reads protobuf's value."""
+    import struct
+
+    attr_value_pb2 = pytest.importorskip("tensorflow.core.framework.attr_value_pb2")
+    from torch_lstm_grad.porting import tf1_graph
+
+    data = attr_value_pb2.AttrValue(f=1.5).SerializeToString()
+    assert tf1_graph._attr_value(data) == 1.5
+    for data, wire in ((b"\x22\x04" + struct.pack("<f", 2.5), "bytes"), (b"\x20\x05", "a varint")):
+        assert attr_value_pb2.AttrValue.FromString(data).WhichOneof("value") is None
+        with pytest.raises(ValueError, match=f"^field 4: {wire} where a float belongs"):
+            tf1_graph._attr_value(data)

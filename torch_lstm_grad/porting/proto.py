@@ -10,10 +10,11 @@ parses them. Field numbers are those of TF's `.proto` files, named where they ar
 The bytes come from files that may be corrupt or hostile: every length is checked against the
 bytes left before it is used, and a field read with the wrong wire type (a number where a
 message or string belongs, or the reverse; a fixed-width value where a varint belongs, or the
-reverse) raises ValueError through `integer`, `fixed32`, `message`, `string`, `packed_varints`,
-`packed_floats` and `fields` rather than being read as another type. Protobuf's own parsers
-keep such a field as an unknown one and read the field's default in its place: a value TF never
-sees, so the file is refused. The callers add the file's name (`guard.reading`).
+reverse) raises ValueError through `integer`, `fixed32`, `float32`, `message`, `string`,
+`packed_varints`, `packed_floats` and `fields` rather than being read as another type.
+Protobuf's own parsers keep such a field as an unknown one and read the field's default in its
+place: a value TF never sees, so the file is refused. The callers add the file's name
+(`guard.reading`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ __all__ = [
     "Fixed64",
     "fields",
     "fixed32",
+    "float32",
     "int64",
     "integer",
     "last",
@@ -139,6 +141,16 @@ def fixed32(f: dict, n: int, default=None):
     if v is not default and not isinstance(v, Fixed32):
         raise ValueError(f"field {n}: {_wire(v)} where a fixed32 belongs (wrong wire type)")
     return v
+
+
+def float32(f: dict, n: int, default=None):
+    """A non-repeated float field, or `default` (packed bytes are a repeated field's form)."""
+    v = last(f, n, None)
+    if v is None:
+        return default
+    if not isinstance(v, Fixed32):
+        raise ValueError(f"field {n}: {_wire(v)} where a float belongs (wrong wire type)")
+    return struct.unpack("<f", struct.pack("<I", v))[0]
 
 
 def message(f: dict, n: int) -> bytes:

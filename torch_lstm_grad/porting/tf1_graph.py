@@ -125,7 +125,7 @@ def _attr_value(buf: bytes):
     if 3 in f:
         return proto.int64(proto.integer(f, 3))
     if 4 in f:
-        return proto.packed_floats([proto.last(f, 4, None)], "f")[0]
+        return proto.float32(f, 4)
     if 5 in f:
         return bool(proto.integer(f, 5))
     if 8 in f:
