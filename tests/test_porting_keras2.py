@@ -36,7 +36,8 @@ def _convert(src, tmp_path, capsys, *extra, code=0):
 
 
 def _expected(prefix):
-    name = "expected_saved_model.npz" if prefix == "savedmodel" else "expected.npz"
+    names = {"savedmodel": "expected_saved_model.npz", "subclassed": "expected_subclassed.npz"}
+    name = names.get(prefix, "expected.npz")
     data = np.load(os.path.join(K2, name))
     return {k[len(prefix) + 1 :]: data[k] for k in data.files if k.startswith(prefix + "/")}
 
@@ -158,6 +159,20 @@ def test_keras2_saved_model(tmp_path, capsys):
     _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
     convert_without_tf(src, tmp_path / "no_tf.pt")
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
+
+
+def test_keras2_subclassed_saved_model(tmp_path, capsys):
+    """A subclassed model's SavedModel: its own config lists no layers (the base Model's
+    get_config()), so each layer's config is its own entry in keras_metadata.pb, a nested
+    Sequential's in that model's config, and neither a Bidirectional's halves nor the cells
+    are layers of their own; exact against tf_keras' own numbers (the backwards GRU and the
+    sequences returned would differ if the attributes were taken as defaults)."""
+    src = os.path.join(K2, "saved_model_subclassed")
+    mods, log = _convert(src, tmp_path, capsys)
+    assert "go_backwards         = True  <- keras_metadata.pb" in log
+    assert log.count("return_sequences     = True  <- keras_metadata.pb") == 3
+    assert sorted(mods) == ["bi", "gru"]
+    _compare_with_tf_keras(mods, "subclassed", ["bi", "gru"], mask=False, last_only=True)
 
 
 def test_keras2_saved_model_without_its_metadata(tmp_path, capsys):

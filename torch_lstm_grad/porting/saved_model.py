@@ -166,49 +166,78 @@ def choose_signature(path: str, meta: MetaGraph, signature: str | None) -> str |
 
 
 def _keras_metadata(directory: str, objects: SavedObjects | None):
-    """`(model or layer JSON dicts, where)` from keras_metadata.pb, else from the object graph's
-    user_object.metadata (tf.keras before TF 2.5); `([], "")` when neither stores any."""
+    """`({node path or None: model or layer JSON dict}, where)` from keras_metadata.pb (node
+    paths "root", "root.lstm", ...), else from the object graph's user_object.metadata (tf.keras
+    before TF 2.5: node ids, "root" for node 0 and None for the others); `({}, "")` when neither
+    stores any."""
     path = os.path.join(directory, "keras_metadata.pb")
-    entries: list[bytes] = []
+    entries: list[tuple[str | int, bytes]] = []
     where = ""
     if os.path.isfile(path):
         with open(path, "rb") as fh:
             data = fh.read()
         with guard.reading(path, "keras_metadata.pb (SavedMetadata)"):
-            for node in proto.fields(data).get(1, []):
-                entries.append(proto.message(proto.fields(node), 5))
+            for node in map(proto.fields, proto.fields(data).get(1, [])):
+                entries.append((proto.string(node, 3), proto.message(node, 5)))
         where = "keras_metadata.pb"
     elif objects is not None and objects.metadata:
-        entries = list(objects.metadata.values())
+        entries = [("root" if i == 0 else i, raw) for i, raw in objects.metadata.items()]
         where = "the object graph's user_object.metadata"
-    out = []
-    for raw in entries:
+    out = {}
+    for key, raw in entries:
         try:
             value = json.loads(raw)
         except (ValueError, RecursionError) as err:  # the C decoder's nesting limit
             raise guard.CorruptFile(f"{directory}: {where}: an entry is not JSON ({err})") from err
         if isinstance(value, dict):
-            out.append(value)
+            out[key] = value
     return out, where
 
 
-def _apply_keras_metadata(source: Source, entries: list[dict], where: str) -> None:
-    root = next(
-        (e for e in entries if "model_config" in e or "layers" in (e.get("config") or {})), None
+def _layered_config(entry: dict) -> dict | None:
+    """A model entry's config with its layers (Sequential, Functional), else None: a layer's,
+    or a subclassed model's (its `get_config()` lists no layers)."""
+    config = entry.get("model_config") or {
+        "class_name": entry.get("class_name"),
+        "config": entry.get("config"),
+    }
+    return config if "layers" in (config.get("config") or {}) else None
+
+
+def _subclassed_layers(entries: dict) -> list[dict]:
+    """The layer entries of a subclassed model (root): each layer held by it or by a subclassed
+    model in it, a Sequential or Functional model in it whole (its config lists its layers), and
+    not the layers inside those (a Bidirectional's halves, an RNN's cell, a nested model's
+    layers: their owner's config holds them). Without node paths (tf.keras before TF 2.5):
+    every entry that is neither the root nor a layered model."""
+    if any(isinstance(k, int) for k in entries):
+        return [
+            e
+            for k, e in entries.items()
+            if k != "root" and "class_name" in e and "config" in e and not _layered_config(e)
+        ]
+    owners = {k for k, e in entries.items() if "is_graph_network" in e and not _layered_config(e)}
+    return [
+        e
+        for k, e in entries.items()
+        if k not in owners and k.rpartition(".")[0] in owners and "config" in e
+    ]
+
+
+def _apply_keras_metadata(source: Source, entries: dict, where: str) -> None:
+    version = next(
+        (str(e["keras_version"]) for e in entries.values() if e.get("keras_version")), None
     )
-    version = next((str(e["keras_version"]) for e in entries if e.get("keras_version")), None)
-    if root is not None:
-        config = root.get("model_config") or {
-            "class_name": root.get("class_name"),
-            "config": root["config"],
-        }
-        source.layers, source.mask_layers = layers_from_config(config)
-    else:  # a subclassed model: each layer's own entry
-        model = {
-            "class_name": "Model",
-            "config": {"layers": [e for e in entries if "class_name" in e and "config" in e]},
-        }
-        source.layers, source.mask_layers = layers_from_config(model)
+    # The saved model's own config where it lists its layers; a subclassed model's lists none
+    # (its get_config() is the base Model's): then each of its layers' own entries.
+    root = entries.get("root")
+    if root is None:  # a Keras model held by an object that is not Keras: the first model
+        config = next(filter(None, map(_layered_config, entries.values())), None)
+    else:
+        config = _layered_config(root)
+    if config is None:
+        config = {"class_name": "Model", "config": {"layers": _subclassed_layers(entries)}}
+    source.layers, source.mask_layers = layers_from_config(config)
     source.config_origin = where
     major = keras_version_tuple(version)[0] if version else 2
     source.writer = Writer(

@@ -24,6 +24,12 @@ Files (all small; weights randomised, biases included):
 * saved_model/: `model.save(dir, save_format="tf")` (a SavedModel with keras_metadata.pb) of
   issue 28's model, Sequential LSTM(hard_sigmoid, return_sequences) -> GRU(reset_after=False);
 * expected_saved_model.npz: what tf_keras computes on it, keyed `savedmodel/...`.
+
+`python tests/data/keras2/make_fixtures.py subclassed` writes only:
+* saved_model_subclassed/: the SavedModel of a subclassed model (its `get_config()` lists no
+  layers: keras_metadata.pb holds each layer's own config) of a Bidirectional(LSTM) and a
+  nested Sequential of a backwards GRU(reset_after=False);
+* expected_subclassed.npz: what tf_keras computes on it, keyed `subclassed/...`.
 """
 
 import os
@@ -129,7 +135,35 @@ def saved_model():
     print("wrote saved_model/ with tf_keras", keras.__version__)
 
 
+def subclassed():
+    class Net(keras.Model):
+        def __init__(self, **kw):
+            super().__init__(**kw)
+            self.bi = keras.layers.Bidirectional(
+                keras.layers.LSTM(3, return_sequences=True), name="bi")
+            self.inner = keras.Sequential([
+                keras.layers.GRU(2, reset_after=False, return_sequences=True, go_backwards=True,
+                                 name="gru"),
+            ], name="inner")
+
+        def call(self, x):
+            return self.inner(self.bi(x))
+
+    model = Net(name="net")
+    model(np.zeros((B, T, I), np.float32))
+    r = np.random.default_rng(22)
+    for w in model.trainable_weights:
+        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
+    model.save(os.path.join(HERE, "saved_model_subclassed"), save_format="tf")
+    out = {}
+    run(model, "subclassed", False, out)
+    # the weights' names without the models' scopes, as the ported layers are named
+    out = {k.replace("/d/net/inner/", "/d/").replace("/d/net/", "/d/"): v for k, v in out.items()}
+    np.savez_compressed(os.path.join(HERE, "expected_subclassed.npz"), **out)
+    print("wrote saved_model_subclassed/ with tf_keras", keras.__version__, sorted(out))
+
+
 if __name__ == "__main__":
     import sys
 
-    saved_model() if sys.argv[1:] == ["saved_model"] else main()
+    {"saved_model": saved_model, "subclassed": subclassed}.get(sys.argv[1:2] and sys.argv[1], main)()
