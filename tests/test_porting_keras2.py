@@ -210,10 +210,12 @@ def test_keras2_saved_model_loops_agree_with_its_config():
             assert value == want, (name, key, value, want)
 
 
-def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
+@pytest.mark.parametrize("fixture", ["saved_model", "saved_model_subclassed"])
+def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys, fixture):
     """tf.keras before TF 2.5 kept each object's metadata JSON in the object graph
     (`user_object.metadata`) and wrote no keras_metadata.pb: the fixture rewritten so by TF's
-    own protobuf classes ports the same modules."""
+    own protobuf classes ports the same modules (the subclassed model's layers found by their
+    paths in the object graph, as keras_metadata.pb's node paths find them)."""
     pytest.importorskip("tensorflow")
     import shutil
 
@@ -222,7 +224,7 @@ def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
     from torch_lstm_grad.porting import proto
 
     src = tmp_path / "old"
-    shutil.copytree(os.path.join(K2, "saved_model"), src)
+    shutil.copytree(os.path.join(K2, fixture), src)
     sm = saved_model_pb2.SavedModel()
     sm.ParseFromString((src / "saved_model.pb").read_bytes())
     nodes = sm.meta_graphs[0].object_graph_def.nodes
@@ -233,7 +235,7 @@ def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys):
     (src / "keras_metadata.pb").unlink()
     mods, log = _convert(src, tmp_path, capsys)
     assert "with the Keras model config (the object graph's user_object.metadata)" in log
-    same_modules(mods, _convert(os.path.join(K2, "saved_model"), tmp_path, capsys)[0])
+    same_modules(mods, _convert(os.path.join(K2, fixture), tmp_path, capsys)[0])
 
 
 def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):

@@ -5,8 +5,8 @@ tf.keras' `save_format="tf"`; TF1's `SavedModelBuilder`), read without TensorFlo
 of MetaGraphDefs (meta_graph.proto: meta_info_def = 1 {tags = 4, tensorflow_version = 5},
 graph_def = 2, signature_def = 5 map<name, SignatureDef {outputs = 2 map<key, TensorInfo
 {name = 1}>}>, object_graph_def = 7). The object graph (saved_object_graph.proto) lists every
-saved object: nodes = 1 (SavedObject: user_object = 4 {identifier = 1, metadata = 3},
-variable = 7 {name = 6}) and concrete_functions = 2
+saved object: nodes = 1 (SavedObject: children = 1 {node_id = 1, local_name = 2}, user_object = 4
+{identifier = 1, metadata = 3}, variable = 7 {name = 6}) and concrete_functions = 2
 (map<function, SavedConcreteFunction {bound_inputs = 2}>: the object nodes a function captures,
 its last arguments, in order).
 
@@ -74,6 +74,8 @@ class SavedObjects:
 
     identifiers: dict[int, str] = field(default_factory=dict)
     metadata: dict[int, bytes] = field(default_factory=dict)
+    # node -> its path from the root (node 0): "root", "root.lstm", "root.lstm.cell", ...
+    paths: dict[int, str] = field(default_factory=dict)
     variable_names: dict[int, str] = field(default_factory=dict)
     bound_inputs: dict[str, list[int]] = field(default_factory=dict)
 
@@ -81,8 +83,16 @@ class SavedObjects:
 def _objects(buf: bytes) -> SavedObjects:
     out = SavedObjects()
     f = proto.fields(buf)
-    for i, node in enumerate(f.get(1, [])):
+    nodes = f.get(1, [])
+    out.paths[0] = "root"
+    for i, node in enumerate(nodes):
         n = proto.fields(node)
+        for child in map(proto.fields, n.get(1, [])):
+            c = proto.integer(child, 1)
+            # the first path to a node is its own (keras_metadata.pb's node_path rule); TF
+            # lists the nodes breadth first, so a parent's path is known before its children
+            if i in out.paths and c not in out.paths and 0 <= c < len(nodes):
+                out.paths[c] = f"{out.paths[i]}.{proto.string(child, 2)}"
         if 4 in n:
             u = proto.fields(proto.message(n, 4))
             out.identifiers[i] = proto.string(u, 1)
@@ -166,12 +176,11 @@ def choose_signature(path: str, meta: MetaGraph, signature: str | None) -> str |
 
 
 def _keras_metadata(directory: str, objects: SavedObjects | None):
-    """`({node path or None: model or layer JSON dict}, where)` from keras_metadata.pb (node
+    """`({node path: model or layer JSON dict}, where)` from keras_metadata.pb (node
     paths "root", "root.lstm", ...), else from the object graph's user_object.metadata (tf.keras
-    before TF 2.5: node ids, "root" for node 0 and None for the others); `({}, "")` when neither
-    stores any."""
+    before TF 2.5: the same paths from its children); `({}, "")` when neither stores any."""
     path = os.path.join(directory, "keras_metadata.pb")
-    entries: list[tuple[str | int, bytes]] = []
+    entries: list[tuple[str, bytes]] = []
     where = ""
     if os.path.isfile(path):
         with open(path, "rb") as fh:
@@ -181,7 +190,7 @@ def _keras_metadata(directory: str, objects: SavedObjects | None):
                 entries.append((proto.string(node, 3), proto.message(node, 5)))
         where = "keras_metadata.pb"
     elif objects is not None and objects.metadata:
-        entries = [("root" if i == 0 else i, raw) for i, raw in objects.metadata.items()]
+        entries = [(objects.paths.get(i, f"node {i}"), raw) for i, raw in objects.metadata.items()]
         where = "the object graph's user_object.metadata"
     out = {}
     for key, raw in entries:
@@ -208,14 +217,7 @@ def _subclassed_layers(entries: dict) -> list[dict]:
     """The layer entries of a subclassed model (root): each layer held by it or by a subclassed
     model in it, a Sequential or Functional model in it whole (its config lists its layers), and
     not the layers inside those (a Bidirectional's halves, an RNN's cell, a nested model's
-    layers: their owner's config holds them). Without node paths (tf.keras before TF 2.5):
-    every entry that is neither the root nor a layered model."""
-    if any(isinstance(k, int) for k in entries):
-        return [
-            e
-            for k, e in entries.items()
-            if k != "root" and "class_name" in e and "config" in e and not _layered_config(e)
-        ]
+    layers: their owner's config holds them)."""
     owners = {k for k, e in entries.items() if "is_graph_network" in e and not _layered_config(e)}
     return [
         e
