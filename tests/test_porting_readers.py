@@ -855,3 +855,39 @@ def test_a_float_attr_of_the_wrong_wire_type_is_refused():
         assert attr_value_pb2.AttrValue.FromString(data).WhichOneof("value") is None
         with pytest.raises(ValueError, match=f"^field 4: {wire} where a float belongs"):
             tf1_graph._attr_value(data)
+
+
+def test_tensor_values_as_tensorflow_reads_them():
+    """Constants of every dtype the reader takes (float, double, int32, int64, bool), stored
+    as content bytes and as repeated values (one value filling the shape, as TF writes equal
+    values), written by TF's make_tensor_proto: read as TF's make_ndarray reads them; a shape
+    with an unknown dimension or rank is no constant's and is refused."""
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.core.framework import tensor_pb2
+
+    from torch_lstm_grad.porting import proto
+
+    rng = np.random.default_rng(5)
+    values = [
+        rng.standard_normal((2, 3)).astype(np.float32),
+        rng.standard_normal((3,)).astype(np.float64),
+        rng.integers(-(2**31), 2**31 - 1, (2, 2), dtype=np.int32),
+        rng.integers(-(2**63), 2**63 - 1, (3,), dtype=np.int64),
+        np.array([True, False, True]),
+    ]
+    for value in values:
+        for data in (
+            tf.make_tensor_proto(value).SerializeToString(),  # tensor_content
+            tf.make_tensor_proto(value.flat[0], value.dtype, value.shape).SerializeToString(),
+        ):
+            want = tf.make_ndarray(tensor_pb2.TensorProto.FromString(data))
+            got = proto.tensor_value(data)
+            assert got.dtype == want.dtype and got.shape == want.shape, (got, want)
+            np.testing.assert_array_equal(got, want)
+    for dims, unknown_rank in (([2, -1], False), ([], True)):
+        t = tensor_pb2.TensorProto(dtype=1, float_val=[1.0])
+        t.tensor_shape.unknown_rank = unknown_rank
+        for d in dims:
+            t.tensor_shape.dim.add(size=d)
+        with pytest.raises(ValueError, match="is not a constant's"):
+            proto.tensor_value(t.SerializeToString())
