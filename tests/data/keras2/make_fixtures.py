@@ -118,6 +118,18 @@ def main():
     print("wrote", sorted(os.listdir(HERE)), "with tf_keras", keras.__version__)
 
 
+def save_and_run(model, seed, directory, prefix):
+    """Weights drawn from U(-0.6, 0.6) with `seed`, the model saved as a SavedModel in
+    `directory`, and what tf_keras computes on it, keyed `prefix/...`."""
+    r = np.random.default_rng(seed)
+    for w in model.trainable_weights:
+        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
+    model.save(os.path.join(HERE, directory), save_format="tf")
+    out = {}
+    run(model, prefix, False, out)
+    return out
+
+
 def saved_model():
     model = keras.Sequential([
         keras.Input((T, I)),
@@ -125,12 +137,7 @@ def saved_model():
                           name="lstm"),
         keras.layers.GRU(3, reset_after=False, name="gru"),
     ])
-    r = np.random.default_rng(21)
-    for w in model.trainable_weights:
-        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
-    model.save(os.path.join(HERE, "saved_model"), save_format="tf")
-    out = {}
-    run(model, "savedmodel", False, out)
+    out = save_and_run(model, 21, "saved_model", "savedmodel")
     np.savez_compressed(os.path.join(HERE, "expected_saved_model.npz"), **out)
     print("wrote saved_model/ with tf_keras", keras.__version__)
 
@@ -151,12 +158,7 @@ def subclassed():
 
     model = Net(name="net")
     model(np.zeros((B, T, I), np.float32))
-    r = np.random.default_rng(22)
-    for w in model.trainable_weights:
-        w.assign(r.uniform(-0.6, 0.6, tuple(w.shape)).astype(np.float32))
-    model.save(os.path.join(HERE, "saved_model_subclassed"), save_format="tf")
-    out = {}
-    run(model, "subclassed", False, out)
+    out = save_and_run(model, 22, "saved_model_subclassed", "subclassed")
     # the weights' names without the models' scopes, as the ported layers are named
     out = {k.replace("/d/net/inner/", "/d/").replace("/d/net/", "/d/"): v for k, v in out.items()}
     np.savez_compressed(os.path.join(HERE, "expected_subclassed.npz"), **out)
@@ -166,4 +168,5 @@ def subclassed():
 if __name__ == "__main__":
     import sys
 
-    {"saved_model": saved_model, "subclassed": subclassed}.get(sys.argv[1:2] and sys.argv[1], main)()
+    modes = {"saved_model": saved_model, "subclassed": subclassed}
+    modes.get(sys.argv[1] if len(sys.argv) > 1 else "", main)()
