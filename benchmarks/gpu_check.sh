@@ -12,7 +12,8 @@
 #            here (minutes: the later steps may then not fit)                      -> env.txt
 #   doctor   python -m torch_lstm_grad doctor                                      -> env.txt
 #   (no CUDA device: stops here with exit code 2, the dry run on a CPU machine)
-#   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype -> tests.log
+#   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype; converted
+#            tf_keras files against tf_keras' stored numbers                -> tests.log
 #   layout   the params layout against cudnnGetRNNWeightParams, every configuration
 #                                                                    -> tests.log, layout.json
 #   weights  torch's flattened cuDNN weights (benchmarks/cudnn_weight_order.py) against
@@ -127,7 +128,8 @@ fi
 per_test=()
 "$PY" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout 60)
 step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
-  tests/test_cuda.py tests/test_cuda_modules.py tests/test_cudnn_rnn.py tests/test_opcheck.py
+  tests/test_cuda.py tests/test_cuda_modules.py tests/test_cuda_ports.py tests/test_cudnn_rnn.py \
+  tests/test_opcheck.py
 step layout 50 tests.log "$PY" benchmarks/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 # cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
 step weights 30 tests.log bash -c "diff <(\"$PY\" benchmarks/cudnn_weight_order.py) \

@@ -8,9 +8,13 @@ zeros or ones), so a dropped bias or swapped gate block shows in the numbers.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import torch
 from tf_oracle import tf_module
+
+from torch_lstm_grad import keras_layers
 
 TOL = 1e-5  # scaled: max |ours - TF| / max(1, max |TF|), float32
 
@@ -49,6 +53,55 @@ def assert_close(named: dict, tol: float = TOL) -> None:
         + ", ".join(f"{k} {e:.1e}" for k, e in errs.items())
         + ")"
     )
+
+
+# tf_keras 2.21's files and the numbers tf_keras computed from them (make_fixtures.py there)
+KERAS2 = os.path.join(os.path.dirname(__file__), "data", "keras2")
+_KERAS2_NUMBERS = {"savedmodel": "expected_saved_model.npz",
+                   "subclassed": "expected_subclassed.npz"}  # fmt: skip
+
+
+def stored_keras2(prefix: str) -> dict:
+    """The arrays make_fixtures.py stored for the model `prefix` (x, mask, outK, rK, dx, d/...)."""
+    data = np.load(os.path.join(KERAS2, _KERAS2_NUMBERS.get(prefix, "expected.npz")))
+    return {k[len(prefix) + 1 :]: data[k] for k in data.files if k.startswith(prefix + "/")}
+
+
+def _keras_param(mods, path):
+    parts = path.split("/")
+    module = mods[parts[0]]
+    if isinstance(module, keras_layers.KerasBidirectional):
+        module = module.forward_layer if parts[1].startswith("forward_") else module.backward_layer
+    return getattr(module, parts[-1])
+
+
+def compare_with_stored_keras2(mods, prefix, names, mask: bool, last_only: bool = False,
+                               device: str = "cpu", train: bool = True) -> None:  # fmt: skip
+    """The ported modules `names`, chained on tf_keras' stored input, against tf_keras' stored
+    outputs and the gradients of Σ out_k·r_k (input and every weight) on `device`; `last_only`:
+    the model's output is the last layer's (a Sequential model). `train=False`: outputs only,
+    under no_grad (the inference ops)."""
+    e = stored_keras2(prefix)
+    x = torch.from_numpy(e["x"]).to(device).requires_grad_(train)
+    m = torch.from_numpy(e["mask"]).to(device) if mask else None
+    outs, y = [], x
+    with torch.set_grad_enabled(train):
+        for name in names:
+            out = flat(mods[name](y, mask=m))
+            outs += out
+            y = out[0]
+    outs = outs[-1:] if last_only else outs
+    assert f"out{len(outs)}" not in e
+    pairs = {f"output {k}": (o, e[f"out{k}"]) for k, o in enumerate(outs)}
+    if train:
+        rs = [torch.from_numpy(e[f"r{k}"]).to(device) for k in range(len(outs))]
+        grads_want = {k[2:]: v for k, v in e.items() if k.startswith("d/")}
+        params = {p: _keras_param(mods, p) for p in grads_want}
+        loss = sum((o * r).sum() for o, r in zip(outs, rs, strict=True))
+        grads = torch.autograd.grad(loss, [x, *params.values()])
+        pairs["d x"] = (grads[0], e["dx"])
+        pairs |= {f"d {p}": (g, grads_want[p]) for p, g in zip(params, grads[1:], strict=True)}
+    assert_close(pairs)
 
 
 def flat(out) -> list:

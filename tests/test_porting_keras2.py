@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 import torch
 from porting_oracle import (
+    KERAS2,
     assert_close,
+    compare_with_stored_keras2,
     convert_without_tf,
     descriptions_as_logged,
     loss_weights,
@@ -20,10 +22,10 @@ from porting_oracle import (
 )
 from tf_oracle import available as _tf_available
 
-from torch_lstm_grad import cli, keras_layers, porting
+from torch_lstm_grad import cli, porting
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
-K2 = os.path.join(DATA, "keras2")
+K2 = KERAS2
 CHARS2VEC = os.path.join(DATA, "chars2vec_eng_50", "weights.h5")
 ORDER = ["lstm", "gru_before", "gru_after", "rnn", "bi"]  # the fixture model's layers
 
@@ -33,45 +35,6 @@ def _convert(src, tmp_path, capsys, *extra, code=0):
     assert cli.main(["convert", str(src), "-o", str(out), *extra]) == code, capsys.readouterr()
     captured = capsys.readouterr()
     return captured.err if code else (porting.load(out), captured.out)
-
-
-def _expected(prefix):
-    names = {"savedmodel": "expected_saved_model.npz", "subclassed": "expected_subclassed.npz"}
-    name = names.get(prefix, "expected.npz")
-    data = np.load(os.path.join(K2, name))
-    return {k[len(prefix) + 1 :]: data[k] for k in data.files if k.startswith(prefix + "/")}
-
-
-def _param(mods, path):
-    parts = path.split("/")
-    module = mods[parts[0]]
-    if isinstance(module, keras_layers.KerasBidirectional):
-        module = module.forward_layer if parts[1].startswith("forward_") else module.backward_layer
-    return getattr(module, parts[-1])
-
-
-def _compare_with_tf_keras(mods, prefix, names, mask: bool, last_only: bool = False):
-    """`last_only`: the model's output is the last layer's (a Sequential model)."""
-    e = _expected(prefix)
-    x = torch.from_numpy(e["x"]).requires_grad_()
-    m = torch.from_numpy(e["mask"]) if mask else None
-    outs, y = [], x
-    for name in names:
-        out = mods[name](y, mask=m)
-        out = list(out) if isinstance(out, (list, tuple)) else [out]
-        outs += out
-        y = out[0]
-    outs = outs[-1:] if last_only else outs
-    rs = [e[f"r{k}"] for k in range(len(outs))]
-    assert f"out{len(outs)}" not in e
-    grads_want = {k[2:]: v for k, v in e.items() if k.startswith("d/")}
-    params = {p: _param(mods, p) for p in grads_want}
-    loss = sum((o * torch.from_numpy(r)).sum() for o, r in zip(outs, rs, strict=True))
-    grads = torch.autograd.grad(loss, [x, *params.values()])
-    pairs = {f"output {k}": (o, e[f"out{k}"]) for k, o in enumerate(outs)}
-    pairs["d x"] = (grads[0], e["dx"])
-    pairs |= {f"d {p}": (g, grads_want[p]) for p, g in zip(params, grads[1:], strict=True)}
-    assert_close(pairs)
 
 
 def test_keras2_model_h5(tmp_path, capsys):
@@ -88,7 +51,7 @@ def test_keras2_model_h5(tmp_path, capsys):
         "      bi/backward_lstm: keras.LSTM (config of layer 'lstm')",
     ]
     assert "    forward:\n      bi/forward_lstm: keras.LSTM (config of layer 'lstm')" in log
-    _compare_with_tf_keras(mods, "model", ORDER, mask=True)
+    compare_with_stored_keras2(mods, "model", ORDER, mask=True)
 
 
 def test_keras2_weights_only_with_and_without_config(tmp_path, capsys):
@@ -103,7 +66,7 @@ def test_keras2_weights_only_with_and_without_config(tmp_path, capsys):
     assert sorted(mods) == sorted(ORDER)
     descriptions_as_logged(mods.values(), log)
     mods, log = _convert(src, tmp_path, capsys, "--config", os.path.join(K2, "model.json"))
-    _compare_with_tf_keras(mods, "model", ORDER, mask=True)
+    compare_with_stored_keras2(mods, "model", ORDER, mask=True)
 
 
 def test_keras2_tf_checkpoint(tmp_path, capsys):
@@ -127,9 +90,9 @@ def test_keras2_tf_checkpoint(tmp_path, capsys):
         mods["lstm"](torch.zeros(3, 6, 4), mask=torch.ones(3, 6, dtype=torch.bool))
     mods, _ = _convert(src, tmp_path, capsys, "--config", str(tmp_path / "bare.json"),
                        "--keras-version", "2.21.0")  # fmt: skip
-    _compare_with_tf_keras(mods, "model", ORDER, mask=True)
+    compare_with_stored_keras2(mods, "model", ORDER, mask=True)
     mods, _ = _convert(src, tmp_path, capsys, "--config", os.path.join(K2, "model.json"))
-    _compare_with_tf_keras(mods, "model", ORDER, mask=True)
+    compare_with_stored_keras2(mods, "model", ORDER, mask=True)
 
 
 def test_config_names_the_keras_that_wrote_a_checkpoint():
@@ -156,7 +119,7 @@ def test_keras2_saved_model(tmp_path, capsys):
     assert "written by: Keras 2.21.0 (keras_metadata.pb)" in log
     assert "gate_activation      = 'hard_sigmoid_keras2'  <- keras_metadata.pb" in log
     assert "reset_after          = False  <- the bias shape" in log
-    _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
+    compare_with_stored_keras2(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
     convert_without_tf(src, tmp_path / "no_tf.pt")
     same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
 
@@ -172,7 +135,7 @@ def test_keras2_subclassed_saved_model(tmp_path, capsys):
     assert "go_backwards         = True  <- keras_metadata.pb" in log
     assert log.count("return_sequences     = True  <- keras_metadata.pb") == 3
     assert sorted(mods) == ["bi", "gru"]
-    _compare_with_tf_keras(mods, "subclassed", ["bi", "gru"], mask=False, last_only=True)
+    compare_with_stored_keras2(mods, "subclassed", ["bi", "gru"], mask=False, last_only=True)
 
 
 def test_keras2_saved_model_without_its_metadata(tmp_path, capsys):
@@ -187,7 +150,7 @@ def test_keras2_saved_model_without_its_metadata(tmp_path, capsys):
     mods, log = _convert(src, tmp_path, capsys)
     assert "layers read from its saved functions (no Keras config stored)" in log
     assert "written by: Keras 2 (tf.keras' layer objects in the object graph)" in log
-    _compare_with_tf_keras(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
+    compare_with_stored_keras2(mods, "savedmodel", ["lstm", "gru"], mask=False, last_only=True)
 
 
 def test_keras2_saved_model_loops_agree_with_its_config():
@@ -243,7 +206,7 @@ def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):
     relu6(x + 3) / 6: described so, and exact against tf_keras' own run."""
     mods, log = _convert(os.path.join(K2, "hard.h5"), tmp_path, capsys)
     assert "gate_activation      = 'hard_sigmoid_keras2'  <- the file's model_config" in log
-    _compare_with_tf_keras(mods, "hard", ["hard"], mask=False)
+    compare_with_stored_keras2(mods, "hard", ["hard"], mask=False)
 
 
 # -- a published Keras 2.2.0 model ----------------------------------------------------------------
@@ -331,11 +294,11 @@ def test_keras2_cudnn_layers(tmp_path, capsys):
     by --set."""
     mods, log = _convert(os.path.join(K2, "cudnn.h5"), tmp_path, capsys)
     assert "clstm: keras.CuDNNLSTM" in log and "cgru: keras.CuDNNGRU" in log
-    _compare_with_tf_keras(mods, "cudnn", ["clstm", "cgru"], mask=False)
+    compare_with_stored_keras2(mods, "cudnn", ["clstm", "cgru"], mask=False)
     with pytest.raises(NotImplementedError, match="CuDNN layers take no mask"):
         mods["clstm"](torch.zeros(3, 6, 4), mask=torch.ones(3, 6, dtype=torch.bool))
     src = os.path.join(K2, "cudnn_weights.h5")
     mods, log = _convert(src, tmp_path, capsys, "--set", "return_sequences=true",
                          "--set", "cgru:go_backwards=true")  # fmt: skip
     assert "go_backwards         = True  <- --set  [not stored in the file]" in log
-    _compare_with_tf_keras(mods, "cudnn", ["clstm", "cgru"], mask=False)
+    compare_with_stored_keras2(mods, "cudnn", ["clstm", "cgru"], mask=False)
