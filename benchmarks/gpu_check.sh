@@ -98,8 +98,23 @@ if problems:
 EOF
 }
 
+# The tree's own build (a CPU machine's dry run) is set aside and put back on exit: the prebuilt
+# is for the GPU machine's Python and torch, and left in place it would break this one's import.
+SET_ASIDE=$(mktemp -d)
+restore_own_build() {
+  if compgen -G "$SET_ASIDE/*" >/dev/null; then
+    rm -f torch_lstm_grad/_C.*.so torch_lstm_grad/_build_info.py
+    mv "$SET_ASIDE"/* torch_lstm_grad/
+  fi
+  rmdir "$SET_ASIDE"
+}
+trap restore_own_build EXIT
+
 install_prebuilt() {
-  rm -f torch_lstm_grad/_C.*.so torch_lstm_grad/_build_info.py
+  local f
+  for f in torch_lstm_grad/_C.*.so torch_lstm_grad/_build_info.py; do
+    [ -e "$f" ] && mv "$f" "$SET_ASIDE/"
+  done
   cp "$PREBUILT/_C.abi3.so" "$PREBUILT/_build_info.py" torch_lstm_grad/
 }
 

@@ -150,7 +150,7 @@ def float32(f: dict, n: int, default=None):
         return default
     if not isinstance(v, Fixed32):
         raise ValueError(f"field {n}: {_wire(v)} where a float belongs (wrong wire type)")
-    return struct.unpack("<f", struct.pack("<I", v))[0]
+    return packed_floats([v], "f")[0]
 
 
 def message(f: dict, n: int) -> bytes:
