@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tf_oracle import tf_module
 
-from torch_lstm_grad import keras_layers
+from torch_lstm_grad import keras_layers, modules
 
 TOL = 1e-5  # scaled: max |ours - TF| / max(1, max |TF|), float32
 
@@ -102,6 +102,38 @@ def compare_with_stored_keras2(mods, prefix, names, mask: bool, last_only: bool 
         pairs["d x"] = (grads[0], e["dx"])
         pairs |= {f"d {p}": (g, grads_want[p]) for p, g in zip(params, grads[1:], strict=True)}
     assert_close(pairs)
+
+
+def step_cells(cells, x_t, lengths, initial=None):
+    """dynamic_rnn (time-major `x_t` [T, B, I]) over a MultiRNNCell of LSTMBlockCell /
+    GRUBlockCell steps, on `x_t`'s device: each step runs the cells in turn on the one below's
+    output; past a row's length (`lengths`, a NumPy array, or None) every state is carried and
+    the output is zero. Returns (outputs, the states flattened as tf.nest does: (c, h) per LSTM,
+    h per GRU); `initial`: that flat list (default zeros)."""
+    T, B = x_t.shape[:2]
+    states, flat_initial = [], list(initial) if initial is not None else None
+    for cell in cells:
+        lstm = isinstance(cell, modules.LSTMBlockCell)
+        h_width = getattr(cell, "num_proj", None) or cell.num_units
+        widths = [cell.num_units, h_width] if lstm else [cell.num_units]
+        if flat_initial is None:
+            states.append(tuple(x_t.new_zeros(B, w) for w in widths))
+        else:
+            states.append(tuple(flat_initial.pop(0) for _ in widths))
+    outs = []
+    for t in range(T):
+        keep = (
+            torch.ones(B, 1, dtype=torch.bool)
+            if lengths is None
+            else torch.from_numpy((t < lengths)[:, None])
+        ).to(x_t.device)
+        y = x_t[t]
+        for k, cell in enumerate(cells):
+            y, new = cell(y, states[k] if len(states[k]) == 2 else states[k][0])
+            new = tuple(new) if isinstance(new, (tuple, list)) else (new,)
+            states[k] = tuple(torch.where(keep, a, b) for a, b in zip(new, states[k], strict=True))
+        outs.append(y * keep)
+    return torch.stack(outs), tuple(s for state in states for s in state)
 
 
 def flat(out) -> list:

@@ -4,14 +4,17 @@ needed where this runs), converted as a user would, moved to CUDA, and compared 
 the porting tests' tolerance — training (outputs, input and weight gradients) and no_grad
 inference, which run different ops. test_cuda_modules.py ties each module's GPU run to its CPU
 run; this ties what a converted file computes on the GPU to what TF computed. Skipped, with the
-reason printed, without a GPU or a CUDA build of the extension. TF32 is off.
+reason printed, without a GPU or a CUDA build of the extension. TF32 is off. Also a
+published frozen TF1 graph (cutkum's three GRUCells, tests/data/cutkum) against TF's run of it.
 """
 
 import os
 
+import numpy as np
 import pytest
+import torch
 from conftest import _CUDA_SKIP, CUDA_OK
-from porting_oracle import KERAS2, compare_with_stored_keras2
+from porting_oracle import KERAS2, assert_close, compare_with_stored_keras2, step_cells
 
 from torch_lstm_grad import cli, porting
 
@@ -32,8 +35,14 @@ CASES = {
     # a SavedModel: LSTM(hard_sigmoid) -> GRU(reset_after=False)
     "saved_model": ("saved_model", [], "savedmodel", ["lstm", "gru"], False, True),
     # a subclassed model's SavedModel: Bidirectional(LSTM) -> backwards GRU
-    "saved_model_subclassed": ("saved_model_subclassed", [], "subclassed", ["bi", "gru"],
-                               False, True),  # fmt: skip
+    "saved_model_subclassed": (
+        "saved_model_subclassed",
+        [],
+        "subclassed",
+        ["bi", "gru"],
+        False,
+        True,
+    ),
     # CuDNNLSTM / CuDNNGRU: cuDNN's own weight layout
     "cudnn.h5": ("cudnn.h5", [], "cudnn", ["clstm", "cgru"], False, False),
 }
@@ -65,3 +74,24 @@ def test_converted_file_on_the_gpu_matches_tf_keras(case, train, converted):
     assert all(p.is_cuda for m in mods.values() for p in m.parameters())
     compare_with_stored_keras2(mods, prefix, names, mask=mask, last_only=last_only,
                                device="cuda", train=train)  # fmt: skip
+
+
+CUTKUM = os.path.join(os.path.dirname(__file__), "data", "cutkum")
+
+
+def test_published_frozen_graph_on_the_gpu_matches_tf(tmp_path):
+    """cutkum's frozen graph converted, its three GRUCells on the GPU, stepped as dynamic_rnn
+    steps them from the stored initial states, against TF's outputs on the same inputs
+    (make_expected.py; tests/test_porting_tf1.py checks them against TF where TF runs). TF
+    cannot differentiate this imported TF1 loop: outputs only."""
+    out = tmp_path / "cutkum.pt"
+    assert cli.main(["convert", os.path.join(CUTKUM, "frozen_model.pb"), "-o", str(out)]) == 0
+    mods = porting.load(out)
+    cells = [mods[f"rnn.multi_rnn_cell.cell_{k}.gru_cell"].to("cuda") for k in range(3)]
+    e = np.load(os.path.join(CUTKUM, "expected.npz"))
+    h0 = torch.from_numpy(e["state"][0]).cuda()
+    initial = [h0[:, :512], h0[:, 512:768], h0[:, 768:]]
+    with torch.no_grad():
+        outs, _ = step_cells(cells, torch.from_numpy(e["x"]).cuda(), e["lengths"], initial)
+    assert outs.is_cuda and np.abs(e["outputs"]).max() > 0.5
+    assert_close({"outputs": (outs, e["outputs"])})

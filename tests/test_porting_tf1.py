@@ -16,6 +16,7 @@ from porting_oracle import (
     descriptions_as_logged,
     loss_weights,
     same_modules,
+    step_cells,
 )
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
@@ -158,42 +159,12 @@ class _TF1Run:
         assert_close(pairs)
 
 
-def _step_cells(cells, x_t, lengths, initial=None):
-    """dynamic_rnn over a MultiRNNCell of LSTMBlockCell / GRUBlockCell steps: each step runs the
-    cells in turn on the one below's output; past a row's length every state is carried and the
-    output is zero. Returns (outputs, the states flattened as tf.nest does: (c, h) per LSTM, h
-    per GRU); `initial`: that flat list (default zeros)."""
-    states, flat = [], list(initial) if initial is not None else None
-    for cell in cells:
-        lstm = isinstance(cell, modules.LSTMBlockCell)
-        h_width = getattr(cell, "num_proj", None) or cell.num_units
-        widths = [cell.num_units, h_width] if lstm else [cell.num_units]
-        if flat is None:
-            states.append(tuple(x_t.new_zeros(B, w) for w in widths))
-        else:
-            states.append(tuple(flat.pop(0) for _ in widths))
-    outs = []
-    for t in range(T):
-        keep = (
-            torch.ones(B, 1, dtype=torch.bool)
-            if lengths is None
-            else torch.from_numpy((t < lengths)[:, None])
-        )
-        y = x_t[t]
-        for k, cell in enumerate(cells):
-            y, new = cell(y, states[k] if len(states[k]) == 2 else states[k][0])
-            new = tuple(new) if isinstance(new, (tuple, list)) else (new,)
-            states[k] = tuple(torch.where(keep, a, b) for a, b in zip(new, states[k], strict=True))
-        outs.append(y * keep)
-    return torch.stack(outs), tuple(s for state in states for s in state)
-
-
 def _step_lstm(cell, x_t, lengths):
-    return _step_cells([cell], x_t, lengths)
+    return step_cells([cell], x_t, lengths)
 
 
 def _step_gru(cell, x_t, lengths):
-    return _step_cells([cell], x_t, lengths)
+    return step_cells([cell], x_t, lengths)
 
 
 def _convert(src, tmp_path, capsys, *extra, code=0):
@@ -415,7 +386,7 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     for cell in cells:
         assert len(cell.port_description.notes) == 2  # the dropout, the sequence lengths
     x_t = torch.from_numpy(run.x).requires_grad_()
-    outs, state = _step_cells(cells, x_t, run.lengths)
+    outs, state = step_cells(cells, x_t, run.lengths)
     params = {}
     for scope, cell in zip(scopes, cells, strict=True):
         params |= _params(run, cell, scope, _GRU_PARAMS, scoped=True)
@@ -462,8 +433,8 @@ def test_frozen_bidirectional_dynamic_rnn(tmp_path, capsys):
     fw, bw = (mods[f"bidirectional_rnn.{d}.basic_lstm_cell"] for d in ("fw", "bw"))
     assert fw.forget_bias == 0.75 and bw.forget_bias == 1.0
     x_t = torch.from_numpy(run.x).requires_grad_()
-    out_f, state_f = _step_cells([fw], x_t, run.lengths)
-    out_b, state_b = _step_cells([bw], _reverse_rows(x_t, run.lengths), run.lengths)
+    out_f, state_f = step_cells([fw], x_t, run.lengths)
+    out_b, state_b = step_cells([bw], _reverse_rows(x_t, run.lengths), run.lengths)
     outs = torch.cat([out_f, _reverse_rows(out_b, run.lengths)], -1)
     params = {}
     for d, cell in (("fw", fw), ("bw", bw)):
@@ -511,9 +482,10 @@ def test_published_frozen_graph_cutkum(tmp_path, capsys):
     cells = [mods[f"rnn.multi_rnn_cell.cell_{k}.gru_cell"] for k in range(3)]
     assert [c.num_units for c in cells] == [512, 256, 128]
     tf = tf_module()
-    r = np.random.default_rng(31)
-    x = r.standard_normal((T, B, 80)).astype(np.float32)
-    state = (0.5 * r.standard_normal((1, B, 896))).astype(np.float32)
+    # the inputs, and TF's outputs for the tests without TF (make_expected.py beside the graph)
+    stored = np.load(os.path.join(os.path.dirname(CUTKUM), "expected.npz"))
+    x, state = stored["x"], stored["state"]
+    assert (stored["lengths"] == LENGTHS).all()
     graph_def = tf.compat.v1.GraphDef()
     with open(CUTKUM, "rb") as fh:
         graph_def.ParseFromString(fh.read())
@@ -533,9 +505,9 @@ def test_published_frozen_graph_cutkum(tmp_path, capsys):
     h0 = torch.from_numpy(state[0])
     initial = [h0[:, :512], h0[:, 512:768], h0[:, 768:]]
     with torch.no_grad():
-        outs, _ = _step_cells(cells, torch.from_numpy(x), LENGTHS, initial)
+        outs, _ = step_cells(cells, torch.from_numpy(x), LENGTHS, initial)
     assert np.abs(want).max() > 0.5 and (want[:, 1][LENGTHS[1] :] == 0).all()
-    assert_close({"outputs": (outs, want)})
+    assert_close({"outputs": (outs, want), "the stored outputs": (stored["outputs"], want)})
 
 
 def test_cell_activation_not_computed_is_refused(tmp_path, capsys):
