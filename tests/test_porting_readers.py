@@ -891,3 +891,34 @@ def test_tensor_values_as_tensorflow_reads_them():
             t.tensor_shape.dim.add(size=d)
         with pytest.raises(ValueError, match="is not a constant's"):
             proto.tensor_value(t.SerializeToString())
+
+
+def test_a_constant_filled_from_one_value_is_bounded():
+    """TF stores a constant of equal values as one value and its shape (make_tensor_proto of a
+    scalar with a shape, as TF writes it): filled up to proto.MAX_FILLED_BYTES (256 MiB, the
+    bound included) as make_ndarray fills it; past it, from one value or none, refused by name
+    before anything is allocated (a hostile graph's [2^40] Const would take 4 TiB)."""
+    tf = pytest.importorskip("tensorflow")
+    from tensorflow.core.framework import tensor_pb2
+
+    from torch_lstm_grad.porting import proto
+
+    assert proto.MAX_FILLED_BYTES == 1 << 28
+    at_bound = [proto.MAX_FILLED_BYTES // 4]  # float32: exactly 256 MiB
+    data = tf.make_tensor_proto(np.float32(1.5), tf.float32, at_bound).SerializeToString()
+    assert len(data) < 32  # one value and the shape
+    got = proto.tensor_value(data)
+    want = tf.make_ndarray(tensor_pb2.TensorProto.FromString(data))
+    assert got.shape == want.shape == tuple(at_bound) and got.dtype == want.dtype
+    assert got[0] == got[-1] == want[-1] == 1.5
+    del got, want
+    for dtype, shape in ((tf.float32, [proto.MAX_FILLED_BYTES // 4 + 1]),
+                         (tf.float64, [2, proto.MAX_FILLED_BYTES // 16 + 1]),
+                         (tf.int32, [1 << 40])):  # fmt: skip
+        data = tf.make_tensor_proto(1, dtype, shape).SerializeToString()
+        with pytest.raises(ValueError, match=r"would fill \d+ bytes from 1 stored value"):
+            proto.tensor_value(data)
+    empty = tensor_pb2.TensorProto(dtype=1)  # no value at all: zeros, as make_ndarray fills
+    empty.tensor_shape.dim.add(size=1 << 40)
+    with pytest.raises(ValueError, match=r"would fill \d+ bytes from 0 stored value"):
+        proto.tensor_value(empty.SerializeToString())
