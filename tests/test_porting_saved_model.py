@@ -202,6 +202,27 @@ def test_keras3_export_signatures(tmp_path, capsys):
     err = _convert(tmp_path / "sm", tmp_path, capsys, "--signature", "nope", code=2)
     assert "--signature nope: " in err and "(it has: encode, serve, serving_default)" in err
     assert err.count("\n") == 1
+    # no serving_default (removed by TF's protobuf classes: ExportArchive always writes one):
+    # the one signature there is, else refused naming them
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    for names in (["whole"], ["whole", "encode"]):
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        for name in names:
+            archive.add_endpoint(name, model.call if name == "whole" else model.layers[0].call,
+                                 input_signature=spec)  # fmt: skip
+        path = tmp_path / names[-1]
+        archive.write_out(str(path), verbose=False)
+        sm = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
+        del sm.meta_graphs[0].signature_def["serving_default"]
+        (path / "saved_model.pb").write_bytes(sm.SerializeToString())
+        if len(names) == 1:
+            mods, log = _convert(path, tmp_path, capsys)
+            assert "signature whole)" in log and sorted(mods) == sorted([lstm, gru])
+        else:
+            err = _convert(path, tmp_path, capsys, code=2)
+            assert "several signatures and no 'serving_default' (encode, whole): choose" in err
 
 
 def test_keras3_export_traced_with_cudnn_is_refused(tmp_path, capsys, monkeypatch):
