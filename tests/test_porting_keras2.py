@@ -173,29 +173,37 @@ def test_keras2_saved_model_loops_agree_with_its_config():
             assert value == want, (name, key, value, want)
 
 
-@pytest.mark.parametrize("fixture", ["saved_model", "saved_model_subclassed"])
-def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys, fixture):
-    """tf.keras before TF 2.5 kept each object's metadata JSON in the object graph
-    (`user_object.metadata`) and wrote no keras_metadata.pb: the fixture rewritten so by TF's
-    own protobuf classes ports the same modules (the subclassed model's layers found by their
-    paths in the object graph, as keras_metadata.pb's node paths find them)."""
-    pytest.importorskip("tensorflow")
+def _metadata_in_object_graph(fixture, dst, edit=lambda metadata: metadata):
+    """A copy of the SavedModel `fixture` as tf.keras before TF 2.5 wrote it: each object's
+    metadata JSON (after `edit(dict)`) in the object graph's `user_object.metadata`, no
+    keras_metadata.pb (rewritten by TF's own protobuf classes)."""
     import shutil
 
     from tensorflow.core.protobuf import saved_model_pb2
 
     from torch_lstm_grad.porting import proto
 
-    src = tmp_path / "old"
-    shutil.copytree(os.path.join(K2, fixture), src)
+    shutil.copytree(os.path.join(K2, fixture), dst)
     sm = saved_model_pb2.SavedModel()
-    sm.ParseFromString((src / "saved_model.pb").read_bytes())
+    sm.ParseFromString((dst / "saved_model.pb").read_bytes())
     nodes = sm.meta_graphs[0].object_graph_def.nodes
-    for entry in proto.fields((src / "keras_metadata.pb").read_bytes())[1]:
+    for entry in proto.fields((dst / "keras_metadata.pb").read_bytes())[1]:
         f = proto.fields(entry)  # SavedObject {node_id = 2, metadata = 5}
-        nodes[proto.integer(f, 2)].user_object.metadata = proto.message(f, 5).decode()
-    (src / "saved_model.pb").write_bytes(sm.SerializeToString())
-    (src / "keras_metadata.pb").unlink()
+        metadata = json.dumps(edit(json.loads(proto.message(f, 5))))
+        nodes[proto.integer(f, 2)].user_object.metadata = metadata
+    (dst / "saved_model.pb").write_bytes(sm.SerializeToString())
+    (dst / "keras_metadata.pb").unlink()
+    return dst
+
+
+@pytest.mark.parametrize("fixture", ["saved_model", "saved_model_subclassed"])
+def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys, fixture):
+    """tf.keras before TF 2.5 kept each object's metadata JSON in the object graph
+    (`user_object.metadata`) and wrote no keras_metadata.pb: the fixture rewritten so ports the
+    same modules (the subclassed model's layers found by their paths in the object graph, as
+    keras_metadata.pb's node paths find them)."""
+    pytest.importorskip("tensorflow")
+    src = _metadata_in_object_graph(fixture, tmp_path / "old")
     mods, log = _convert(src, tmp_path, capsys)
     assert "with the Keras model config (the object graph's user_object.metadata)" in log
     want_mods, want_log = _convert(os.path.join(K2, fixture), tmp_path, capsys)
@@ -206,6 +214,24 @@ def test_keras2_saved_model_metadata_in_object_graph(tmp_path, capsys, fixture):
         os.path.join(K2, fixture), str(src)
     )
     assert log == want_log
+
+
+def test_keras2_saved_model_metadata_without_a_keras_version(tmp_path, capsys):
+    """Metadata that names no keras_version (tf.keras wrote one from TF 2.0 on, but the field is
+    optional): taken as tf.keras 2's, said so, and ported as the versioned file is."""
+    pytest.importorskip("tensorflow")
+
+    def unversioned(metadata):
+        metadata.pop("keras_version", None)
+        return metadata
+
+    src = _metadata_in_object_graph("saved_model", tmp_path / "old", unversioned)
+    mods, log = _convert(src, tmp_path, capsys)
+    assert (
+        "written by: Keras 2 (the object graph's user_object.metadata (no keras_version: "
+        "tf.keras 2))" in log
+    )
+    same_modules(mods, _convert(os.path.join(K2, "saved_model"), tmp_path, capsys)[0])
 
 
 def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):
