@@ -393,3 +393,31 @@ def test_keras3_export_states_read_by_a_later_layer(tmp_path, capsys):
     want = lstm(xs)
     pairs = zip(got, want, strict=True)
     assert_close({f"out {k}": (g, w.numpy()) for k, (g, w) in enumerate(pairs)})
+
+
+def test_keras3_export_lists_what_it_leaves_out(tmp_path, capsys):
+    """A Keras 3 export saves each weight twice (the layer's variable, which the functions
+    capture, and a copy under `_all_variables`) and a dropout's seed-generator state (an
+    integer): the weights are taken from the variables the functions capture, and every entry
+    left out is listed with why."""
+    keras = _keras()
+    x = keras.Input((T, I))
+    lstm = keras.layers.LSTM(4, dropout=0.25, return_sequences=True, name="lstm")
+    model = keras.Model(x, lstm(x))
+    randomize(model.trainable_weights, 35)
+    model.export(str(tmp_path / "sm"), verbose=False)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys)
+    key = "{}/{}/.ATTRIBUTES/VARIABLE_VALUE".format
+    for k, w in enumerate(["kernel", "recurrent_kernel", "bias"]):
+        assert f"  lstm/lstm_cell/{w} (stored as {key('variables', k)}) " in log
+    ignored = dict(
+        line[len("ignored: ") :].split(" ", 1) for line in log.splitlines()
+        if line.startswith("ignored: ")
+    )  # fmt: skip
+    assert sorted(ignored) == [key("_all_variables", k) for k in range(4)] + [key("variables", 3)]
+    copies = sorted(ignored[key("_all_variables", k)] for k in range(3))
+    assert copies == [f"(another copy of lstm/lstm_cell/{w} (the same values))"
+                      for w in ("bias", "kernel", "recurrent_kernel")]  # fmt: skip
+    for k in (key("_all_variables", 3), key("variables", 3)):
+        assert ignored[k] == "(not a floating-point tensor)"
+    _compare(model, ["lstm"], mods, seed=36, mask=False)
