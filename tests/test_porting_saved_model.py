@@ -4,7 +4,9 @@ computes it; converted with TensorFlow and without (the same modules); what the 
 compute that the converter does not read is refused by name. (tf_keras' SavedModels:
 test_porting_keras2.py; TF1's: test_porting_tf1.py.)"""
 
+import os
 import re
+import shutil
 
 import numpy as np
 import pytest
@@ -255,7 +257,12 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
     novars.mkdir()
     (novars / "saved_model.pb").write_bytes(data)
     (tmp_path / "g.pbtxt").write_text("node { name: 'a' op: 'Const' attr { key: 'v' value {")
+    badmeta = tmp_path / "badmeta"  # tf_keras' SavedModel with its keras_metadata.pb cut short
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model"),
+                    badmeta)  # fmt: skip
+    (badmeta / "keras_metadata.pb").write_bytes((badmeta / "keras_metadata.pb").read_bytes()[:9])
     cases = {
+        badmeta: f"{badmeta}/keras_metadata.pb: keras_metadata.pb (SavedMetadata): ",
         tmp_path / "empty": "not a SavedModel directory, a frozen GraphDef",
         cut: "saved_model.pb: not a readable SavedModel (truncated",
         novars: "no variables/variables.index",
