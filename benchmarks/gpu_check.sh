@@ -13,7 +13,7 @@
 #   doctor   python -m torch_lstm_grad doctor                                      -> env.txt
 #   (no CUDA device: stops here with exit code 2, the dry run on a CPU machine)
 #   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype; converted
-#            tf_keras files against tf_keras' stored numbers                -> tests.log
+#            tf_keras files and cutkum's frozen graph against TF's stored numbers -> tests.log
 #   layout   the params layout against cudnnGetRNNWeightParams, every configuration
 #                                                                    -> tests.log, layout.json
 #   weights  torch's flattened cuDNN weights (benchmarks/cudnn_weight_order.py) against
