@@ -234,6 +234,31 @@ def test_keras2_saved_model_metadata_without_a_keras_version(tmp_path, capsys):
     same_modules(mods, _convert(os.path.join(K2, "saved_model"), tmp_path, capsys)[0])
 
 
+@pytest.mark.parametrize("fixture", ["saved_model", "saved_model_subclassed"])
+def test_keras2_model_held_by_another_object(fixture):
+    """tf.saved_model.save of a tf.Module that holds a tf.keras model (before TF 2.5 the Keras
+    objects' metadata went into the object graph, under the holder's paths): no entry is the
+    root, and the layers are the first model's, Sequential or subclassed, as when the model is
+    the root. The fixture's own entries, moved under `root.model`."""
+    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.saved_model import _apply_keras_metadata
+
+    entries = {}
+    with open(os.path.join(K2, fixture, "keras_metadata.pb"), "rb") as fh:
+        for entry in proto.fields(fh.read())[1]:
+            f = proto.fields(entry)  # SavedObject {node_path = 3, metadata = 5}
+            entries[proto.string(f, 3)] = json.loads(proto.message(f, 5))
+    held = {"root.model" + path.removeprefix("root"): e for path, e in entries.items()}
+    as_root = porting.read_source(os.path.join(K2, fixture), reader="tensorbundle")
+    as_held = porting.read_source(os.path.join(K2, fixture), reader="tensorbundle")
+    where = "the object graph's user_object.metadata"
+    _apply_keras_metadata(as_root, entries, where)
+    _apply_keras_metadata(as_held, held, where)
+    want = ["gru", "input_1", "lstm"] if fixture == "saved_model" else ["bi", "bi/layer", "gru"]
+    assert sorted(as_root.layers)[:3] == want
+    assert as_held.layers == as_root.layers and as_held.mask_layers == as_root.mask_layers
+
+
 def test_keras2_hard_sigmoid_is_keras2s(tmp_path, capsys):
     """A Keras 2 config's "hard_sigmoid" is Keras 2's clip(0.2x + 0.5, 0, 1), not Keras 3's
     relu6(x + 3) / 6: described so, and exact against tf_keras' own run."""

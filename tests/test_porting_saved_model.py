@@ -244,6 +244,24 @@ def test_keras3_export_traced_with_cudnn_is_refused(tmp_path, capsys, monkeypatc
     assert "(CudnnRNNV3): the layer was saved where a GPU was visible" in err
 
 
+def _keras2_config_edited(dst, edit):
+    """A copy of tf_keras' SavedModel fixture whose keras_metadata.pb holds the model config
+    with its layer list changed by `edit(layers)` (TF's SavedMetadata protobuf class)."""
+    import json
+
+    from tensorflow.python.keras.protobuf import saved_metadata_pb2
+
+    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model"), dst)
+    meta = saved_metadata_pb2.SavedMetadata()
+    meta.ParseFromString((dst / "keras_metadata.pb").read_bytes())
+    root = next(n for n in meta.nodes if n.node_path == "root")
+    entry = json.loads(root.metadata)
+    edit(entry["model_config"]["config"]["layers"])
+    root.metadata = json.dumps(entry)
+    (dst / "keras_metadata.pb").write_bytes(meta.SerializeToString())
+    return dst
+
+
 def test_unreadable_directories_and_files(tmp_path, capsys):
     """A directory or file convert cannot read is exit 2 with one line naming it and why."""
     keras = _keras()
@@ -261,8 +279,11 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
     shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model"),
                     badmeta)  # fmt: skip
     (badmeta / "keras_metadata.pb").write_bytes((badmeta / "keras_metadata.pb").read_bytes()[:9])
+    badconfig = _keras2_config_edited(tmp_path / "badconfig", lambda layers: layers.append(5))
     cases = {
         badmeta: f"{badmeta}/keras_metadata.pb: keras_metadata.pb (SavedMetadata): ",
+        badconfig: f"{badconfig}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
+        "model config: a layer entry is a int, not an object",
         tmp_path / "empty": "not a SavedModel directory, a frozen GraphDef",
         cut: "saved_model.pb: not a readable SavedModel (truncated",
         novars: "no variables/variables.index",

@@ -111,6 +111,17 @@ def test_verify_keras2_files(tmp_path, capsys):
         assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out
 
 
+def test_verify_keras2_saved_model_without_tf_keras(tmp_path, capsys, monkeypatch):
+    """Without tf_keras, tf_keras' SavedModel (its layers described by keras_metadata.pb) is
+    verified through its saved functions: each layer's tensors there are the ones the loop
+    reader found in them."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "tf_keras", None)  # `import tf_keras` raises ImportError
+    out, _ = _verify_cli(os.path.join(DATA, "keras2", "saved_model"), tmp_path, capsys)
+    assert "verified: every tensor of gru, lstm within the tolerance" in out
+
+
 def _tf1_case(tmp_path, case):
     """(src, extra args, layers) of a TF1 artifact written by TF 2.21's TF1 API."""
     rci, tf = _rci(), tf_module()

@@ -175,7 +175,7 @@ def choose_signature(path: str, meta: MetaGraph, signature: str | None) -> str |
 # -- Keras' stored configs ------------------------------------------------------------------------
 
 
-def _keras_metadata(directory: str, objects: SavedObjects | None):
+def _keras_metadata(directory: str, objects: SavedObjects):
     """`({node path: model or layer JSON dict}, where)` from keras_metadata.pb (node
     paths "root", "root.lstm", ...), else from the object graph's user_object.metadata (tf.keras
     before TF 2.5: the same paths from its children); `({}, "")` when neither stores any."""
@@ -189,7 +189,7 @@ def _keras_metadata(directory: str, objects: SavedObjects | None):
             for node in map(proto.fields, proto.fields(data).get(1, [])):
                 entries.append((proto.string(node, 3), proto.message(node, 5)))
         where = "keras_metadata.pb"
-    elif objects is not None and objects.metadata:
+    elif objects.metadata:
         entries = [(objects.paths.get(i, f"node {i}"), raw) for i, raw in objects.metadata.items()]
         where = "the object graph's user_object.metadata"
     out = {}
@@ -231,12 +231,12 @@ def _apply_keras_metadata(source: Source, entries: dict, where: str) -> None:
         (str(e["keras_version"]) for e in entries.values() if e.get("keras_version")), None
     )
     # The saved model's own config where it lists its layers; a subclassed model's lists none
-    # (its get_config() is the base Model's): then each of its layers' own entries.
-    root = entries.get("root")
-    if root is None:  # a Keras model held by an object that is not Keras: the first model
-        config = next(filter(None, map(_layered_config, entries.values())), None)
-    else:
-        config = _layered_config(root)
+    # (its get_config() is the base Model's): then each of its layers' own entries. A Keras
+    # model held by an object that is not Keras (tf.saved_model.save of a tf.Module): the
+    # outermost model, the first in the object graph's breadth-first order.
+    models = (e for e in entries.values() if "is_graph_network" in e)
+    root = entries.get("root") or next(models, None)
+    config = _layered_config(root) if root is not None else None
     if config is None:
         config = {"class_name": "Model", "config": {"layers": _subclassed_layers(entries)}}
     source.layers, source.mask_layers = layers_from_config(config)
@@ -326,7 +326,7 @@ def read_saved_model(path: str, reader: str | None = None, signature: str | None
         )
     label = "SavedModel's graph" + (f" (signature {chosen})" if chosen else "")
     with guard.reading(pb, "the meta graph's GraphDef"):
-        graph = graph_from_graph_def(meta.graph_def, meta.tf_version, label)
+        graph = graph_from_graph_def(meta.graph_def, label)
     graph.signature_outputs = meta.signatures.get(chosen, []) if chosen else []
     r = open_checkpoint(prefix, reader)
     if OBJECT_GRAPH_KEY not in r.shapes:  # TF1: SavedModelBuilder

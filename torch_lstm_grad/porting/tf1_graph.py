@@ -168,8 +168,8 @@ class TF1Graph:
     """The nodes of a meta graph (main graph and function bodies; a body's node `n` of
     function `F` is keyed `F::n`), with function arguments resolved to their callers' inputs."""
 
-    def __init__(self, nodes: dict[str, _Node], tf_version: str, label: str = "meta graph"):
-        self.nodes, self.tf_version, self.label = nodes, tf_version, label
+    def __init__(self, nodes: dict[str, _Node], label: str = "meta graph"):
+        self.nodes, self.label = nodes, label
         self.functions: dict[str, list[str]] = {}  # function -> its argument nodes, in order
         self.returns: set[tuple[str, int]] = set()  # values a function returns
         self.function_returns: dict[str, list[tuple[str, int]]] = {}  # in output order
@@ -582,9 +582,7 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         return GraphCell(None, where=matmul.name, problem=str(err))
 
 
-def graph_from_graph_def(
-    graph_def: bytes, tf_version: str = "?", label: str = "meta graph"
-) -> TF1Graph:
+def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Graph:
     """The nodes of a serialized GraphDef (node = 1, library = 2 {function = 1}), with every
     function body's arguments linked to the inputs of the node that calls it."""
     graph = proto.fields(graph_def)
@@ -641,7 +639,7 @@ def graph_from_graph_def(
                         nodes[arg].varies = key != "f" and not _loop_invariant(
                             nodes, bodies, ordered, body, index
                         )
-    g = TF1Graph(nodes, tf_version, label)
+    g = TF1Graph(nodes, label)
     g.functions, g.returns = bodies, {g.resolve(r) for r in returns}
     g.function_returns = ordered
     return g
@@ -678,4 +676,4 @@ def read_meta_graph(path: str) -> TF1Graph:
     with open(path, "rb") as fh:
         data = fh.read()
     with guard.reading(path, "TF1 meta graph (MetaGraphDef)"):
-        return graph_from_graph_def(*meta_graph_parts(data))
+        return graph_from_graph_def(meta_graph_parts(data)[0])
