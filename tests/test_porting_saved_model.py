@@ -449,3 +449,55 @@ def test_keras3_export_lists_what_it_leaves_out(tmp_path, capsys):
     for k in (key("_all_variables", 3), key("variables", 3)):
         assert ignored[k] == "(not a floating-point tensor)"
     _compare(model, ["lstm"], mods, seed=36, mask=False)
+
+
+def test_tf2_saved_model_of_a_raw_block_lstm(tmp_path, capsys):
+    """TF2 code that calls the fused op itself: a tf.Module whose tf.function runs
+    `tf.raw_ops.BlockLSTM` (forget_bias 0.5, cell_clip 1.5) on its own variables named as TF1's
+    cell, saved with tf.saved_model.save. The cell is read from the signature's function, each
+    attribute named with where it came from (the signature), and the port computes what TF's
+    function computes: outputs, final states and every gradient."""
+    tf = tf_module()
+    rng = np.random.default_rng(40)
+
+    class Holder(tf.Module):
+        def __init__(self):
+            self.kernel = tf.Variable(
+                rng.standard_normal((7, 16)).astype(np.float32), name="rnn/lstm_cell/kernel"
+            )
+            self.bias = tf.Variable(
+                rng.standard_normal(16).astype(np.float32), name="rnn/lstm_cell/bias"
+            )
+
+        @tf.function(input_signature=[tf.TensorSpec([5, 2, 3])])
+        def __call__(self, x):
+            z, p = tf.zeros([2, 4]), tf.zeros([4])
+            _, cs, *_, h = tf.raw_ops.BlockLSTM(
+                seq_len_max=tf.constant(5, tf.int64), x=x, cs_prev=z, h_prev=z, w=self.kernel,
+                wci=p, wcf=p, wco=p, b=self.bias, forget_bias=0.5, cell_clip=1.5,
+            )  # fmt: skip
+            return {"h": h, "cs": cs}
+
+    holder = Holder()
+    tf.saved_model.save(holder, str(tmp_path / "sm"), signatures=holder.__call__)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys)
+    where = "SavedModel's graph (signature serving_default), op __inference___call___"
+    assert f"forget_bias     = 0.5  <- {where}" in log
+    assert f"cell_clip       = 1.5  <- {where}" in log
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    r_h, r_c = rng.standard_normal((2, 5, 2, 4)).astype(np.float32)
+    xt = tf.constant(x)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        out = holder(xt)
+        loss = tf.reduce_sum(out["h"] * r_h) + tf.reduce_sum(out["cs"][-1] * r_c[-1])
+    theirs = tape.gradient(loss, [xt, holder.kernel, holder.bias])
+    mod = mods["rnn.lstm_cell"]
+    xp = torch.from_numpy(x).requires_grad_()
+    outputs, (cs, _) = mod(xp)
+    (outputs * torch.from_numpy(r_h)).sum().add((cs * torch.from_numpy(r_c[-1])).sum()).backward()
+    assert_close({
+        "h": (outputs, out["h"].numpy()), "final cs": (cs, out["cs"][-1].numpy()),
+        "d x": (xp.grad, theirs[0].numpy()), "d kernel": (mod.kernel.grad, theirs[1].numpy()),
+        "d bias": (mod.bias.grad, theirs[2].numpy()),
+    })  # fmt: skip
