@@ -89,6 +89,7 @@ _PORTING_TESTS = [
     "tests/test_porting_readers.py",
     "tests/test_keras_describer.py",
     "tests/test_saved_model_tampered.py",
+    "tests/test_saved_model_variables.py",
     "tests/test_saved_model_loop_context.py",
     "tests/test_describe_tf1_mutants.py",
     # the one reader of a SavedModel layer's graph_io (what --verify feeds and fetches); last,
