@@ -280,10 +280,18 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
                     badmeta)  # fmt: skip
     (badmeta / "keras_metadata.pb").write_bytes((badmeta / "keras_metadata.pb").read_bytes()[:9])
     badconfig = _keras2_config_edited(tmp_path / "badconfig", lambda layers: layers.append(5))
+
+    def unnamed(layers):  # read as no config, the layers took Keras' defaults (sigmoid gates)
+        for layer in layers:
+            layer.pop("name", None), layer["config"].pop("name")
+
+    nameless = _keras2_config_edited(tmp_path / "nameless", unnamed)
     cases = {
         badmeta: f"{badmeta}/keras_metadata.pb: keras_metadata.pb (SavedMetadata): ",
         badconfig: f"{badconfig}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
         "model config: a layer entry is a int, not an object",
+        nameless: f"{nameless}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
+        "model config: a 'InputLayer' layer without a name",
         tmp_path / "empty": "not a SavedModel directory, a frozen GraphDef",
         cut: "saved_model.pb: not a readable SavedModel (truncated",
         novars: "no variables/variables.index",

@@ -157,8 +157,12 @@ def _walk_config(cfg: dict, out: dict[str, KerasLayer], masks: list[str], depth:
         return
     name = inner.get("name") or cfg.get("name")
     cls = cfg.get("class_name", "")
+    if not name and depth > 0:
+        # Keras names every layer of a model: an entry without a name cannot be matched to its
+        # weights, and skipped, a config of such entries would read as no config at all
+        raise ValueError(f"model config: a {cls!r} layer without a name")
     if not name:
-        return
+        return  # a model config that is not a layer list (a subclassed model's get_config())
     if not isinstance(name, str) or not isinstance(cls, str):
         raise ValueError(f"model config: a layer named {name!r} of class {cls!r}")
     if name in out:
