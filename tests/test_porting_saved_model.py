@@ -286,12 +286,15 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
             layer.pop("name", None), layer["config"].pop("name")
 
     nameless = _keras2_config_edited(tmp_path / "nameless", unnamed)
+    emptied = _keras2_config_edited(tmp_path / "emptied", lambda layers: layers.clear())
     cases = {
         badmeta: f"{badmeta}/keras_metadata.pb: keras_metadata.pb (SavedMetadata): ",
         badconfig: f"{badconfig}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
         "model config: a layer entry is a int, not an object",
         nameless: f"{nameless}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
         "model config: a 'InputLayer' layer without a name",
+        emptied: f"{emptied}/keras_metadata.pb: the Keras model config in keras_metadata.pb: "
+        "model config: a model whose config lists no layers",
         tmp_path / "empty": "not a SavedModel directory, a frozen GraphDef",
         cut: "saved_model.pb: not a readable SavedModel (truncated",
         novars: "no variables/variables.index",

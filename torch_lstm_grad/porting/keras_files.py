@@ -207,6 +207,10 @@ def layers_from_config(cfg: dict) -> tuple[dict[str, KerasLayer], list[str]]:
     if isinstance(cfg, str):
         cfg = json.loads(cfg)
     _walk_config(cfg, out, masks)
+    inner = cfg.get("config")
+    if not out and isinstance(inner, dict) and isinstance(inner.get("layers"), list):
+        # read as no config, the file's weights would take Keras' defaults
+        raise ValueError("model config: a model whose config lists no layers")
     return out, masks
 
 
