@@ -410,12 +410,14 @@ def test_keras2_hard_sigmoid_as_clip_by_value(tmp_path):
 
 def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
     """x·K reading a node the graph does not have: the file is refused as corrupt, naming the
-    node, before any loop is read (so the loop reader never meets a dangling input)."""
+    file, the GraphDef and the node, before any loop is read (so the loop reader never meets a
+    dangling input)."""
     path = _tampered(
         keras3_export, tmp_path / "sm", _rewire("MatMul", input_index=1, to=("MatMul", "_gone:0"))
     )
-    with pytest.raises(ValueError, match=r"/MatMul_gone', which is not in the graph"):
+    with pytest.raises(ValueError, match=r"/MatMul_gone', which is not in the graph") as err:
         porting.read_source(path)
+    assert str(err.value).startswith(f"{path}/saved_model.pb: the meta graph's GraphDef: node ")
 
 
 # -- the loop's other ops: arity, extra ops -----------------------------------------------------
