@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+from test_saved_model_loop_context import _edited
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
@@ -123,22 +124,8 @@ def test_captured_variables_link_to_the_functions_last_arguments():
     assert graph.aliases == {"w": ["f::w", "g::w"], "v": ["f::v"]}
 
 
-def _copy_with(tmp_path, edit):
-    """A copy of tf_keras' SavedModel fixture with its saved_model.pb edited by `edit(meta
-    graph)` (TF's protobuf classes)."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    dst = tmp_path / "sm"
-    shutil.copytree(K2, dst)
-    sm = saved_model_pb2.SavedModel()
-    sm.ParseFromString((dst / "saved_model.pb").read_bytes())
-    edit(sm.meta_graphs[0])
-    (dst / "saved_model.pb").write_bytes(sm.SerializeToString())
-    return dst
-
-
 def test_a_tf2_saved_model_without_its_object_graph_is_refused(tmp_path):
-    dst = _copy_with(tmp_path, lambda meta: meta.ClearField("object_graph_def"))
+    dst = _edited(K2, tmp_path / "sm", lambda meta: meta.ClearField("object_graph_def"))
     with pytest.raises(ValueError, match="a TF2 SavedModel .object-based variables. without an "
                        "object graph"):  # fmt: skip
         porting.read_source(dst, reader="tensorbundle")
