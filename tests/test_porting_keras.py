@@ -331,6 +331,14 @@ def test_keras3_unknown_key_and_dtype_policy(tmp_path, capsys):
     _compare(model, names, mods, seed=13, mask=False)
     with pytest.warns(UserWarning, match="converted with --approximate"):
         porting.load(tmp_path / "out.pt")
+    # the Python API refuses as the CLI does unless asked, and records the file it read
+    with pytest.raises(porting.Refused, match="peephole_magic"):
+        porting.convert(tmp_path / "e.keras", tmp_path / "api.pt", log=lambda line: None)
+    assert not (tmp_path / "api.pt").exists()
+    data = porting.convert(
+        tmp_path / "e.keras", tmp_path / "api.pt", approximate=True, log=print, warn=print
+    )
+    assert data["source"] == str(tmp_path / "e.keras") and data["approximate"] is True
     del keras
 
 
