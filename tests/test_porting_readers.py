@@ -168,6 +168,8 @@ def test_tensorbundle_convert_without_tensorflow(tmp_path, capsys, monkeypatch):
     )
     monkeypatch.delenv(porting.READER_ENV)
     monkeypatch.setitem(__import__("sys").modules, "tensorflow", None)  # import fails
+    with pytest.raises(porting.Refused, match="--assume-defaults"):  # the API's default too
+        porting.convert(tmp_path / "m", tmp_path / "auto.pt", log=lambda line: None)
     data = porting.convert(
         tmp_path / "m", tmp_path / "auto.pt", assume_defaults=True, log=lambda line: None
     )
