@@ -377,3 +377,8 @@ def test_load_refuses_what_this_version_cannot_compute(tmp_path, capsys):
     with pytest.raises(ValueError, match=r"layer 'g' \(keras.GRU\) cannot be built by this "
                        "version: .*softsign"):  # fmt: skip
         porting.load(tmp_path / "newer.pt")
+    cut = tmp_path / "cut.pt"  # a damaged archive: torch's own error, named as the file's
+    cut.write_bytes((tmp_path / "out.pt").read_bytes()[:-100])
+    with pytest.raises(ValueError) as err:
+        porting.load(cut)
+    assert str(err.value).startswith(f"{cut}: not a readable torch-lstm-grad convert file (")
