@@ -240,14 +240,13 @@ def test_keras2_model_held_by_another_object(fixture):
     objects' metadata went into the object graph, under the holder's paths): no entry is the
     root, and the layers are the first model's, Sequential or subclassed, as when the model is
     the root. The fixture's own entries, moved under `root.model`."""
-    from torch_lstm_grad.porting import proto
-    from torch_lstm_grad.porting.saved_model import _apply_keras_metadata
+    from torch_lstm_grad.porting.saved_model import (
+        SavedObjects,
+        _apply_keras_metadata,
+        _keras_metadata,
+    )
 
-    entries = {}
-    with open(os.path.join(K2, fixture, "keras_metadata.pb"), "rb") as fh:
-        for entry in proto.fields(fh.read())[1]:
-            f = proto.fields(entry)  # SavedObject {node_path = 3, metadata = 5}
-            entries[proto.string(f, 3)] = json.loads(proto.message(f, 5))
+    entries, _ = _keras_metadata(os.path.join(K2, fixture), SavedObjects())
     held = {"root.model" + path.removeprefix("root"): e for path, e in entries.items()}
     as_root = porting.read_source(os.path.join(K2, fixture), reader="tensorbundle")
     as_held = porting.read_source(os.path.join(K2, fixture), reader="tensorbundle")

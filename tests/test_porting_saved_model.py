@@ -11,7 +11,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from porting_oracle import assert_close, convert_without_tf, randomize, same_modules
+from porting_oracle import KERAS2, assert_close, convert_without_tf, randomize, same_modules
 from test_porting_keras import I, T, _chain_model, _compare, _convert, _keras
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
@@ -251,7 +251,7 @@ def _keras2_config_edited(dst, edit):
 
     from tensorflow.python.keras.protobuf import saved_metadata_pb2
 
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model"), dst)
+    shutil.copytree(os.path.join(KERAS2, "saved_model"), dst)
     meta = saved_metadata_pb2.SavedMetadata()
     meta.ParseFromString((dst / "keras_metadata.pb").read_bytes())
     root = next(n for n in meta.nodes if n.node_path == "root")
@@ -276,8 +276,7 @@ def test_unreadable_directories_and_files(tmp_path, capsys):
     (novars / "saved_model.pb").write_bytes(data)
     (tmp_path / "g.pbtxt").write_text("node { name: 'a' op: 'Const' attr { key: 'v' value {")
     badmeta = tmp_path / "badmeta"  # tf_keras' SavedModel with its keras_metadata.pb cut short
-    shutil.copytree(os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model"),
-                    badmeta)  # fmt: skip
+    shutil.copytree(os.path.join(KERAS2, "saved_model"), badmeta)
     (badmeta / "keras_metadata.pb").write_bytes((badmeta / "keras_metadata.pb").read_bytes()[:9])
     badconfig = _keras2_config_edited(tmp_path / "badconfig", lambda layers: layers.append(5))
 

@@ -13,6 +13,7 @@ import shutil
 
 import numpy as np
 import pytest
+from porting_oracle import KERAS2
 from test_saved_model_loop_context import _edited
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
@@ -24,7 +25,7 @@ from torch_lstm_grad.porting.saved_model import SavedObjects, _link_variables, _
 from torch_lstm_grad.porting.tf1_graph import TF1Graph
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
-K2 = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
+K2 = os.path.join(KERAS2, "saved_model")
 
 
 def _key(local: str) -> str:
