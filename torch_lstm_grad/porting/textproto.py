@@ -12,6 +12,7 @@ both accepted.
 
 from __future__ import annotations
 
+import math
 import re
 import struct
 
@@ -46,15 +47,16 @@ _DTYPES = {
 }
 _DTYPES |= {f"{k}_REF": v + 100 for k, v in _DTYPES.items() if v}
 
-# message -> field name -> (number, kind): kind is a scalar kind ("string", "int", "bool",
-# "enum", "float", "double") or the name of a message; "map:<message>" is a map<string, message>.
+# message -> field name -> (number, kind): kind is a scalar kind ("string", "int" (int64),
+# "int32", "bool", "enum", "float", "double") or the name of a message; "map:<message>" is a
+# map<string, message>.
 SCHEMA: dict[str, dict[str, tuple[int, str]]] = {
     "GraphDef": {
         "node": (1, "NodeDef"),
         "library": (2, "FunctionDefLibrary"),
         "versions": (4, "VersionDef"),
     },
-    "VersionDef": {"producer": (1, "int")},
+    "VersionDef": {"producer": (1, "int32")},
     "NodeDef": {
         "name": (1, "string"),
         "op": (2, "string"),
@@ -90,15 +92,15 @@ SCHEMA: dict[str, dict[str, tuple[int, str]]] = {
     "TensorProto": {
         "dtype": (1, "enum"),
         "tensor_shape": (2, "TensorShapeProto"),
-        "version_number": (3, "int"),
+        "version_number": (3, "int32"),
         "tensor_content": (4, "string"),
         "float_val": (5, "float"),
         "double_val": (6, "double"),
-        "int_val": (7, "int"),
+        "int_val": (7, "int32"),
         "string_val": (8, "string"),
         "int64_val": (10, "int"),
         "bool_val": (11, "bool"),
-        "half_val": (13, "int"),
+        "half_val": (13, "int32"),
     },
     "FunctionDefLibrary": {"function": (1, "FunctionDef")},
     "FunctionDef": {
@@ -117,7 +119,7 @@ for _value in ("AttrValue", "string"):
 _TOKEN = re.compile(
     r"""\s+|\#[^\n]*
     |(?P<str>"(?:[^"\\\n]|\\.)*"|'(?:[^'\\\n]|\\.)*')
-    |(?P<punct>[{}<>\[\]:,;])
+    |(?P<punct>[{}<>\[\]:,;/])  # `/`: in an Any's [type.googleapis.com/...]
     |(?P<word>[-+]?[A-Za-z0-9_.+\-]+)""",
     re.VERBOSE,
 )
@@ -189,18 +191,35 @@ def _varint(v: int) -> bytes:
             return bytes(out)
 
 
-def _number(word: str) -> float | int:
-    w = word.lower().rstrip("f") if not word.lower().startswith(("0x", "-0x")) else word.lower()
-    if w in ("inf", "+inf", "infinity"):
-        return float("inf")
-    if w in ("-inf", "-infinity"):
-        return float("-inf")
-    if w == "nan":
+def _number(word: str, field: str) -> float | int:
+    """A number as protobuf's tokenizer reads it: C integers (`0x1F`, octal `017`), floats with
+    an optional `f` suffix, `inf` / `infinity` / `nan` in any case."""
+    w = word.lower()
+    sign = "-" if w.startswith("-") else ""
+    digits = w.lstrip("+-")
+    if re.fullmatch(r"0[0-7]+", digits):  # C's octal, which Python's int(.., 0) refuses
+        return int(sign + "0o" + digits[1:], 0)
+    if digits in ("inf", "inff", "infinity", "infinityf"):
+        return float(sign + "inf")
+    if digits in ("nan", "nanf"):
         return float("nan")
+    if not digits.startswith("0x") and digits.endswith("f"):
+        digits = digits[:-1]  # `1.5f`
     try:
-        return int(w, 0)
+        return int(sign + digits, 0)
     except ValueError:
-        return float(w)
+        pass
+    try:
+        return float(sign + digits)
+    except ValueError:
+        raise ValueError(f"text format: field {field!r}: {word!r} is not a number") from None
+
+
+# A double beyond this is infinity as a float, as protobuf's SafeDoubleToFloat makes it.
+_FLOAT_MAX = struct.unpack("<f", b"\xff\xff\x7f\x7f")[0]
+
+
+_BITS = {"int": 64, "int32": 32, "enum": 32}  # the signed integer kinds
 
 
 def _scalar(kind: str, token: tuple[str, str], field: str) -> bytes:
@@ -219,16 +238,23 @@ def _scalar(kind: str, token: tuple[str, str], field: str) -> bytes:
     if kind == "enum":
         if text in _DTYPES:
             return _varint(_DTYPES[text])
-        return _varint(int(_number(text)))
-    value = _number(text)
-    if kind == "int":
+        if not text.lstrip("+-")[:1].isdigit():
+            raise ValueError(f"text format: field {field!r}: {text!r} is not a DataType")
+    value = _number(text, field)
+    if kind in _BITS:
         if not isinstance(value, int):
             raise ValueError(f"text format: field {field!r}: {text!r} is not an integer")
+        if not -(1 << _BITS[kind] - 1) <= value < 1 << _BITS[kind] - 1:
+            raise ValueError(
+                f"text format: field {field!r}: {text!r} is out of the int{_BITS[kind]} range"
+            )
         return _varint(value)
+    if kind == "float" and math.isfinite(value) and abs(value) > _FLOAT_MAX:
+        value = math.copysign(math.inf, value)
     return struct.pack("<f" if kind == "float" else "<d", float(value))
 
 
-_WIRE = {"string": 2, "int": 0, "bool": 0, "enum": 0, "float": 5, "double": 1}
+_WIRE = {"string": 2, "int": 0, "int32": 0, "bool": 0, "enum": 0, "float": 5, "double": 1}
 
 
 _MAX_NESTING = 100  # messages and lists inside each other (protobuf's own parsers stop at 100)
