@@ -149,7 +149,6 @@ FILES = {
             "checkpoint",
             "proto",
             "convert",
-            "hdf5_check",
             "saved_model",
             "keras_files",
             "tensorbundle",
@@ -157,8 +156,9 @@ FILES = {
             "verify",
         )
     },  # fmt: skip
-    # checked against protobuf's own text parser first
+    # checked first against protobuf's own text parser, and HDF5's own addresses
     "torch_lstm_grad/porting/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}

@@ -77,12 +77,14 @@ class _Walk:
     # -- structures ---------------------------------------------------------------------------
 
     def entry(self, pos: int) -> None:
-        """A symbol table entry: its object header, and a cached group's B-tree and heap."""
-        o = self.offsets
-        self.visit("header", self.addr(pos + o))
-        if self.uint(pos + 2 * o, 4) == 1:  # cache type 1: the scratch pad holds a group's
-            self.visit("btree", self.addr(pos + 2 * o + 8))
-            self.visit("heap", self.addr(pos + 3 * o + 8))
+        """A symbol table entry (the link name's heap offset: a length; the object header's
+        address; the cache type, 4 reserved bytes, a 16-byte scratch pad): its object header,
+        and a cached group's B-tree and heap."""
+        o, n = self.offsets, self.lengths
+        self.visit("header", self.addr(pos + n))
+        if self.uint(pos + n + o, 4) == 1:  # cache type 1: the scratch pad holds a group's
+            self.visit("btree", self.addr(pos + n + o + 8))
+            self.visit("heap", self.addr(pos + n + 2 * o + 8))
 
     def header(self, pos: int) -> None:
         if self.uint(pos, 1) != 1:
@@ -214,7 +216,7 @@ class _Walk:
     def snod(self, pos: int) -> None:
         if bytes(self.data[pos : pos + 4]) != b"SNOD":
             return
-        count, width = self.uint(pos + 6, 2), 2 * self.offsets + 24
+        count, width = self.uint(pos + 6, 2), self.lengths + self.offsets + 24  # entries
         if count > 2 * self.leaf_k:
             self.fail(f"symbol table node at {pos}: {count} entries, K is {self.leaf_k}")
         self.region(pos + 8, count * width, f"symbol table node at {pos}")
@@ -232,13 +234,14 @@ def _superblock(data) -> int | None:
     return None
 
 
-def check_hdf5(data) -> None:
+def check_hdf5(data) -> set[tuple[str, int]]:
     """Raises ValueError where `data` (an HDF5 file's bytes: bytes or a memory map) holds a
     structure HDF5 would allocate or loop on without bound (see the module docstring). Not HDF5
-    (no superblock): returns, h5py says so."""
+    (no superblock): returns, h5py says so. Returns what it walked, as (kind, file position):
+    "header", "continuation", "btree", "snod", "heap" (tests compare it with HDF5's own)."""
     sb = _superblock(data)
     if sb is None:
-        return
+        return set()
     version = data[sb + 8]
     if version >= 2:
         offsets, lengths = data[sb + 9], data[sb + 10]
@@ -248,7 +251,7 @@ def check_hdf5(data) -> None:
         raise ValueError(f"HDF5 superblock: sizes of offsets {offsets}, of lengths {lengths}")
     _check_global_heaps(data, lengths)
     if version > 1:
-        return
+        return set()
     walk = _Walk(data, sb, offsets, lengths, 1, 1)
     walk.leaf_k, walk.node_k = walk.uint(sb + 16, 2), walk.uint(sb + 18, 2)
     if not walk.leaf_k or not walk.node_k:
@@ -256,15 +259,16 @@ def check_hdf5(data) -> None:
     root = sb + (24 if version == 0 else 28) + 4 * offsets
     walk.entry(root)
     walk.run()
+    return walk.seen
 
 
 def _check_global_heaps(data, lengths: int) -> None:
     """Walks every global heap collection as HDF5 decodes one: after the header (the signature,
-    version 1, 3 reserved bytes, the collection's size), objects of index (2), reference count
-    (2), 4 reserved bytes, size, then the data padded to 8; index 0 is the free space, whose
-    size covers the rest. A random "GCOL" inside other data is taken for one only with its
-    version and reserved bytes (2^-64 for random bytes)."""
-    header = obj_header = 8 + lengths
+    version 1, 3 reserved bytes, the collection's size; padded to 8), objects of index (2),
+    reference count (2), 4 reserved bytes, size (padded to 8), then the data padded to 8;
+    index 0 is the free space, whose size covers the rest. A random "GCOL" inside other data
+    is taken for one only with its version and reserved bytes (2^-64 for random bytes)."""
+    header = obj_header = (8 + lengths + 7) // 8 * 8  # HDF5 pads both to 8 (H5HG_ALIGN)
     at = data.find(b"GCOL")
     while at >= 0:
         if bytes(data[at + 4 : at + 8]) == b"\x01\x00\x00\x00" and at + header <= len(data):

@@ -1,0 +1,622 @@
+"""The HDF5 structure check (`porting/hdf5_check.py`) against HDF5 itself: on files h5py writes
+(every layout parameter it walks: sizes of offsets and lengths, group K values, superblock 0 and
+1, a user block, B-trees of several levels, continuation chunks, attributes of every kind Keras
+writes) it walks exactly the object headers, continuation chunks, B-tree nodes, symbol table
+nodes and local heaps HDF5 reports or signs; and each bound it keeps is refused one past it, by
+name, and accepted at it. (The same files end to end, in a forked reader: test_fuzz_readers.py.)
+"""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+
+from torch_lstm_grad.porting import hdf5_check
+from torch_lstm_grad.porting.hdf5_check import check_hdf5
+
+h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not installed")
+
+
+def _content(f) -> None:
+    """What a Keras .h5 holds, and more: attributes of each kind (fixed and variable-length
+    strings, arrays of both, numbers, an empty one), nested groups, a chunked dataset, a group
+    with many members (several symbol table nodes, B-trees of more than one level at small K)
+    and one with many attributes (continuation chunks)."""
+    f.attrs["backend"] = "tensorflow"  # a variable-length string
+    f.attrs["keras_version"] = np.bytes_(b"2.21.0")  # a fixed-length one
+    f.attrs["layer_names"] = np.array([b"lstm", b"dense_1"])
+    f.attrs["names"] = np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype())
+    f.attrs["empty"] = h5py.Empty("f4")
+    f.attrs["matrix"] = np.arange(6.0).reshape(2, 3)
+    f.attrs["scalar"] = np.int64(3)
+    w = f.create_group("model_weights/lstm/lstm")
+    w.create_dataset("kernel:0", data=np.arange(12, dtype="f4").reshape(3, 4))
+    w.attrs["weight_names"] = np.array([b"lstm/kernel:0"])
+    f.create_dataset("chunked", data=np.arange(64, dtype="f4"), chunks=(8,))
+    many = f.create_group("many")
+    for i in range(12):
+        many.create_group(f"g{i:02d}")
+    for i in range(300):  # links cost no object header: a B-tree of two levels
+        many[f"l{i:03d}"] = h5py.SoftLink("/model_weights")
+    attrs = f.create_group("attrs")
+    for i in range(30):
+        attrs.attrs[f"a{i}"] = np.arange(40.0) + i
+
+
+def _file(tmp_path, sizes=(8, 8), userblock=0, latest=False, content=_content) -> bytes:
+    """The bytes of an HDF5 file h5py writes with these file-creation properties (h5py sets
+    no group K: 4 and 16, HDF5's defaults; so no superblock 1: _minimal)."""
+    fcpl = h5py.h5p.create(h5py.h5p.FILE_CREATE)
+    fcpl.set_sizes(*sizes)
+    if userblock:
+        fcpl.set_userblock(userblock)
+    fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
+    if latest:
+        fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.h5"
+    fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
+    with h5py.File(fid) as f:
+        content(f)
+    return path.read_bytes()
+
+
+def _hdf5_says(data: bytes, base: int):
+    """What HDF5 holds: its object headers' file positions (h5py), the continuation chunks
+    they have (each chunk past the first), and the positions of the group B-tree nodes (type
+    0), symbol table nodes and local heaps by their signatures."""
+    headers, continuations = set(), 0
+    with h5py.File(io.BytesIO(data), "r") as f:
+        objects = [f]
+        f.visititems(lambda name, obj: objects.append(obj))
+        for obj in objects:
+            info = h5py.h5o.get_info(obj.id)
+            headers.add(("header", base + info.addr))
+            continuations += info.hdr.nchunks - 1
+
+    def signed(sig: bytes, kind: str):
+        out, at = set(), data.find(sig)
+        while at >= 0:
+            if sig != b"TREE" or data[at + 4] == 0:
+                out.add((kind, at))
+            at = data.find(sig, at + 1)
+        return out
+
+    structures = headers | signed(b"TREE", "btree") | signed(b"SNOD", "snod")
+    return structures | signed(b"HEAP", "heap"), continuations
+
+
+def _assert_walks_what_hdf5_holds(data: bytes, base: int = 0) -> set:
+    seen = check_hdf5(data)
+    want, continuations = _hdf5_says(data, base)
+    assert {s for s in seen if s[0] != "continuation"} == want
+    assert sum(s[0] == "continuation" for s in seen) == continuations > 0
+    return seen
+
+
+@pytest.mark.parametrize(
+    "props",
+    [
+        {},
+        {"sizes": (4, 4)},
+        {"sizes": (4, 8)},
+        {"sizes": (8, 4)},
+        {"sizes": (2, 2), "content": lambda f: _content_small(f)},
+    ],
+    ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items() if k != "content") or "default",
+)
+def test_walks_every_structure_hdf5_holds(tmp_path, props):
+    data = _file(tmp_path, **props)
+    assert data[8] == 0  # superblock version 0
+    seen = _assert_walks_what_hdf5_holds(data)
+    if "content" not in props:  # "many": a root B-tree node and the nodes below it
+        trees = {at for kind, at in seen if kind == "btree"}
+        assert any(data[at + 5] == 1 for at in trees) and sum(data[at + 5] == 0 for at in trees) > 1
+
+
+def _content_small(f) -> None:
+    """What fits a file of 2-byte offsets (64 KiB)."""
+    f.attrs["backend"] = "tensorflow"
+    f.attrs["names"] = np.array(["a", "bb"], dtype=h5py.string_dtype())
+    f.create_group("g/h").create_dataset("d", data=np.arange(4, dtype="f4"))
+    for i in range(12):
+        f["g"].attrs[f"a{i}"] = np.arange(20.0)
+
+
+@pytest.mark.parametrize("userblock", [512, 1024, 2048, 4096])
+def test_a_user_block_moves_every_address(tmp_path, userblock):
+    """The superblock is found at 512, 1024, 2048, ... and addresses count from it."""
+    data = _file(tmp_path, userblock=userblock)
+    assert data[:8] != b"\x89HDF\r\n\x1a\n" and data[userblock : userblock + 4] == b"\x89HDF"
+    _assert_walks_what_hdf5_holds(data, base=userblock)
+    # and a corrupt structure past the user block is still found
+    at = data.index(b"SNOD", userblock)
+    bad = data[: at + 6] + (100).to_bytes(2, "little") + data[at + 8 :]
+    with pytest.raises(ValueError, match=f"symbol table node at {at}: 100 entries, K is 4"):
+        check_hdf5(bad)
+
+
+def test_superblock_2_and_3_are_left_to_hdf5_but_global_heaps_are_not(tmp_path):
+    data = _file(tmp_path, latest=True)
+    assert data[8] in (2, 3)
+    assert check_hdf5(data) == set()
+    at = data.index(b"GCOL")
+    with pytest.raises(ValueError, match=f"HDF5 global heap collection at {at}: object 0 of size"):
+        check_hdf5(_zero_object(data, at))
+
+
+def test_what_is_not_hdf5_is_left_to_h5py():
+    sig = b"\x89HDF\r\n\x1a\n"
+    for data in [b"", b"PK\x03\x04" + bytes(600), sig + bytes(7), bytes(512) + sig + bytes(7)]:
+        assert check_hdf5(data) == set()
+    for data in [sig + bytes(8), bytes(512) + sig + bytes(8), bytes(1024) + sig + bytes(8)]:
+        with pytest.raises(ValueError, match="HDF5 superblock: sizes of offsets 0, of lengths 0"):
+            check_hdf5(data)
+    # the signature only at 0 and powers of two from 512
+    assert check_hdf5(bytes(700) + sig + bytes(100)) == set()
+    assert check_hdf5(bytes(1536) + sig + bytes(100)) == set()
+
+
+@pytest.mark.parametrize("version, at", [(0, 13), (1, 13), (2, 9), (3, 9)])
+def test_sizes_of_offsets_and_lengths_outside_2_4_8_are_refused(version, at):
+    sig = b"\x89HDF\r\n\x1a\n"
+    for offsets, lengths in [(3, 8), (8, 16), (0, 4), (16, 8)]:
+        sb = bytearray(sig + bytes([version]) + bytes(120))
+        sb[at], sb[at + 1] = offsets, lengths
+        with pytest.raises(ValueError, match=f"sizes of offsets {offsets}, of lengths {lengths}"):
+            check_hdf5(bytes(sb))
+
+
+def test_group_k_of_zero_is_refused(tmp_path):
+    data = _file(tmp_path)
+    for at, ks in [(16, "0, 16"), (18, "4, 0")]:
+        bad = data[:at] + b"\x00\x00" + data[at + 2 :]
+        with pytest.raises(ValueError, match=f"HDF5 structure: group K values {ks}"):
+            check_hdf5(bad)
+
+
+# -- each bound, one past it and at it ----------------------------------------------------
+
+
+def _u(data: bytes, at: int, size: int) -> int:
+    return int.from_bytes(data[at : at + size], "little")
+
+
+def _put(data: bytes, at: int, value: int, size: int) -> bytes:
+    return data[:at] + value.to_bytes(size, "little") + data[at + size :]
+
+
+def _header_of(data: bytes, name: str) -> int:
+    with h5py.File(io.BytesIO(data), "r") as f:
+        return h5py.h5o.get_info(f[name].id if name != "/" else f.id).addr
+
+
+def _messages(data: bytes, start: int, size: int):
+    """(type, position of the message's data, its size) of a version 1 header chunk, by the
+    format's specification (not by hdf5_check)."""
+    pos, end = start, start + size
+    while pos + 8 <= end:
+        kind, msize = _u(data, pos, 2), _u(data, pos + 2, 2)
+        yield kind, pos + 8, msize
+        pos += 8 + msize
+
+
+def test_an_object_header_past_the_end_is_refused(tmp_path):
+    data = _file(tmp_path)
+    pos = _header_of(data, "model_weights/lstm/lstm/kernel:0")
+    room = len(data) - (pos + 16)
+    with pytest.raises(ValueError, match=f"object header at {pos} \\[{pos + 16}, \\+{room + 1}\\)"):
+        check_hdf5(_put(data, pos + 8, room + 1, 4))
+    with pytest.raises(ValueError, match=f"runs past the end of the file \\({len(data)}\\)"):
+        check_hdf5(_put(data, pos + 8, 0xFFFFFFFF, 4))
+
+
+def test_a_message_past_its_chunk_is_refused(tmp_path):
+    data = _file(tmp_path)
+    pos = _header_of(data, "model_weights")
+    size = _u(data, pos + 8, 4)
+    kind, first, msize = next(_messages(data, pos + 16, size))
+    room = pos + 16 + size - first
+    with pytest.raises(ValueError, match=f"object header message at {first - 8} runs past"):
+        check_hdf5(_put(data, first - 6, room + 1, 2))
+
+
+def _continuation(data: bytes, name: str):
+    """The position of the data of the continuation message of `name`'s header."""
+    pos = _header_of(data, name)
+    for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)):
+        if kind == 0x10:
+            return at
+    raise AssertionError(f"{name} has no continuation")
+
+
+@pytest.mark.parametrize("sizes", [(8, 8), (4, 8), (8, 4)])
+def test_a_continuation_past_the_end_is_refused(tmp_path, sizes):
+    o, n = sizes
+    data = _file(tmp_path, sizes=sizes)
+    at = _continuation(data, "attrs")
+    chunk, length = _u(data, at, o), _u(data, at + o, n)
+    assert chunk + length <= len(data)
+    room, start = len(data) - chunk + 1, len(data) - length + 1
+    for bad, what in [
+        (_put(data, at + o, room, n), f"\\[{chunk}, \\+{room}\\)"),
+        (_put(data, at + o, (1 << 8 * n) - 1, n), ".* runs past the end"),
+        (_put(data, at, start, o), f"\\[{start}, \\+{length}\\)"),
+    ]:
+        with pytest.raises(ValueError, match=f"object header continuation at {at} {what}"):
+            check_hdf5(bad)
+    # an undefined address (all bits set) is no chunk: nothing to walk
+    seen = check_hdf5(_put(data, at, (1 << 8 * o) - 1, o))
+    assert ("continuation", chunk) not in seen
+
+
+def test_overlapping_chunks_past_the_work_budget_are_refused(tmp_path):
+    """Chunks that overlap (each continuation a different start in one run of bytes) make the
+    walk parse more than the file holds; past 64 bytes per byte of the file (and 1 MiB) it
+    stops, as HDF5 would go on."""
+    data = _file(tmp_path)
+    at = _continuation(data, "attrs")
+    run, count = 1 << 16, 200
+    zeros = len(data) + 24 * count  # then a run of empty messages (type 0, size 0)
+    table = b"".join(  # a chunk of `count` continuations, each into the run, 8 bytes apart
+        (0x10).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(4)
+        + (zeros + 8 * i).to_bytes(8, "little") + (run - 8 * count).to_bytes(8, "little")
+        for i in range(count)
+    )  # fmt: skip
+    bad = data + table + bytes(run)
+    bad = _put(_put(bad, at, len(data), 8), at + 8, len(table), 8)
+    budget = 64 * len(bad) + (1 << 20)
+    assert count * (run - 8 * count) > budget  # what the walk would parse without the stop
+    with pytest.raises(ValueError, match="more structure than the file's size can hold"):
+        check_hdf5(bad)
+    # fewer overlapping chunks, under the budget, are walked
+    few = budget // (run - 8 * count) - 2
+    seen = check_hdf5(_put(bad, at + 8, 24 * few, 8))
+    assert ("continuation", zeros + 8 * (few - 1)) in seen
+    assert ("continuation", zeros + 8 * few) not in seen
+
+
+def test_spend_stops_past_the_budget_not_at_it():
+    walk = hdf5_check._Walk(bytes(10), 0, 8, 8, 4, 16)
+    assert walk.budget == 64 * 10 + (1 << 20)
+    walk.spend(walk.budget)
+    with pytest.raises(ValueError, match="more structure than"):
+        walk.spend(1)
+
+
+def _symbol_table_message(data: bytes, name: str) -> int:
+    pos = _header_of(data, name)
+    for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)):
+        if kind == 0x11:
+            return at
+    raise AssertionError(f"{name} has no symbol table")
+
+
+def _group_btree(data: bytes, name: str) -> tuple[int, int]:
+    """(the B-tree's and the local heap's positions) of group `name`."""
+    at = _symbol_table_message(data, name)
+    return _u(data, at, 8), _u(data, at + 8, 8)
+
+
+def test_a_btree_node_of_more_than_2k_entries_is_refused(tmp_path):
+    data = _file(tmp_path)
+    tree, _ = _group_btree(data, "many")
+    assert data[tree : tree + 4] == b"TREE" and data[tree + 5] == 1
+    limit = 2 * 16
+    with pytest.raises(ValueError, match=f"B-tree node at {tree}: {limit + 1} entries, K is"):
+        check_hdf5(_put(data, tree + 6, limit + 1, 2))
+    check_hdf5(_put(data, tree + 6, limit, 2))  # a full node: its unused entries are zero
+
+
+def test_a_btree_node_past_the_end_is_refused(tmp_path):
+    """The group's B-tree node copied to the end of the file, its last key 1 byte short."""
+    data = _file(tmp_path)
+    message = _symbol_table_message(data, "model_weights")
+    tree = _u(data, message, 8)
+    used = _u(data, tree + 6, 2)
+    size = 24 + used * 16 + 8  # header, addresses; entries and the key after the last
+    with pytest.raises(ValueError, match=f"B-tree node at {len(data)} \\[{len(data) + 24}, "
+                       f"\\+{used * 16 + 8}\\) runs past the end"):  # fmt: skip
+        check_hdf5(_put(data, message, len(data), 8) + data[tree : tree + size - 1])
+    seen = check_hdf5(_put(data, message, len(data), 8) + data[tree : tree + size])
+    assert ("btree", len(data)) in seen
+
+
+def test_a_symbol_table_node_of_more_than_2k_entries_is_refused(tmp_path):
+    data = _file(tmp_path)
+    snod = data.index(b"SNOD")
+    with pytest.raises(ValueError, match=f"symbol table node at {snod}: 9 entries, K is 4"):
+        check_hdf5(_put(data, snod + 6, 9, 2))
+    check_hdf5(_put(data, snod + 6, 8, 2))
+
+
+def test_a_symbol_table_node_past_the_end_is_refused(tmp_path):
+    """A symbol table node copied to the end of the file, its last entry 1 byte short."""
+    data = _file(tmp_path)
+    tree = _u(data, _symbol_table_message(data, "model_weights"), 8)
+    assert data[tree + 5] == 0  # a leaf: its children are symbol table nodes
+    child = tree + 24 + 8  # the first child's address, after the first key
+    snod = _u(data, child, 8)
+    count = _u(data, snod + 6, 2)
+    size = 8 + count * 40
+    with pytest.raises(ValueError, match=f"symbol table node at {len(data)} \\[{len(data) + 8}, "
+                       f"\\+{count * 40}\\) runs past the end"):  # fmt: skip
+        check_hdf5(_put(data, child, len(data), 8) + data[snod : snod + size - 1])
+    seen = check_hdf5(_put(data, child, len(data), 8) + data[snod : snod + size])
+    assert ("snod", len(data)) in seen and ("snod", snod) not in seen
+
+
+def test_a_local_heap_past_the_end_is_refused(tmp_path):
+    data = _file(tmp_path)
+    _, heap = _group_btree(data, "many")
+    assert data[heap : heap + 4] == b"HEAP"
+    size, seg = _u(data, heap + 8, 8), _u(data, heap + 24, 8)
+    with pytest.raises(ValueError, match=f"local heap data segment of the heap at {heap} "
+                       f"\\[{seg}, \\+{len(data) - seg + 1}\\)"):  # fmt: skip
+        check_hdf5(_put(data, heap + 8, len(data) - seg + 1, 8))
+    with pytest.raises(ValueError, match=f"\\[{len(data) - size + 1}, \\+{size}\\)"):
+        check_hdf5(_put(data, heap + 24, len(data) - size + 1, 8))
+    check_hdf5(_put(data, heap + 8, len(data) - seg, 8))  # to the last byte
+
+
+# -- attributes and datatypes ---------------------------------------------------------------
+
+
+def _attribute(data: bytes, owner: str, name: str):
+    """(message data position, message size, datatype position, dataspace position, values
+    position) of attribute `name` of `owner`, by the format's specification (version 1
+    attribute messages: each part padded to 8 bytes)."""
+    pos = _header_of(data, owner)
+    chunks = [(pos + 16, _u(data, pos + 8, 4))]
+    while chunks:
+        start, size = chunks.pop()
+        for kind, at, msize in _messages(data, start, size):
+            if kind == 0x10:
+                chunks.append((_u(data, at, 8), _u(data, at + 8, 8)))
+            if kind != 0x0C:
+                continue
+            assert data[at] == 1
+            nlen, dt_size, ds_size = _u(data, at + 2, 2), _u(data, at + 4, 2), _u(data, at + 6, 2)
+            if data[at + 8 : at + 8 + nlen] != name.encode() + b"\x00":
+                continue
+            dt = at + 8 + (nlen + 7) // 8 * 8
+            ds = dt + (dt_size + 7) // 8 * 8
+            return at, msize, dt, ds, ds + (ds_size + 7) // 8 * 8
+    raise AssertionError(f"no attribute {name} on {owner}")
+
+
+def test_attribute_values_past_their_message_are_refused(tmp_path):
+    data = _file(tmp_path)
+    at, msize, dt, ds, values = _attribute(data, "/", "matrix")
+    assert data[ds] == 1 and data[ds + 1] == 2  # a version 1 dataspace of rank 2: (2, 3)
+    room = at + msize - values
+    assert room >= 6 * 8
+    rows = room // 24 + 1  # (rows, 3) float64 values: one row more than the message holds
+    with pytest.raises(ValueError, match=f"attribute at {at}: {rows * 3} values of 8 bytes in "
+                       f"{room}"):  # fmt: skip
+        check_hdf5(_put(data, ds + 8, rows, 8))
+    check_hdf5(_put(data, ds + 8, room // 24, 8))
+    with pytest.raises(ValueError, match=f"attribute at {at}: {2 * (1 << 40)} values"):
+        check_hdf5(_put(data, ds + 16, 1 << 40, 8))
+
+
+def test_attribute_parts_past_their_message_are_refused(tmp_path):
+    data = _file(tmp_path)
+    at, msize, dt, ds, values = _attribute(data, "/", "matrix")
+    ds_size = _u(data, at + 6, 2)
+    grow = at + msize - values + 1  # the dataspace 1 byte (8 when padded) longer than fits
+    with pytest.raises(ValueError, match=f"attribute message at {at}: its parts run past it"):
+        check_hdf5(_put(data, at + 6, ds_size + grow, 2))
+
+
+def test_a_variable_length_value_longer_than_the_file_is_refused(tmp_path):
+    data = _file(tmp_path)
+    at, _, dt, ds, values = _attribute(data, "/", "names")
+    assert data[dt] & 0x0F == 9  # variable-length
+    for i in range(3):
+        length = values + i * 16
+        assert _u(data, length, 4) == i + 1  # "a", "bb", "ccc"
+        with pytest.raises(ValueError, match=f"attribute at {at}: a value {len(data) + 1} x 1"):
+            check_hdf5(_put(data, length, len(data) + 1, 4))
+        check_hdf5(_put(data, length, len(data), 4))
+    at, _, dt, ds, values = _attribute(data, "/", "backend")  # a scalar one
+    with pytest.raises(ValueError, match=f"attribute at {at}: a value {len(data) + 1} x 1"):
+        check_hdf5(_put(data, values, len(data) + 1, 4))
+
+
+@pytest.mark.parametrize(
+    "attr, head, ok",
+    [
+        ("matrix", 0x01, False),  # version 0
+        ("matrix", 0x61, False),  # version 6
+        ("matrix", 0x51, True),  # version 5
+        ("matrix", 0x1A, True),  # class 10
+        ("matrix", 0x1B, False),  # class 11
+        ("matrix", 0x1F, False),
+    ],
+)
+def test_a_datatype_of_an_unknown_class_or_version_is_refused(tmp_path, attr, head, ok):
+    data = _file(tmp_path)
+    _, _, dt, _, _ = _attribute(data, "/", attr)
+    bad = _put(data, dt, head, 1)
+    if ok:
+        check_hdf5(bad)
+    else:
+        with pytest.raises(ValueError, match=f"datatype at {dt}: class {head & 15} version "
+                           f"{head >> 4}"):  # fmt: skip
+            check_hdf5(bad)
+
+
+@pytest.mark.parametrize("bits, ok", [(0x00, True), (0x02, True), (0x03, False), (0x10, True),
+                                      (0x20, False), (0x12, True), (0x0F, False)])  # fmt: skip
+def test_a_string_of_unknown_padding_or_set_is_refused(tmp_path, bits, ok):
+    data = _file(tmp_path)
+    _, _, dt, _, _ = _attribute(data, "/", "keras_version")
+    assert data[dt] & 0x0F == 3  # a fixed-length string
+    bad = _put(data, dt + 1, bits, 1)
+    if ok:
+        check_hdf5(bad)
+    else:
+        with pytest.raises(ValueError, match=f"datatype at {dt}: a string of padding {bits & 15}"):
+            check_hdf5(bad)
+
+
+@pytest.mark.parametrize(
+    "bits, ok",
+    [(0x001, True), (0x000, True), (0x002, False), (0x00F, False), (0x021, True),
+     (0x031, False), (0x101, True), (0x201, False), (0x10001, True), (0xF00, False)],
+)  # fmt: skip
+def test_a_variable_length_type_of_unknown_kind_is_refused(tmp_path, bits, ok):
+    """Kind (0 sequence, 1 string), padding (0-2), character set (0-1): h5py crashed on kind
+    5 of a string attribute."""
+    data = _file(tmp_path)
+    _, _, dt, _, _ = _attribute(data, "/", "backend")
+    bad = _put(data, dt + 1, bits, 3)
+    if ok:
+        check_hdf5(bad)
+    else:
+        with pytest.raises(ValueError, match=f"datatype at {dt}: a variable-length type with "
+                           f"bits {bits:#x}"):  # fmt: skip
+            check_hdf5(bad)
+
+
+def test_a_variable_length_base_type_is_checked_too(tmp_path):
+    data = _file(tmp_path)
+    _, _, dt, _, _ = _attribute(data, "/", "backend")
+    base = dt + 8
+    assert data[base] == 0x10  # a variable-length string's base: a byte (class 0, version 1)
+    with pytest.raises(ValueError, match=f"datatype at {base}: class 0 version 0"):
+        check_hdf5(_put(data, base, 0x00, 1))
+
+
+def _vlen_chain(depth: int) -> bytes:
+    """`depth` variable-length sequence types, each the base of the one before, then a float."""
+    vlen = bytes([0x19, 0, 0, 0]) + (16).to_bytes(4, "little")
+    return vlen * depth + bytes([0x11, 0x20, 0x3F, 0]) + (8).to_bytes(4, "little") + bytes(12)
+
+
+def test_datatypes_nest_at_most_8_deep():
+    for depth, ok in [(8, True), (9, False)]:
+        chain = _vlen_chain(depth)
+        walk = hdf5_check._Walk(chain, 0, 8, 8, 4, 16)
+        if ok:
+            walk.datatype(0, len(chain), 0)
+        else:
+            with pytest.raises(ValueError, match=f"datatype at {8 * 8 + 8}: .* nested 9 deep"):
+                walk.datatype(0, len(chain), 0)
+
+
+def test_a_datatype_past_its_message_is_refused():
+    chain = _vlen_chain(1)
+    walk = hdf5_check._Walk(chain, 0, 8, 8, 4, 16)
+    walk.datatype(0, 16, 0)  # the base type's 8 header bytes end the message
+    with pytest.raises(ValueError, match="datatype at 8: past its message or nested 1 deep"):
+        walk.datatype(0, 15, 0)
+
+
+def test_dataspaces_by_version():
+    """Version 1 dims at 8, version 2 at 4 (a null one holds nothing), others unknown."""
+    walk = hdf5_check._Walk(
+        bytes([1, 2, 0, 0, 0, 0, 0, 0]) + (3).to_bytes(8, "little") + (5).to_bytes(8, "little")
+        + bytes([2, 1, 0, 1]) + (7).to_bytes(8, "little")
+        + bytes([2, 1, 0, 2]) + (7).to_bytes(8, "little")
+        + bytes([3, 1, 0, 1]) + (7).to_bytes(8, "little")
+        + bytes([2, 0, 0, 0]), 0, 8, 8, 4, 16)  # fmt: skip
+    assert walk.elements(0) == 15
+    assert walk.elements(24) == 7
+    assert walk.elements(36) == 0
+    assert walk.elements(48) is None
+    assert walk.elements(60) == 1  # a scalar: rank 0
+
+
+# -- global heap collections -------------------------------------------------------------
+
+
+def _zero_object(data: bytes, at: int) -> bytes:
+    """The collection at `at` with its first object's header zeroed: size 0, HDF5 loops."""
+    first = at + 16
+    return data[:first] + bytes(16) + data[first + 16 :]
+
+
+def test_global_heap_objects_that_do_not_tile_their_collection_are_refused(tmp_path):
+    data = _file(tmp_path)
+    at = data.index(b"GCOL")
+    size = _u(data, at + 8, 8)
+    with pytest.raises(ValueError, match=f"global heap collection at {at}: object 0 of size 0"):
+        check_hdf5(_zero_object(data, at))
+    # the first object 8 bytes longer than the collection leaves
+    first = at + 16
+    osize = _u(data, first + 8, 8)
+    grow = at + size - first - 16 - (osize + 7) // 8 * 8 + 8
+    index = _u(data, first, 2)
+    with pytest.raises(ValueError, match=f"object {index} of size {osize + grow} at {first}"):
+        check_hdf5(_put(data, first + 8, osize + grow, 8))
+    check_hdf5(_put(data, first + 8, osize + grow - 8, 8))  # filling it to its last byte
+
+
+def test_a_global_heap_collection_past_the_end_is_refused(tmp_path):
+    data = _file(tmp_path)
+    at = data.index(b"GCOL")
+    with pytest.raises(ValueError, match=f"collection at {at}: size {len(data) - at + 1} does"):
+        check_hdf5(_put(data, at + 8, len(data) - at + 1, 8))
+    with pytest.raises(ValueError, match=f"collection at {at}: size 15 does not fit"):
+        check_hdf5(_put(data, at + 8, 15, 8))
+    check_hdf5(_put(data, at + 8, 16, 8))  # an empty collection: the header alone
+
+
+def test_a_gcol_inside_other_data_is_no_collection():
+    """Only with version 1 and its reserved bytes zero is "GCOL" a collection."""
+    for head in [b"GCOL\x02\x00\x00\x00", b"GCOL\x01\x00\x00\x01", b"GCOL\x01\x00\x00"]:
+        data = b"\x89HDF\r\n\x1a\n" + bytes([2, 8, 8]) + bytes(53) + head
+        assert check_hdf5(data) == set()
+    data = b"\x89HDF\r\n\x1a\n" + bytes([2, 8, 8]) + bytes(53) + b"GCOL\x01\x00\x00\x00"
+    assert check_hdf5(data + bytes(7)) == set()  # its size field cut off: not taken for one
+    with pytest.raises(ValueError, match="size 0 does not fit"):
+        check_hdf5(data + bytes(8))
+
+
+def test_every_collection_is_walked(tmp_path):
+    data = _file(tmp_path)
+    first = data.index(b"GCOL")
+    second = data.find(b"GCOL", first + 1)
+    last = second if second > 0 else first
+    with pytest.raises(ValueError, match=f"collection at {last}: object 0 of size 0"):
+        check_hdf5(_zero_object(data, last))
+
+
+@pytest.mark.parametrize("lengths", [2, 4, 8])
+def test_collections_by_the_size_of_lengths(tmp_path, lengths):
+    data = _file(tmp_path, sizes=(8, lengths))
+    at = data.index(b"GCOL")
+    first = at + 16  # the header and each object's header padded to 8 bytes
+    zeroed = data[:first] + bytes(16) + data[first + 16 :]
+    with pytest.raises(ValueError, match=f"collection at {at}: object 0 of size 0 at {first}"):
+        check_hdf5(zeroed)
+
+
+def _minimal(version: int, header_at: int = 104) -> bytes:
+    """A superblock of `version` 0 or 1 (1 holds the indexed storage K after the group K
+    values: 4 bytes more), its root entry pointing to an object header at `header_at` whose
+    one message is a continuation 2^40 bytes away (written by hand: h5py sets no indexed
+    storage K, so never writes superblock 1)."""
+    sb = b"\x89HDF\r\n\x1a\n" + bytes([version, 0, 0, 0, 0, 8, 8, 0])
+    sb += (4).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(4)
+    if version == 1:
+        sb += (32).to_bytes(2, "little") + bytes(2)
+    undefined = b"\xff" * 8
+    sb += bytes(8) + undefined + (200).to_bytes(8, "little") + undefined
+    root = bytes(8) + header_at.to_bytes(8, "little") + bytes(24)
+    header = bytes([1, 0, 1, 0]) + (1).to_bytes(4, "little") + (24).to_bytes(4, "little")
+    message = (0x10).to_bytes(2, "little") + (16).to_bytes(2, "little") + bytes(4)
+    message += (1 << 40).to_bytes(8, "little") + (16).to_bytes(8, "little")
+    data = (sb + root).ljust(header_at, b"\x00") + header + bytes(4) + message
+    return data.ljust(200, b"\x00")
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_the_root_entry_of_superblock_0_and_1(version):
+    data = _minimal(version)
+    assert len(data[: 24 + 4 * version + 32]) == (56 if version == 0 else 60)
+    with pytest.raises(ValueError, match="object header continuation at 128 \\[1099511627776, "):
+        check_hdf5(data)
