@@ -340,6 +340,7 @@ def test_keras3_unknown_key_and_dtype_policy(tmp_path, capsys):
         tmp_path / "e.keras", tmp_path / "api.pt", approximate=True, log=lines.append, warn=print
     )
     assert data["source"] == str(tmp_path / "e.keras") and data["approximate"] is True
+    assert "layers (attribute = value <- where it came from):" in lines
     found = next(i for i, line in enumerate(lines) if line.startswith("found "))
     n = sum(1 for line in lines if line.startswith("  ") and "] float32" in line)
     assert lines[found] == f"found {n} weight variables:" and n >= 3
@@ -382,3 +383,16 @@ def test_load_refuses_what_this_version_cannot_compute(tmp_path, capsys):
     with pytest.raises(ValueError) as err:
         porting.load(cut)
     assert str(err.value).startswith(f"{cut}: not a readable torch-lstm-grad convert file (")
+    # a file whose pickle names a class (any code): load unpickles tensors and plain containers
+    # only (weights_only), so the class is refused, never instantiated, though all else is valid
+    data = torch.load(tmp_path / "out.pt", weights_only=True)
+    torch.save(_PickledClass(data), tmp_path / "code.pt")
+    with pytest.raises(ValueError) as err:
+        porting.load(tmp_path / "code.pt")
+    assert str(err.value).startswith(f"{tmp_path / 'code.pt'}: not a readable torch-lstm-grad")
+    assert "(UnpicklingError: Unsupported global: GLOBAL " in str(err.value)
+    assert str(err.value).endswith("_PickledClass was not an allowed global by default)")
+
+
+class _PickledClass(dict):
+    """A dict that unpickling must construct by calling this module's class."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 
 __all__ = ["CorruptFile", "reading"]
 
@@ -26,6 +27,10 @@ _LIBRARY_FILES = {
     "torch": ("torch",),
     "zlib": ("zlib",),
 }
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")  # terminal colours in a library's message
+_UNPICKLER = "WeightsUnpickler error:"
 
 
 class CorruptFile(ValueError):
@@ -48,9 +53,14 @@ def _raised_in(err: BaseException, libraries) -> bool:
 
 
 def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
+    text = _ANSI.sub("", str(err)).strip()
     if isinstance(err, KeyError) and len(err.args) == 1:  # KeyError's str() quotes its key
         text = str(err.args[0])
+    for line in text.splitlines():
+        # torch.load(weights_only=True) opens with how to load the file unsafely; what the
+        # file holds is on a line of its own (`Unsupported global: GLOBAL x.Y was not ...`)
+        if line.strip().startswith(_UNPICKLER):
+            return line.strip().removeprefix(_UNPICKLER).strip().split(". Please")[0][:300]
     return text.splitlines()[0][:300] if text else ""
 
 
