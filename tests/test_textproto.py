@@ -275,3 +275,15 @@ def test_a_dangling_backslash_is_refused():
     """`"a\\"` closes nowhere (the backslash escapes the quote): an unclosed string, by line."""
     with pytest.raises(ValueError, match="unexpected '\"a\\\\\\\\\"' on line 1"):
         to_wire('s: "a\\"', "AttrValue")
+
+
+def test_negative_integers_take_ten_bytes_as_protobuf_writes_them():
+    """A negative int64 or int32 is its 64-bit two's complement: ten bytes, as protobuf's own
+    serializer writes them (a reader may ignore bits past 64; the bytes must still be these)."""
+    from tensorflow.core.framework import attr_value_pb2, graph_pb2
+
+    for v in [-1, -7, -(1 << 31), -(1 << 63)]:
+        want = attr_value_pb2.AttrValue(i=v).SerializeToString()
+        assert len(want) == 11 and to_wire(f"i: {v}", "AttrValue") == want
+    want = graph_pb2.GraphDef(versions={"producer": -5}).SerializeToString()
+    assert to_wire("versions { producer: -5 }", "GraphDef") == want
