@@ -128,11 +128,8 @@ def test_every_data_type_by_name():
     """Each DataType name, its `_REF` form too, is the number types.proto gives it."""
     from tensorflow.core.framework import types_pb2
 
-    # the types up to DT_UINT64 (23) and their _REF forms, with TF's numbers; the reader
-    # refuses TF's newer ones (float8, int4, ...) by name: no graph the converter reads has them
-    known = {n: v for n, v in types_pb2.DataType.items() if v == 0 or 0 < v % 100 <= 23}
-    assert textproto._DTYPES == known
-    names = list(known)
+    assert textproto._DTYPES == dict(types_pb2.DataType.items())  # TF 2.21's, _REF forms too
+    names = list(textproto._DTYPES)
     text = "list { " + " ".join(f"type: {n}" for n in names) + " }"
     _same(text, "AttrValue")
     for n in names:
@@ -269,7 +266,12 @@ def _attr(value: str) -> str:
         (_attr("f: 1.5.5"), r"field 'f': '1.5.5' is not a number"),
         (_attr("f: infinityf5"), r"field 'f': 'infinityf5' is not a number"),
         ("node { name:", r"field 'name' has no value"),
-        ("node [x.y", r"unexpected end of text"),
+        ("node { name { } }", r"field 'name' expects a value, found '{'"),
+        (_attr("f < >"), r"field 'f' expects a value, found '<'"),
+        ("versions: 5", r"field 'versions' expects a message, found '5'"),
+        ("node { attr: 'k' }", r"field 'attr' expects a message, found \"'k'\""),
+        ("node [x.y]", r"field 'node' expects a message, found 'x.y'"),
+        ("[x.y", r"unexpected end of text"),
     ],
 )
 def test_what_it_cannot_parse_is_named(text, message):

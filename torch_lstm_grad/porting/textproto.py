@@ -44,6 +44,16 @@ _DTYPES = {
     "DT_VARIANT": 21,
     "DT_UINT32": 22,
     "DT_UINT64": 23,
+    "DT_FLOAT8_E5M2": 24,
+    "DT_FLOAT8_E4M3FN": 25,
+    "DT_FLOAT8_E4M3FNUZ": 26,
+    "DT_FLOAT8_E4M3B11FNUZ": 27,
+    "DT_FLOAT8_E5M2FNUZ": 28,
+    "DT_INT4": 29,
+    "DT_UINT4": 30,
+    "DT_INT2": 31,
+    "DT_UINT2": 32,
+    "DT_FLOAT4_E2M1FN": 33,
 }
 _DTYPES |= {f"{k}_REF": v + 100 for k, v in _DTYPES.items() if v}
 
@@ -159,7 +169,7 @@ def _unescape(quoted: str) -> bytes:
             out += c.encode()
             i += 1
             continue
-        e = body[i + 1] if i + 1 < len(body) else ""
+        e = body[i + 1]  # there is one: the tokenizer pairs each backslash with a character
         if e in _ESCAPES:
             out.append(_ESCAPES[e])
             i += 2
@@ -344,19 +354,24 @@ class _Parser:
             self.take()
             self.nest()
             close = "}" if tok[1] == "{" else ">"
-            if kind is not None and kind.startswith("map:"):
+            if kind is None:  # a field the schema does not name: parsed, skipped
+                out = [self.message(None, close)]
+            elif kind.startswith("map:"):
                 out = [self.map_entry(kind[4:], close, field)]
-            else:
-                msg = kind if kind is not None and kind in SCHEMA else None
-                out = [self.message(msg, close)]
+            elif kind in SCHEMA:
+                out = [self.message(kind, close)]
+            else:  # skipped, the field would read as unset: its default, silently
+                raise ValueError(f"text format: field {field!r} expects a value, found {tok[1]!r}")
             self.depth -= 1
             return out
         value = self.take()
         if tok[0] == "str":  # adjacent strings are one string
             while self.peek() is not None and self.peek()[0] == "str":
                 value = ("str", value[1][:-1] + self.take()[1][1:])
-        if kind is None or kind in SCHEMA or kind.startswith("map:"):
+        if kind is None:
             return []
+        if kind in SCHEMA or kind.startswith("map:"):
+            raise ValueError(f"text format: field {field!r} expects a message, found {value[1]!r}")
         return [_scalar(kind, value, field)]
 
     def map_entry(self, value_kind: str, close: str, field: str) -> bytes:
