@@ -620,3 +620,16 @@ def test_the_root_entry_of_superblock_0_and_1(version):
     assert len(data[: 24 + 4 * version + 32]) == (56 if version == 0 else 60)
     with pytest.raises(ValueError, match="object header continuation at 128 \\[1099511627776, "):
         check_hdf5(data)
+
+
+def test_the_walk_keeps_each_k_for_its_nodes(tmp_path):
+    """Symbol table nodes hold up to 2 x the leaf K, B-tree nodes up to 2 x the node K."""
+    data = _file(tmp_path)
+    snod = data.index(b"SNOD")
+    tree, _ = _group_btree(data, "many")
+    walk = hdf5_check._Walk(_put(data, snod + 6, 9, 2), 0, 8, 8, 4, 16)
+    with pytest.raises(ValueError, match=f"symbol table node at {snod}: 9 entries, K is 4"):
+        walk.snod(snod)
+    walk = hdf5_check._Walk(_put(data, tree + 6, 33, 2), 0, 8, 8, 4, 16)
+    with pytest.raises(ValueError, match=f"B-tree node at {tree}: 33 entries, K is 16"):
+        walk.btree(tree)
