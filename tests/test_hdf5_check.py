@@ -633,3 +633,24 @@ def test_the_walk_keeps_each_k_for_its_nodes(tmp_path):
     walk = hdf5_check._Walk(_put(data, tree + 6, 33, 2), 0, 8, 8, 4, 16)
     with pytest.raises(ValueError, match=f"B-tree node at {tree}: 33 entries, K is 16"):
         walk.btree(tree)
+
+
+def test_reads_and_regions_are_bounded_by_the_file(tmp_path):
+    """A field is read only inside the file; a region (a heap's data, a chunk) may end at its
+    last byte, be empty, start at 0; a negative start or size is refused."""
+    walk = hdf5_check._Walk(bytes(10), 0, 8, 8, 4, 16)
+    assert walk.uint(8, 2) == 0 and walk.uint(0, 1) == 0
+    for pos, size in [(9, 2), (10, 1), (-1, 1), (-2, 2)]:
+        with pytest.raises(ValueError, match=f"a field at {pos} past the end of the file \\(10"):
+            walk.uint(pos, size)
+    for start, size in [(0, 10), (10, 0), (0, 0), (3, 7)]:
+        walk.region(start, size, "x")
+    for start, size in [(0, 11), (-1, 1), (5, -1), (11, 0)]:
+        with pytest.raises(ValueError, match=f"x \\[{start}, \\+{size}\\) runs past the end"):
+            walk.region(start, size, "x")
+    # a symbol table entry's object header past the end of the file: its version is no field
+    data = _file(tmp_path)
+    snod = data.index(b"SNOD")
+    entry = snod + 8  # the first entry: its name offset (8 bytes), then its header's address
+    with pytest.raises(ValueError, match=f"a field at {len(data) + 5} past the end of the file"):
+        check_hdf5(_put(data, entry + 8, len(data) + 5, 8))

@@ -944,6 +944,8 @@ def test_library_messages_become_one_plain_line():
     assert guard._first_line(KeyError("key")) == "key"
     assert guard._first_line(OSError("x" * 400)) == "x" * 300
     assert guard._first_line(OSError("  \n ")) == ""
+    long = "advice\n\tWeightsUnpickler error: " + "y" * 400 + ". Please do this"
+    assert guard._first_line(RuntimeError(long)) == "y" * 300
     buf = io.BytesIO()
     torch.save(_Unlisted(a=1), buf)
     buf.seek(0)
