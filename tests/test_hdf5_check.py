@@ -654,3 +654,41 @@ def test_reads_and_regions_are_bounded_by_the_file(tmp_path):
     entry = snod + 8  # the first entry: its name offset (8 bytes), then its header's address
     with pytest.raises(ValueError, match=f"a field at {len(data) + 5} past the end of the file"):
         check_hdf5(_put(data, entry + 8, len(data) + 5, 8))
+
+
+def test_a_cached_scratch_pad_is_walked_too(tmp_path):
+    """The root entry caches its group's B-tree and heap addresses (cache type 1): nodes found
+    only there are checked as well."""
+    data = _file(tmp_path)
+    root = 24 + 4 * 8  # the superblock's root entry
+    assert _u(data, root + 16, 4) == 1  # cache type 1
+    end = len(data)
+    node = b"TREE\x00\x00" + (33).to_bytes(2, "little") + bytes(8)
+    with pytest.raises(ValueError, match=f"B-tree node at {end}: 33 entries, K is 16"):
+        check_hdf5(_put(data, root + 24, end, 8) + node)
+    heap = b"HEAP" + bytes(4) + (64).to_bytes(8, "little") + bytes(8) + (end).to_bytes(8, "little")
+    with pytest.raises(ValueError, match=f"local heap data segment of the heap at {end} "):
+        check_hdf5(_put(data, root + 32, end, 8) + heap)
+
+
+def test_a_header_s_reserved_bytes_are_not_its_size(tmp_path):
+    """A version 1 header's size is 4 bytes; the 4 after it pad the prefix to 16 (HDF5 reads
+    nothing there)."""
+    data = _file(tmp_path)
+    pos = _header_of(data, "model_weights")
+    assert check_hdf5(data[: pos + 12] + b"\xff" * 4 + data[pos + 16 :]) == check_hdf5(data)
+
+
+def test_a_message_in_the_last_8_bytes_of_a_chunk_is_read():
+    """A chunk whose last 8 bytes are a message header (a continuation of size 0, its address
+    and length in the bytes after it) is read to its end, as HDF5 reads it."""
+    data = bytearray(_minimal(0))
+    header = 104
+    size = 16 + 8  # a null message of 8 bytes, then the continuation's 8-byte header
+    data[header + 8 : header + 12] = size.to_bytes(4, "little")
+    data[header + 16 : header + 40] = (
+        bytes([0, 0, 8, 0]) + bytes(12) + (0x10).to_bytes(2, "little") + bytes(6)
+    )
+    data[header + 40 : header + 56] = (1 << 40).to_bytes(8, "little") + (16).to_bytes(8, "little")
+    with pytest.raises(ValueError, match="object header continuation at 144 \\[1099511627776, "):
+        check_hdf5(bytes(data))
