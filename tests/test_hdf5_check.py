@@ -692,3 +692,14 @@ def test_a_message_in_the_last_8_bytes_of_a_chunk_is_read():
     data[header + 40 : header + 56] = (1 << 40).to_bytes(8, "little") + (16).to_bytes(8, "little")
     with pytest.raises(ValueError, match="object header continuation at 144 \\[1099511627776, "):
         check_hdf5(bytes(data))
+
+
+def test_a_dataset_s_datatype_is_checked(tmp_path):
+    """A dataset's datatype message (type 3) is checked as an attribute's is: a float of
+    version 0 is refused."""
+    data = _file(tmp_path)
+    pos = _header_of(data, "model_weights/lstm/lstm/kernel:0")
+    dt = next(at for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)) if kind == 3)
+    assert data[dt] == 0x11  # version 1, class 1 (floating point)
+    with pytest.raises(ValueError, match=f"datatype at {dt}: class 1 version 0"):
+        check_hdf5(_put(data, dt, 0x01, 1))
