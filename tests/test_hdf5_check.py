@@ -1,7 +1,7 @@
 """The HDF5 structure check (`porting/hdf5_check.py`) against HDF5 itself: on files h5py writes
-(every layout parameter it walks: sizes of offsets and lengths, group K values, superblock 0 and
-1, a user block, B-trees of several levels, continuation chunks, attributes of every kind Keras
-writes) it walks exactly the object headers, continuation chunks, B-tree nodes, symbol table
+(sizes of offsets and lengths, a user block, B-trees of two levels, continuation chunks,
+attributes of every kind Keras writes; superblock 1, which h5py never writes, by hand) it walks
+exactly the object headers, continuation chunks, B-tree nodes, symbol table
 nodes and local heaps HDF5 reports or signs; and each bound it keeps is refused one past it, by
 name, and accepted at it. (The same files end to end, in a forked reader: test_fuzz_readers.py.)
 """
@@ -22,8 +22,8 @@ h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not
 def _content(f) -> None:
     """What a Keras .h5 holds, and more: attributes of each kind (fixed and variable-length
     strings, arrays of both, numbers, an empty one), nested groups, a chunked dataset, a group
-    with many members (several symbol table nodes, B-trees of more than one level at small K)
-    and one with many attributes (continuation chunks)."""
+    with many members (several symbol table nodes under a B-tree of two levels) and one with
+    many attributes (continuation chunks)."""
     f.attrs["backend"] = "tensorflow"  # a variable-length string
     f.attrs["keras_version"] = np.bytes_(b"2.21.0")  # a fixed-length one
     f.attrs["layer_names"] = np.array([b"lstm", b"dense_1"])
@@ -43,6 +43,15 @@ def _content(f) -> None:
     attrs = f.create_group("attrs")
     for i in range(30):
         attrs.attrs[f"a{i}"] = np.arange(40.0) + i
+
+
+def _content_small(f) -> None:
+    """What fits a file of 2-byte offsets (64 KiB)."""
+    f.attrs["backend"] = "tensorflow"
+    f.attrs["names"] = np.array(["a", "bb"], dtype=h5py.string_dtype())
+    f.create_group("g/h").create_dataset("d", data=np.arange(4, dtype="f4"))
+    for i in range(12):
+        f["g"].attrs[f"a{i}"] = np.arange(20.0)
 
 
 def _file(tmp_path, sizes=(8, 8), userblock=0, latest=False, content=_content) -> bytes:
@@ -102,7 +111,7 @@ def _assert_walks_what_hdf5_holds(data: bytes, base: int = 0) -> set:
         {"sizes": (4, 4)},
         {"sizes": (4, 8)},
         {"sizes": (8, 4)},
-        {"sizes": (2, 2), "content": lambda f: _content_small(f)},
+        {"sizes": (2, 2), "content": _content_small},
     ],
     ids=lambda p: ",".join(f"{k}={v}" for k, v in p.items() if k != "content") or "default",
 )
@@ -113,15 +122,6 @@ def test_walks_every_structure_hdf5_holds(tmp_path, props):
     if "content" not in props:  # "many": a root B-tree node and the nodes below it
         trees = {at for kind, at in seen if kind == "btree"}
         assert any(data[at + 5] == 1 for at in trees) and sum(data[at + 5] == 0 for at in trees) > 1
-
-
-def _content_small(f) -> None:
-    """What fits a file of 2-byte offsets (64 KiB)."""
-    f.attrs["backend"] = "tensorflow"
-    f.attrs["names"] = np.array(["a", "bb"], dtype=h5py.string_dtype())
-    f.create_group("g/h").create_dataset("d", data=np.arange(4, dtype="f4"))
-    for i in range(12):
-        f["g"].attrs[f"a{i}"] = np.arange(20.0)
 
 
 @pytest.mark.parametrize("userblock", [512, 1024, 2048, 4096])
@@ -222,20 +222,20 @@ def test_a_message_past_its_chunk_is_refused(tmp_path):
         check_hdf5(_put(data, first - 6, room + 1, 2))
 
 
-def _continuation(data: bytes, name: str):
-    """The position of the data of the continuation message of `name`'s header."""
+def _message(data: bytes, name: str, kind: int) -> int:
+    """The position of the data of the first message of `kind` in `name`'s header."""
     pos = _header_of(data, name)
-    for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)):
-        if kind == 0x10:
+    for k, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)):
+        if k == kind:
             return at
-    raise AssertionError(f"{name} has no continuation")
+    raise AssertionError(f"{name} has no message of type {kind:#x}")
 
 
 @pytest.mark.parametrize("sizes", [(8, 8), (4, 8), (8, 4)])
 def test_a_continuation_past_the_end_is_refused(tmp_path, sizes):
     o, n = sizes
     data = _file(tmp_path, sizes=sizes)
-    at = _continuation(data, "attrs")
+    at = _message(data, "attrs", 0x10)  # a continuation
     chunk, length = _u(data, at, o), _u(data, at + o, n)
     assert chunk + length <= len(data)
     room, start = len(data) - chunk + 1, len(data) - length + 1
@@ -256,7 +256,7 @@ def test_overlapping_chunks_past_the_work_budget_are_refused(tmp_path):
     walk parse more than the file holds; past 64 bytes per byte of the file (and 1 MiB) it
     stops, as HDF5 would go on."""
     data = _file(tmp_path)
-    at = _continuation(data, "attrs")
+    at = _message(data, "attrs", 0x10)
     run, count = 1 << 16, 200
     zeros = len(data) + 24 * count  # then a run of empty messages (type 0, size 0)
     table = b"".join(  # a chunk of `count` continuations, each into the run, 8 bytes apart
@@ -285,17 +285,9 @@ def test_spend_stops_past_the_budget_not_at_it():
         walk.spend(1)
 
 
-def _symbol_table_message(data: bytes, name: str) -> int:
-    pos = _header_of(data, name)
-    for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)):
-        if kind == 0x11:
-            return at
-    raise AssertionError(f"{name} has no symbol table")
-
-
 def _group_btree(data: bytes, name: str) -> tuple[int, int]:
     """(the B-tree's and the local heap's positions) of group `name`."""
-    at = _symbol_table_message(data, name)
+    at = _message(data, name, 0x11)  # the symbol table
     return _u(data, at, 8), _u(data, at + 8, 8)
 
 
@@ -312,7 +304,7 @@ def test_a_btree_node_of_more_than_2k_entries_is_refused(tmp_path):
 def test_a_btree_node_past_the_end_is_refused(tmp_path):
     """The group's B-tree node copied to the end of the file, its last key 1 byte short."""
     data = _file(tmp_path)
-    message = _symbol_table_message(data, "model_weights")
+    message = _message(data, "model_weights", 0x11)
     tree = _u(data, message, 8)
     used = _u(data, tree + 6, 2)
     size = 24 + used * 16 + 8  # header, addresses; entries and the key after the last
@@ -334,7 +326,7 @@ def test_a_symbol_table_node_of_more_than_2k_entries_is_refused(tmp_path):
 def test_a_symbol_table_node_past_the_end_is_refused(tmp_path):
     """A symbol table node copied to the end of the file, its last entry 1 byte short."""
     data = _file(tmp_path)
-    tree = _u(data, _symbol_table_message(data, "model_weights"), 8)
+    tree = _u(data, _message(data, "model_weights", 0x11), 8)
     assert data[tree + 5] == 0  # a leaf: its children are symbol table nodes
     child = tree + 24 + 8  # the first child's address, after the first key
     snod = _u(data, child, 8)
@@ -584,9 +576,8 @@ def test_collections_by_the_size_of_lengths(tmp_path, lengths):
     data = _file(tmp_path, sizes=(8, lengths))
     at = data.index(b"GCOL")
     first = at + 16  # the header and each object's header padded to 8 bytes
-    zeroed = data[:first] + bytes(16) + data[first + 16 :]
     with pytest.raises(ValueError, match=f"collection at {at}: object 0 of size 0 at {first}"):
-        check_hdf5(zeroed)
+        check_hdf5(_zero_object(data, at))
 
 
 def _minimal(version: int, header_at: int = 104) -> bytes:
@@ -611,7 +602,7 @@ def _minimal(version: int, header_at: int = 104) -> bytes:
 @pytest.mark.parametrize("version", [0, 1])
 def test_the_root_entry_of_superblock_0_and_1(version):
     data = _minimal(version)
-    assert len(data[: 24 + 4 * version + 32]) == (56 if version == 0 else 60)
+    assert _u(data, (56 if version == 0 else 60) + 8, 8) == 104  # the root entry's header
     with pytest.raises(ValueError, match="object header continuation at 128 \\[1099511627776, "):
         check_hdf5(data)
 
@@ -692,8 +683,7 @@ def test_a_dataset_s_datatype_is_checked(tmp_path):
     """A dataset's datatype message (type 3) is checked as an attribute's is: a float of
     version 0 is refused."""
     data = _file(tmp_path)
-    pos = _header_of(data, "model_weights/lstm/lstm/kernel:0")
-    dt = next(at for kind, at, _ in _messages(data, pos + 16, _u(data, pos + 8, 4)) if kind == 3)
+    dt = _message(data, "model_weights/lstm/lstm/kernel:0", 0x03)
     assert data[dt] == 0x11  # version 1, class 1 (floating point)
     with pytest.raises(ValueError, match=f"datatype at {dt}: class 1 version 0"):
         check_hdf5(_put(data, dt, 0x01, 1))

@@ -15,17 +15,32 @@ from torch_lstm_grad.porting.textproto import to_wire
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 
 
-def _oracle(text: str, message: str = "GraphDef"):
-    """(protobuf's parse of `text`, the parse of to_wire's bytes) as two messages of one class."""
-    from google.protobuf import text_format
+def _class(message: str):
+    """TensorFlow's protobuf class of `message`."""
     from tensorflow.core.framework import attr_value_pb2, graph_pb2, tensor_pb2
 
-    cls = {
+    return {
         "GraphDef": graph_pb2.GraphDef,
         "AttrValue": attr_value_pb2.AttrValue,
         "TensorProto": tensor_pb2.TensorProto,
     }[message]
-    return text_format.Parse(text, cls()), cls.FromString(to_wire(text, message))
+
+
+def _wire_parsed(text: str, message: str = "GraphDef"):
+    """to_wire's bytes parsed by protobuf (also for texts its text parser refuses)."""
+    return _class(message).FromString(to_wire(text, message))
+
+
+def _oracle(text: str, message: str = "GraphDef"):
+    """(protobuf's parse of `text`, the parse of to_wire's bytes) as two messages of one class."""
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, _class(message)()), _wire_parsed(text, message)
+
+
+def _attr(value: str) -> str:
+    """`value` as the AttrValue of a node's attribute."""
+    return f"node {{ attr {{ key: 'k' value {{ {value} }} }} }}"
 
 
 def _same(text: str, message: str = "GraphDef") -> None:
@@ -202,18 +217,12 @@ def test_the_syntax_protobuf_accepts():
     # protobuf knows those fields; the reader skips them, as a binary reader skips what it does
     # not read: the same message without them
     want, _ = _oracle("node { name: 'n' op: 'Const' }")
-    got = _oracle_wire(skipped)
+    got = _wire_parsed(skipped)
     assert got == want
-    got = _oracle_wire("node { name: 'n' [type.googleapis.com/x.Y] { a: 1 } op: 'Const' }")
+    got = _wire_parsed("node { name: 'n' [type.googleapis.com/x.Y] { a: 1 } op: 'Const' }")
     assert got == want
-    got = _oracle_wire("unknown_scalar: 3 unknown_list: [1, 2] node { name: 'n' op: 'Const' }")
+    got = _wire_parsed("unknown_scalar: 3 unknown_list: [1, 2] node { name: 'n' op: 'Const' }")
     assert got == want
-
-
-def _oracle_wire(text: str):
-    from tensorflow.core.framework import graph_pb2
-
-    return graph_pb2.GraphDef.FromString(to_wire(text, "GraphDef"))
 
 
 def test_many_siblings_are_not_nesting():
@@ -232,10 +241,6 @@ def test_nesting_is_bounded_as_protobuf_bounds_it():
     assert to_wire("a: " + "[" * 100 + "]" * 100, "GraphDef") == b""
     with pytest.raises(ValueError, match="nested more than 100 deep"):
         to_wire("a: " + "[" * 101 + "]" * 101, "GraphDef")
-
-
-def _attr(value: str) -> str:
-    return f"node {{ attr {{ key: 'k' value {{ {value} }} }} }}"
 
 
 @pytest.mark.parametrize(

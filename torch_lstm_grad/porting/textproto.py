@@ -360,7 +360,7 @@ class _Parser:
                 out = [self.map_entry(kind[4:], close, field)]
             elif kind in SCHEMA:
                 out = [self.message(kind, close)]
-            else:  # skipped, the field would read as unset: its default, silently
+            else:  # skipping it would leave the field unset: read as its default, silently
                 raise ValueError(f"text format: field {field!r} expects a value, found {tok[1]!r}")
             self.depth -= 1
             return out
