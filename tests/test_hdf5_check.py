@@ -357,8 +357,9 @@ def test_a_local_heap_past_the_end_is_refused(tmp_path):
 
 def _attribute(data: bytes, owner: str, name: str):
     """(message data position, message size, datatype position, dataspace position, values
-    position) of attribute `name` of `owner`, by the format's specification (version 1
-    attribute messages: each part padded to 8 bytes)."""
+    position) of attribute `name` of `owner`, by the format's specification: version 1
+    attribute messages pad each part to 8 bytes; versions 2 and 3 do not, and 3 has the
+    name's character set before the name."""
     pos = _header_of(data, owner)
     chunks = [(pos + 16, _u(data, pos + 8, 4))]
     while chunks:
@@ -368,14 +369,77 @@ def _attribute(data: bytes, owner: str, name: str):
                 chunks.append((_u(data, at, 8), _u(data, at + 8, 8)))
             if kind != 0x0C:
                 continue
-            assert data[at] == 1
+            version = data[at]
+            assert version in (1, 2, 3)
             nlen, dt_size, ds_size = _u(data, at + 2, 2), _u(data, at + 4, 2), _u(data, at + 6, 2)
-            if data[at + 8 : at + 8 + nlen] != name.encode() + b"\x00":
+            first = at + 8 + (version == 3)
+            if data[first : first + nlen] != name.encode() + b"\x00":
                 continue
+            if version > 1:
+                return at, msize, first + nlen, first + nlen + dt_size, first + nlen + dt_size + ds_size
             dt = at + 8 + (nlen + 7) // 8 * 8
             ds = dt + (dt_size + 7) // 8 * 8
             return at, msize, dt, ds, ds + (ds_size + 7) // 8 * 8
     raise AssertionError(f"no attribute {name} on {owner}")
+
+
+def _shared_datatype(f) -> None:
+    """HDF5 writes a version 2 attribute message for an attribute of a committed (shared)
+    datatype, even in a version 1 object header."""
+    f["float64"] = np.dtype("<f8")
+    f.attrs.create("shared", np.arange(3.0), dtype=f["float64"])
+    f.attrs["matrix"] = np.arange(6.0).reshape(2, 3)
+
+
+def _unpadded(data: bytes, owner: str, name: str, version: int) -> bytes:
+    """`data` with attribute `name` rewritten in place as a version 2 or 3 message (h5py
+    writes version 3, a name's character set, only in version 2 object headers): the same
+    parts without padding, the rest of the message zero."""
+    at, msize, dt, ds, values = _attribute(data, owner, name)
+    nlen, dt_size, ds_size = _u(data, at + 2, 2), _u(data, at + 4, 2), _u(data, at + 6, 2)
+    count = 1
+    for i in range(data[ds + 1]):
+        count *= _u(data, ds + 8 + 8 * i, 8)
+    body = (bytes([version, 0]) + data[at + 2 : at + 8] + b"\x00" * (version == 3)
+            + data[at + 8 : at + 8 + nlen] + data[dt : dt + dt_size] + data[ds : ds + ds_size]
+            + data[values : values + count * _u(data, dt + 4, 4)])  # fmt: skip
+    assert len(body) <= msize
+    return data[:at] + body + bytes(msize - len(body)) + data[at + msize :]
+
+
+def test_an_attribute_of_a_shared_datatype_is_left_to_hdf5(tmp_path):
+    """Its datatype part is a reference to the committed type (a version 2 shared message:
+    version, flags, the type's header address), not a datatype: read as one it would be
+    refused, so the attribute's flags must be read."""
+    data = _file(tmp_path, content=_shared_datatype)
+    at, _, dt, _, _ = _attribute(data, "/", "shared")
+    assert data[at] == 2 and data[at + 1] & 3 == 1  # version 2, a shared datatype
+    assert data[dt] == 2 and _u(data, dt + 2, 8) == _header_of(data, "float64")
+    check_hdf5(data)
+    with h5py.File(io.BytesIO(data), "r") as f:
+        assert f.attrs["shared"].tolist() == [0.0, 1.0, 2.0]
+    # An attribute message version HDF5 does not know is left to HDF5 too, whatever it holds.
+    check_hdf5(_put(data, at, 4, 1))
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_version_2_and_3_attributes_are_read_without_padding(tmp_path, version):
+    data = _unpadded(_file(tmp_path, content=_shared_datatype), "/", "matrix", version)
+    with h5py.File(io.BytesIO(data), "r") as f:  # HDF5 reads the rewritten message
+        assert f.attrs["matrix"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    at, msize, dt, ds, values = _attribute(data, "/", "matrix")
+    assert data[at] == version and data[ds + 1] == 2 and _u(data, ds + 8, 8) == 2
+    room = at + msize - values
+    check_hdf5(_put(data, ds + 8, room // 24, 8))
+    with pytest.raises(ValueError, match=f"attribute at {at}: {(room // 24 + 1) * 3} values of 8 "
+                       f"bytes in {room}"):  # fmt: skip
+        check_hdf5(_put(data, ds + 8, room // 24 + 1, 8))
+    ds_size = _u(data, at + 6, 2)
+    check_hdf5(_put(data, at + 6, ds_size + room - 48, 2))  # the values end the message
+    with pytest.raises(ValueError, match=f"attribute at {at}: 6 values of 8 bytes in 47"):
+        check_hdf5(_put(data, at + 6, ds_size + room - 47, 2))
+    with pytest.raises(ValueError, match=f"attribute message at {at}: its parts run past it"):
+        check_hdf5(_put(data, at + 6, ds_size + room + 1, 2))
 
 
 def test_attribute_values_past_their_message_are_refused(tmp_path):
