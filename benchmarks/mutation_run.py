@@ -151,14 +151,15 @@ FILES = {
             "convert",
             "saved_model",
             "keras_files",
-            "tensorbundle",
             "tf1_graph",
             "verify",
         )
     },  # fmt: skip
-    # checked first against protobuf's own text parser, and HDF5's own addresses
+    # checked first against protobuf's own text parser, HDF5's own addresses, and TF's own
+    # checksums, OrderedCode and string tensors
     "torch_lstm_grad/porting/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
     "torch_lstm_grad/porting/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/tensorbundle.py": ["tests/test_tensorbundle.py", *_READER_TESTS],
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}
