@@ -196,3 +196,237 @@ def test_a_string_byte_changed_fails_the_checksum(tmp_path):
     data.write_bytes(bytes(changed))
     with pytest.raises(ValueError, match=r"lengths of .* \(\[4, 300\]\) do not fill its 310"):
         TensorBundleReader(prefix, verify_crc=False).get_strings(name)
+
+
+# -- hostile bundles, made by hand: each check refused one past its bound, kept at it --------
+
+_VALUES = np.arange(6, dtype="<f4")  # the data file: 24 bytes
+
+
+def _shape(*dims) -> bytes:
+    from test_fuzz_readers import _field, _varint
+
+    return b"".join(_field(2, 2, _field(1, 0, _varint(d))) for d in dims)
+
+
+def _entry(dtype=1, shape=(2,), shard=0, offset=0, size=8, slices=(), raw_shape=None, data=None):
+    """A BundleEntryProto of bytes [offset, +size) of `data` (default _VALUES', their
+    crc32c as TF checks it); slices: per slice, per dimension (start, length or None)."""
+    from test_fuzz_readers import _field, _varint
+
+    data = _VALUES.tobytes() if data is None else data
+    crc = masked_crc32c(data[offset : offset + size]) if offset + size <= len(data) else 0
+    out = _field(1, 0, _varint(dtype))
+    out += _field(2, 2, _shape(*shape) if raw_shape is None else raw_shape)
+    out += _field(3, 0, _varint(shard)) + _field(4, 0, _varint(offset)) + _field(5, 0, _varint(size))
+    out += _field(6, 5, struct.pack("<I", crc))
+    for extents in slices:
+        ext = b"".join(
+            _field(1, 2, _field(1, 0, _varint(s)) + (b"" if n is None else _field(2, 0, _varint(n))))
+            for s, n in extents
+        )
+        out += _field(7, 2, ext)
+    return out
+
+
+def _header(num_shards=1, endianness=0) -> bytes:
+    from test_fuzz_readers import _field, _varint
+
+    version = _field(1, 0, _varint(1))
+    return _field(1, 0, _varint(num_shards)) + _field(2, 0, _varint(endianness)) + _field(
+        3, 2, version
+    )
+
+
+def _bundle(tmp_path, entries: dict, data: bytes, header=None, shards=1) -> str:
+    """A checkpoint of `entries` (key -> BundleEntryProto bytes) over one data file."""
+    from test_fuzz_readers import _sstable
+
+    prefix = str(tmp_path / f"b{len(list(tmp_path.iterdir()))}")
+    items = sorted({b"": header or _header(shards), **entries}.items())
+    with open(prefix + ".index", "wb") as fh:
+        fh.write(_sstable(items))
+    for s in range(shards):
+        with open(f"{prefix}.data-{s:05d}-of-{shards:05d}", "wb") as fh:
+            fh.write(data)
+    return prefix
+
+
+
+
+def _opens(prefix, name=None):
+    """Both readers open it and agree on the tensor (TF as the oracle of what is kept)."""
+    r = TensorBundleReader(prefix)
+    if name is None:
+        return r
+    ours = r.get_tensor(name)
+    np.testing.assert_array_equal(ours, tf.train.load_checkpoint(prefix).get_tensor(name))
+    return ours
+
+
+def _refused(prefix, message):
+    with pytest.raises(ValueError, match=message):
+        TensorBundleReader(prefix)
+
+
+def test_tensor_bytes_must_lie_in_the_data_file_and_match_the_shape(tmp_path):
+    data = _VALUES.tobytes()
+    at_end = _bundle(tmp_path, {b"t": _entry(shape=(2,), offset=16, size=8)}, data)
+    np.testing.assert_array_equal(_opens(at_end, "t"), [4.0, 5.0])
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=(2,), offset=17, size=8)}, data),
+             r"t: bytes \[17, \+8\) lie outside .*data-00000-of-00001 \(24 bytes\)")  # fmt: skip
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=(3,), offset=0, size=8)}, data),
+             r"t: 8 bytes for shape \[3\] of float32")  # fmt: skip
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=(1,), offset=0, size=8)}, data),
+             r"t: 8 bytes for shape \[1\] of float32")  # fmt: skip
+    _refused(_bundle(tmp_path, {b"t": _entry(shard=1)}, data), "t: shard 1 of 1")
+    _opens(_bundle(tmp_path, {b"t": _entry(shard=1)}, data, shards=2))
+    # A dtype this reader lists but does not read is still bounded by its file.
+    r = _opens(_bundle(tmp_path, {b"u": _entry(dtype=23, size=16)}, data))
+    assert r.get_variable_to_dtype_map() == {"u": "DataType 23"}
+    with pytest.raises(NotImplementedError, match="dtype DataType 23 is not read"):
+        r.get_tensor("u")
+    _refused(_bundle(tmp_path, {b"u": _entry(dtype=23, offset=9, size=16)}, data), "lie outside")
+
+
+@pytest.mark.parametrize("dtype, ok", [(0, False), (1, True), (23, True), (24, False)])
+def test_data_types_outside_tf_s_enum_are_refused(tmp_path, dtype, ok):
+    prefix = _bundle(tmp_path, {b"t": _entry(dtype=dtype, shape=(0,), size=0)}, b"")
+    if ok:
+        TensorBundleReader(prefix)
+    else:
+        _refused(prefix, f"entry 't': unknown DataType {dtype}")
+
+
+def test_shapes_tf_cannot_hold_are_refused(tmp_path):
+    """TF's TensorShape: at most 254 dimensions, none negative, an int64 element count (TF's
+    reader aborts the process on each)."""
+    ok = _bundle(tmp_path, {b"t": _entry(shape=(1,) * 254, size=4)}, _VALUES.tobytes())
+    assert TensorBundleReader(ok).get_variable_to_shape_map() == {"t": [1] * 254}
+    with pytest.raises(NotImplementedError, match="t: rank 254: NumPy holds at most 64"):
+        TensorBundleReader(ok).get_tensor("t")  # as TF's reader, which returns NumPy too
+    ok = _bundle(tmp_path, {b"t": _entry(shape=(1,) * 64, size=4)}, _VALUES.tobytes())
+    assert TensorBundleReader(ok).get_tensor("t").shape == (1,) * 64
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=(1,) * 255, size=4)}, b"\x00" * 4),
+             r"shape \[1, 1, 1, 1, 1, 1, 1, 1\] \(rank 255\) is not a tensor's")  # fmt: skip
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=(2, -1 & (2**64 - 1)), size=0)}, b""),
+             r"shape \[2, -1\] \(rank 2\)")  # fmt: skip
+    big = (1 << 31, 1 << 31, 2)  # 2**63 elements: one past int64's largest
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=big, size=0)}, b""), "rank 3")
+    edge = (1 << 31, 1 << 31, 1, 1)  # 2**62 elements fit (then its 8 bytes do not)
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=edge, size=8)}, b"\x00" * 8),
+             r"t: 8 bytes for shape \[2147483648, 2147483648, 1, 1\]")  # fmt: skip
+    from test_fuzz_readers import _field, _varint
+
+    unknown = _bundle(tmp_path, {b"t": _entry(raw_shape=_field(3, 0, _varint(1)))}, b"\x00" * 8)
+    r = TensorBundleReader(unknown)
+    assert r.get_variable_to_shape_map() == {"t": None}
+    with pytest.raises(ValueError, match="'t' has an unknown rank"):
+        r.get_tensor("t")
+
+
+def test_string_tensors_need_a_byte_per_element(tmp_path):
+    _opens(_bundle(tmp_path, {b"s": _entry(dtype=7, shape=(3,), size=3)}, b"\x00" * 3))
+    _refused(_bundle(tmp_path, {b"s": _entry(dtype=7, shape=(4,), size=3)}, b"\x00" * 3),
+             "s: 4 strings in 3 bytes")  # fmt: skip
+    _opens(_bundle(tmp_path, {b"s": _entry(dtype=7, shape=(), size=0)}, b""))  # an empty scalar
+    r = _opens(_bundle(tmp_path, {b"t": _entry()}, _VALUES.tobytes()))
+    with pytest.raises(ValueError, match=r"t: not an unpartitioned string tensor \(float32\)"):
+        r.get_strings("t")
+
+
+def _partitioned(tmp_path, whole_shape, slices, pieces, whole_dtype=1):
+    """A partitioned variable `v` of `whole_shape`: its slices (start, length or None per
+    dimension), each slice's entry (shape) over consecutive bytes of _VALUES."""
+    entries, offset = {}, 0
+    entries[b"v"] = _entry(dtype=whole_dtype, shape=whole_shape, size=0, slices=slices)
+    for extents, shape in zip(slices, pieces, strict=True):
+        size = 4 * int(np.prod(shape))
+        key = slice_key("v", [(s, -1 if n is None else n) for s, n in extents])
+        entries[key] = _entry(shape=shape, offset=offset, size=size)
+        offset += size
+    return _bundle(tmp_path, entries, _VALUES.tobytes())
+
+
+def test_slices_must_lie_inside_their_variable_and_cover_it(tmp_path):
+    halves = [((0, 1), (0, None)), ((1, 1), (0, None))]
+    ok = _partitioned(tmp_path, (2, 3), halves, [(1, 3), (1, 3)])
+    np.testing.assert_array_equal(_opens(ok, "v"), _VALUES.reshape(2, 3))
+    _refused(_partitioned(tmp_path, (2, 3), [((0, 1), (0, None)), ((2, 1), (0, None))],
+                          [(1, 3), (1, 3)]), r"v: slice .* outside shape \(2, 3\)")  # fmt: skip
+    _refused(_partitioned(tmp_path, (2, 3), [((0, 2), (1, None))], [(2, 3)]),
+             r"slice .* outside shape")  # a whole dimension must start at 0  # fmt: skip
+    _refused(_partitioned(tmp_path, (2, 3), [((0, 1),)], [(1, 3)]),
+             r"v: slice \(\(0, 1\),\) does not match shape \(2, 3\)")  # fmt: skip
+    _refused(_partitioned(tmp_path, (2, 3), halves, [(1, 3), (1, 2)]),
+             r"v: slice \(\(1, 1\), \(0, -1\)\) is a float32 \(1, 2\)")  # fmt: skip
+    _refused(_partitioned(tmp_path, (2, 3), halves, [(1, 3), (1, 3)], whole_dtype=2),
+             r"is a float32 \(1, 3\)")  # fmt: skip
+    # Listed but absent from the index (under another variable's key).
+    entries = {b"v": _entry(shape=(2,), size=0, slices=[((0, None),)]),
+               slice_key("w", [(0, -1)]): _entry()}  # fmt: skip
+    _refused(_bundle(tmp_path, entries, _VALUES.tobytes()), r"v: slice .* listed but not in")
+    # One row twice: the slices' elements add up but do not cover the variable.
+    twice = _partitioned(tmp_path, (2, 3), [((0, 1), (0, None)), ((0, 1), (0, None))],
+                         [(1, 3), (1, 3)])  # fmt: skip
+    with pytest.raises(ValueError, match="the slices of 'v' do not cover it"):
+        TensorBundleReader(twice).get_tensor("v")
+    short = _partitioned(tmp_path, (2, 3), [((0, 1), (0, None))], [(1, 3)])
+    with pytest.raises(ValueError, match="the slices of 'v' do not cover it"):
+        TensorBundleReader(short).get_tensor("v")
+
+
+def test_a_slice_of_unknown_rank_or_of_a_slice_is_refused(tmp_path):
+    from test_fuzz_readers import _field, _varint
+
+    entries = {b"v": _entry(raw_shape=_field(3, 0, _varint(1)), size=0, slices=[((0, None),)])}
+    _refused(_bundle(tmp_path, entries, b""), "v: slices of a slice, or of a tensor of unknown")
+    inner = [((0, None),)]
+    entries = {b"v": _entry(shape=(2,), size=0, slices=inner),
+               slice_key("v", [(0, -1)]): _entry(shape=(2,), size=0, slices=inner)}  # fmt: skip
+    _refused(_bundle(tmp_path, entries, b""), r"slices of a slice")
+
+
+@pytest.mark.parametrize("start, length, ok", [(0, None, True), (0, 2, True), (1, 1, True)])
+def test_slice_extents_as_tf_writes_them(tmp_path, start, length, ok):
+    """An extent without a length is the whole dimension (TF's kFullExtent, -1 in its key)."""
+    shape = (2 if length is None else length,)
+    prefix = _partitioned(tmp_path, (2,), [((start, length),)], [shape])
+    if start == 1:  # half a variable
+        with pytest.raises(ValueError, match="do not cover it"):
+            TensorBundleReader(prefix).get_tensor("v")
+    else:
+        np.testing.assert_array_equal(TensorBundleReader(prefix).get_tensor("v"), [0.0, 1.0])
+
+
+def test_negative_extents_are_refused(tmp_path):
+    neg = -1 & (2**64 - 1)
+    for extents in [((neg, None),), ((0, -2 & (2**64 - 1)),), ((0, neg),)]:
+        entries = {b"v": _entry(shape=(2,), size=0, slices=[extents])}
+        _refused(_bundle(tmp_path, entries, b""), "slice extent start")
+
+
+@pytest.mark.parametrize("shards, ok", [(0, False), (1, True), (99999, True), (100000, False)])
+def test_the_number_of_shards_fits_the_data_files_names(tmp_path, shards, ok):
+    prefix = _bundle(tmp_path, {}, b"", header=_header(num_shards=shards))
+    if ok:
+        r = TensorBundleReader(prefix)
+        assert r.num_shards == shards and r.shard_path(3).endswith(f".data-00003-of-{shards:05d}")
+    else:
+        _refused(prefix, f"num_shards {shards}")
+
+
+def test_big_endian_bundles_are_read_and_unknown_byte_orders_refused(tmp_path):
+    data = _VALUES.astype(">f4").tobytes()
+    entry = _entry(shape=(6,), size=24, data=data)
+    prefix = _bundle(tmp_path, {b"t": entry}, data, header=_header(1, 1))
+    out = TensorBundleReader(prefix).get_tensor("t")
+    np.testing.assert_array_equal(out, _VALUES)
+    assert out.dtype == np.dtype("=f4")
+    _refused(_bundle(tmp_path, {}, b"", header=_header(1, 2)), "unknown endianness 2")
+    from test_fuzz_readers import _sstable
+
+    prefix = str(tmp_path / "nohead")
+    with open(prefix + ".index", "wb") as fh:
+        fh.write(_sstable([(b"t", _entry())]))
+    _refused(prefix, r"no BundleHeaderProto \(empty key\)")

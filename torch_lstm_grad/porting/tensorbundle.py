@@ -188,6 +188,7 @@ class BundleEntry:
 # TF's TensorShape holds at most 254 dimensions and an int64 element count; a shape past either
 # aborts TF's checkpoint reader (a CHECK), so the index is checked before TF reads it.
 _MAX_RANK = 254
+_NUMPY_MAX_RANK = 64  # numpy 2's NPY_MAXDIMS
 _MAX_ELEMENTS = (1 << 63) - 1
 _KNOWN_DTYPES = range(1, 24)  # DT_FLOAT .. DT_UINT64 (types.proto); 0 is DT_INVALID
 
@@ -557,6 +558,11 @@ class TensorBundleReader:
             )
         if e.shape is None:
             raise ValueError(f"{self.prefix}: {name!r} has an unknown rank")
+        if len(e.shape) > _NUMPY_MAX_RANK:  # TF holds 254; TF's own reader fails here too
+            raise NotImplementedError(
+                f"{self.prefix}: {name}: rank {len(e.shape)}: NumPy holds at most "
+                f"{_NUMPY_MAX_RANK} dimensions"
+            )
         dt = np.dtype(self.byte_order + DTYPES[e.dtype][1])
         raw = self._entry_bytes(name, e)  # its size was checked against shape and dtype
         out = np.frombuffer(raw, dtype=dt, count=math.prod(e.shape)).reshape(e.shape)
