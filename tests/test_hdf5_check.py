@@ -376,7 +376,13 @@ def _attribute(data: bytes, owner: str, name: str):
             if data[first : first + nlen] != name.encode() + b"\x00":
                 continue
             if version > 1:
-                return at, msize, first + nlen, first + nlen + dt_size, first + nlen + dt_size + ds_size
+                return (
+                    at,
+                    msize,
+                    first + nlen,
+                    first + nlen + dt_size,
+                    first + nlen + dt_size + ds_size,
+                )
             dt = at + 8 + (nlen + 7) // 8 * 8
             ds = dt + (dt_size + 7) // 8 * 8
             return at, msize, dt, ds, ds + (ds_size + 7) // 8 * 8

@@ -115,9 +115,7 @@ def _saver_checkpoint(tmp_path, variables) -> str:
     with g.as_default():
         for name, (value, parts) in variables.items():
             partitioner = None if parts is None else (lambda shape, dtype, p=parts: p)
-            tf.compat.v1.get_variable(
-                name, initializer=tf.constant(value), partitioner=partitioner
-            )
+            tf.compat.v1.get_variable(name, initializer=tf.constant(value), partitioner=partitioner)
         with tf.compat.v1.Session(graph=g) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
             return tf.compat.v1.train.Saver().save(sess, str(tmp_path / "ckpt"))
@@ -218,11 +216,15 @@ def _entry(dtype=1, shape=(2,), shard=0, offset=0, size=8, slices=(), raw_shape=
     crc = masked_crc32c(data[offset : offset + size]) if offset + size <= len(data) else 0
     out = _field(1, 0, _varint(dtype))
     out += _field(2, 2, _shape(*shape) if raw_shape is None else raw_shape)
-    out += _field(3, 0, _varint(shard)) + _field(4, 0, _varint(offset)) + _field(5, 0, _varint(size))
+    out += (
+        _field(3, 0, _varint(shard)) + _field(4, 0, _varint(offset)) + _field(5, 0, _varint(size))
+    )
     out += _field(6, 5, struct.pack("<I", crc))
     for extents in slices:
         ext = b"".join(
-            _field(1, 2, _field(1, 0, _varint(s)) + (b"" if n is None else _field(2, 0, _varint(n))))
+            _field(
+                1, 2, _field(1, 0, _varint(s)) + (b"" if n is None else _field(2, 0, _varint(n)))
+            )
             for s, n in extents
         )
         out += _field(7, 2, ext)
@@ -233,8 +235,10 @@ def _header(num_shards=1, endianness=0) -> bytes:
     from test_fuzz_readers import _field, _varint
 
     version = _field(1, 0, _varint(1))
-    return _field(1, 0, _varint(num_shards)) + _field(2, 0, _varint(endianness)) + _field(
-        3, 2, version
+    return (
+        _field(1, 0, _varint(num_shards))
+        + _field(2, 0, _varint(endianness))
+        + _field(3, 2, version)
     )
 
 
@@ -250,8 +254,6 @@ def _bundle(tmp_path, entries: dict, data: bytes, header=None, shards=1) -> str:
         with open(f"{prefix}.data-{s:05d}-of-{shards:05d}", "wb") as fh:
             fh.write(data)
     return prefix
-
-
 
 
 def _opens(prefix, name=None):
@@ -430,3 +432,149 @@ def test_big_endian_bundles_are_read_and_unknown_byte_orders_refused(tmp_path):
     with open(prefix + ".index", "wb") as fh:
         fh.write(_sstable([(b"t", _entry())]))
     _refused(prefix, r"no BundleHeaderProto \(empty key\)")
+
+
+# -- the SSTable ----------------------------------------------------------------------------
+
+
+def _table(blocks, restarts=None) -> bytes:
+    """An SSTable of data blocks given as raw entries (shared, key suffix, value), every crc32c
+    right; `restarts` overrides the data blocks' restart count (each has one restart)."""
+    from test_fuzz_readers import _varint
+
+    out, handles = bytearray(), []
+
+    def put(contents: bytes) -> bytes:
+        handle = _varint(len(out)) + _varint(len(contents))
+        out.extend(contents + b"\x00" + struct.pack("<I", masked_crc32c(contents + b"\x00")))
+        return handle
+
+    def block(entries, count=1) -> bytes:
+        body = b"".join(_varint(s) + _varint(len(k)) + _varint(len(v)) + k + v
+                        for s, k, v in entries)  # fmt: skip
+        return body + struct.pack("<II", 0, count)
+
+    for entries in blocks:
+        handles.append(put(block(entries, 1 if restarts is None else restarts)))
+    meta = put(block([]))
+    index = put(block([(0, bytes([65 + i]), h) for i, h in enumerate(handles)]))
+    return bytes(out) + (meta + index).ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
+
+
+def _write(tmp_path, index: bytes) -> str:
+    path = tmp_path / f"t{len(list(tmp_path.iterdir()))}.index"
+    path.write_bytes(index)
+    return str(path)
+
+
+def test_shared_key_prefixes_are_read_as_tf_reads_them(tmp_path):
+    """TF writes keys sharing a prefix with the one before; the reader rebuilds them, and
+    refuses a prefix longer than the key before or an entry running past its block."""
+    entries = [(0, b"", _header()), (0, b"abc", b"1"), (2, b"d", b"2"), (3, b"e", b"3")]
+    path = _write(tmp_path, _table([entries]))
+    assert read_table(path) == [(b"", _header()), (b"abc", b"1"), (b"abd", b"2"), (b"abde", b"3")]
+    bad = [(0, b"", _header()), (0, b"abc", b"1"), (4, b"d", b"2")]
+    with pytest.raises(ValueError, match="corrupt block entry at"):
+        read_table(_write(tmp_path, _table([bad])))
+    assert read_table(_write(tmp_path, _table([bad[:2] + [(3, b"d", b"2")]])))[-1][0] == b"abcd"
+
+
+def test_keys_must_increase_across_blocks(tmp_path):
+    one, two = [(0, b"", _header()), (0, b"a", b"1")], [(0, b"b", b"2")]
+    assert [k for k, _ in read_table(_write(tmp_path, _table([one, two])))] == [b"", b"a", b"b"]
+    for later in (b"a", b"0"):  # equal, then smaller
+        with pytest.raises(ValueError, match=f"keys out of order at {later!r}"):
+            read_table(_write(tmp_path, _table([one, [(0, later, b"2")]])))
+
+
+def test_the_restart_count_must_fit_its_block(tmp_path):
+    """The restart array (count words before the count) must fit the block; the entries end
+    where it starts."""
+    entries = [(0, b"", _header())]
+    body = 3 + len(_header())  # three one-byte varints and the value
+    fits = (body + 4) // 4  # the most restarts the block's body and one restart word hold
+    with pytest.raises(ValueError, match="corrupt block entry at 3"):  # the entry cut short
+        read_table(_write(tmp_path, _table([entries], restarts=fits)))
+    with pytest.raises(ValueError, match=f"bad restart count {fits + 1}"):
+        read_table(_write(tmp_path, _table([entries], restarts=fits + 1)))
+    assert read_table(_write(tmp_path, _table([entries], restarts=1))) == [(b"", _header())]
+    for short in (b"", b"abc"):
+        with pytest.raises(ValueError, match="here: block too short"):
+            list(tensorbundle._block_entries(short, "here"))
+    assert list(tensorbundle._block_entries(struct.pack("<I", 0), "here")) == []
+
+
+def _footer_index_handle(data: bytes) -> tuple[int, int, int]:
+    """(offset, size, position in the file of the size varint) of the index block."""
+    from torch_lstm_grad.porting import proto
+
+    footer = len(data) - 48
+    _, pos = proto.varint(data, footer)
+    _, pos = proto.varint(data, pos)
+    off, at = proto.varint(data, pos)
+    size, _ = proto.varint(data, at)
+    return off, size, at
+
+
+def test_blocks_are_bounded_by_the_file_and_checked(tmp_path):
+    data = _table([[(0, b"", _header())]])
+    off, size, at = _footer_index_handle(data)
+    assert off + size + 5 == len(data) - 48 and size < 64  # one-byte varints
+    # The index block grown to end its trailer with the file: inside it (its trailer then
+    # read from the footer), and one byte more: past it.
+    with pytest.raises(ValueError) as inside:
+        read_table(_write(tmp_path, data[:at] + bytes([size + 48]) + data[at + 1 :]))
+    assert "runs past" not in str(inside.value)
+    with pytest.raises(ValueError, match=rf"block \[{off}, \+{size + 49}\) runs past the end"):
+        read_table(_write(tmp_path, data[:at] + bytes([size + 49]) + data[at + 1 :]))
+    # The trailer: compression 0 (none) or 1 (snappy, not read here), a masked crc32c.
+    for kind, error in [(1, NotImplementedError), (2, ValueError)]:
+        edited = data[: off + size] + bytes([kind]) + data[off + size + 1 :]
+        with pytest.raises(
+            error, match="snappy" if kind == 1 else "unknown block compression type 2"
+        ):
+            read_table(_write(tmp_path, edited))
+    crc = off + size + 1
+    edited = data[:crc] + bytes([data[crc] ^ 1]) + data[crc + 1 :]
+    with pytest.raises(
+        ValueError, match=f"index block\\): block checksum mismatch \\(crc32c\\) at offset {off}"
+    ):
+        read_table(_write(tmp_path, edited))
+    assert read_table(_write(tmp_path, edited), verify=False) == [(b"", _header())]
+
+
+def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
+    """Each data block starts at or after the end of the one before and ends before the index
+    block: a hostile index cannot make the reader walk a block many times."""
+    from test_fuzz_readers import _varint
+
+    one, two = [(0, b"", _header())], [(0, b"a", b"1")]
+    data = _table([one, two])
+    off, size, _ = _footer_index_handle(data)
+    index = data[off : off + size]
+    keys = [k for k, _ in tensorbundle._block_entries(index, "")]
+    handles = [h for _, h in tensorbundle._block_entries(index, "")]
+    assert keys == [b"A", b"B"] and len(handles) == 2
+
+    def with_handles(*hs) -> bytes:
+        block = b"".join(_varint(0) + _varint(1) + _varint(len(h)) + bytes([65 + i]) + h
+                         for i, h in enumerate(hs)) + struct.pack("<II", 0, 1)  # fmt: skip
+        head = data[:off]
+        trailer = b"\x00" + struct.pack("<I", masked_crc32c(block + b"\x00"))
+        meta = data[len(data) - 48 : len(data) - 46]  # the metaindex handle: two 1-byte varints
+        footer = (meta + _varint(off) + _varint(len(block))).ljust(40, b"\x00")
+        return head + block + trailer + footer + struct.pack("<Q", 0xDB4775248B80FB57)
+
+    assert len(read_table(_write(tmp_path, with_handles(*handles)))) == 2
+    with pytest.raises(ValueError, match="overlaps another block"):  # the same block twice
+        read_table(_write(tmp_path, with_handles(handles[0], handles[0], handles[1])))
+    with pytest.raises(ValueError, match="overlaps another block"):  # out of file order
+        read_table(_write(tmp_path, with_handles(handles[1], handles[0])))
+
+
+def test_files_too_short_or_without_the_magic_are_refused(tmp_path):
+    data = _table([[(0, b"", _header())]])
+    with pytest.raises(ValueError, match=r"too short for an SSTable \(47 bytes\)"):
+        read_table(_write(tmp_path, data[-47:]))
+    with pytest.raises(ValueError, match="bad magic 0x004775248b80fb57"):
+        read_table(_write(tmp_path, data[:-1] + b"\x00"))
