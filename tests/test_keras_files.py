@@ -1,0 +1,283 @@
+"""The Keras file reader (`porting/keras_files.py`) against Keras itself: every weight Keras
+holds in a model (nested models, a Bidirectional, a masking layer, the optimizer's state after
+`fit`) comes out of each file Keras writes under the name Keras gives it and with its value;
+and each bound the reader keeps on a hostile file (a dataset's or attribute's size against the
+file's, a zip member's sizes against the archive's, a config's nesting) is refused one past
+it and kept at it. Conversions of these files: test_porting_keras*.py.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+from torch_lstm_grad.porting import keras_files
+from torch_lstm_grad.porting.keras_files import is_keras_file, read_keras, read_keras_config
+
+h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not installed")
+
+
+def _keras():
+    return pytest.importorskip("keras", reason="Keras (the oracle) is not installed")
+
+
+def _distinct(model) -> None:
+    """Every weight a different value, so a weight read under another's name shows."""
+    rng = np.random.default_rng(0)
+    for v in model.weights:
+        v.assign(rng.standard_normal(tuple(v.shape)).astype("float32"))
+
+
+def _nested_keras3_model():
+    keras = _keras()
+    inp = keras.Input((5, 3))
+    x = keras.layers.Masking()(inp)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(4, return_sequences=True))(x)
+    inner = keras.Sequential(
+        [keras.layers.GRU(3, return_sequences=True), keras.layers.Dense(2)], name="inner"
+    )
+    x = keras.layers.SimpleRNN(2)(inner(x))
+    model = keras.Model(inp, x)
+    model.compile("adam", "mse")
+    model.fit(np.ones((4, 5, 3)), np.ones((4, 2)), verbose=0)  # the optimizer's state too
+    _distinct(model)
+    return model, inner.layers[1]
+
+
+@pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
+def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
+    """A cell's weights by Keras' own paths (`variable.path`); another layer's by its index in
+    the layer's variables (Keras 3 stores no names for them); the optimizer's state left out."""
+    model, dense = _nested_keras3_model()
+    path = str(tmp_path / f"m{suffix}")
+    model.save(path) if suffix == ".keras" else model.save_weights(path)
+    want = {v.path: np.asarray(v) for v in model.weights if "_cell/" in v.path}
+    owner = dense.weights[0].path.rsplit("/", 1)[0]  # "inner/dense_<n>": Keras numbers names
+    want |= {f"{owner}/{i}": np.asarray(v) for i, v in enumerate(dense.weights)}
+    got = read_keras(path).variables
+    assert set(got) == set(want)
+    for name, value in want.items():
+        np.testing.assert_array_equal(got[name], value, err_msg=name)
+    source = read_keras(path)
+    assert (source.writer.keras_major, bool(source.config_origin)) == (3, suffix == ".keras")
+
+
+def test_legacy_h5_files_hold_tf_keras_weights_by_tf_keras_names(tmp_path):
+    """tf_keras' whole-model `.h5` and `save_weights` `.h5`: every weight under its variable
+    name (`name:0` without the `:0`)."""
+    tf_keras = pytest.importorskip("tf_keras", reason="tf_keras (the oracle) is not installed")
+    model = tf_keras.Sequential(
+        [
+            tf_keras.layers.Masking(input_shape=(5, 3)),
+            tf_keras.layers.Bidirectional(tf_keras.layers.LSTM(4, return_sequences=True)),
+            tf_keras.layers.GRU(3, return_sequences=True),
+            tf_keras.layers.Dense(2),
+        ]
+    )
+    _distinct(model)
+    want = {v.name.removesuffix(":0"): v.numpy() for v in model.weights}
+    for name, save in [("whole.h5", model.save), ("weights.h5", model.save_weights)]:
+        save(str(tmp_path / name))
+        source = read_keras(str(tmp_path / name))
+        assert set(source.variables) == set(want), name
+        for n, value in want.items():
+            np.testing.assert_array_equal(source.variables[n], value, err_msg=n)
+        assert source.writer.keras_version == tf_keras.__version__
+        assert (source.layers is not None and bool(source.layers)) == (name == "whole.h5")
+
+
+# -- bounds on hostile files ------------------------------------------------------------------
+
+
+def _h5(tmp_path, fill) -> h5py.File:
+    path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.h5"
+    with h5py.File(path, "w") as f:
+        fill(f)
+    return h5py.File(path, "r")
+
+
+def test_a_dataset_is_read_only_when_the_file_can_hold_it(tmp_path):
+    """The bound is the file's size (times deflate's largest ratio, 1032, for a filtered
+    dataset), checked on the shape before anything is allocated."""
+
+    def fill(f):
+        f["plain"] = np.ones((3, 5), "f4")  # 60 bytes
+        f.create_dataset("zipped", data=np.zeros((64, 64), "f8"), compression="gzip")
+        f["scalar"] = np.float64(2.5)
+        f["ints"] = np.arange(3)
+        f.create_group("group")
+
+    with _h5(tmp_path, fill) as f:
+        assert keras_files._float_array(f["plain"], 60).shape == (3, 5)
+        with pytest.raises(ValueError, match=r"/plain: shape \(3, 5\) of float32 takes 60 bytes, "
+                           r"more than the file holds \(59 bytes\)"):  # fmt: skip
+            keras_files._float_array(f["plain"], 59)
+        assert keras_files._float_array(f["zipped"], 32).shape == (64, 64)  # 32 * 1032 >= 32768
+        with pytest.raises(ValueError, match="takes 32768 bytes"):
+            keras_files._float_array(f["zipped"], 31)
+        assert keras_files._float_array(f["scalar"], 8) == 2.5  # a scalar counts 8 bytes
+        with pytest.raises(ValueError, match=r"shape \(\) of float64 takes 8 bytes"):
+            keras_files._float_array(f["scalar"], 7)
+        assert keras_files._float_array(f["ints"], 1) is None  # not a float: not a weight
+        with pytest.raises(ValueError, match="/group: a Group where a weight's dataset belongs"):
+            keras_files._float_array(f["group"], 1 << 20)
+
+
+def test_an_attribute_is_read_only_when_the_file_can_hold_it(tmp_path):
+    def fill(f):
+        f.attrs["names"] = np.array([b"ab", b"cd", b"ef"])  # 3 x 2 bytes
+        f.attrs["version"] = "2.21.0"  # a variable-length string: 16 bytes a value in HDF5
+        f.attrs["many"] = np.zeros(10, "f8")
+
+    with _h5(tmp_path, fill) as f:
+        assert keras_files._attr(f, "names", 6).tolist() == [b"ab", b"cd", b"ef"]
+        with pytest.raises(ValueError, match=r"attribute 'names' of /: shape \(3,\) exceeds"):
+            keras_files._attr(f, "names", 5)
+        assert keras_files._attr(f, "many", 80).shape == (10,)
+        with pytest.raises(ValueError, match="attribute 'many'"):
+            keras_files._attr(f, "many", 79)
+        assert keras_files._attr(f, "version", 16) == "2.21.0"
+        assert keras_files._attr(f, "absent", 0) is None
+
+
+def _zip(tmp_path, members, compression=zipfile.ZIP_DEFLATED) -> str:
+    path = tmp_path / f"z{len(list(tmp_path.iterdir()))}.keras"
+    with zipfile.ZipFile(path, "w", compression) as z:
+        for name, data in members.items():
+            z.writestr(name, data)
+    return str(path)
+
+
+def test_zip_members_must_fit_the_archive(tmp_path):
+    zeros = bytes(1 << 20)  # deflate's largest ratio: about 1030 to 1
+    path = _zip(tmp_path, {"a.bin": zeros, "b.txt": b"stored"})
+    size = len(open(path, "rb").read())
+    with zipfile.ZipFile(path) as z:
+        info = z.getinfo("a.bin")
+        assert info.file_size <= 1032 * info.compress_size
+        assert keras_files._zip_member(z, "a.bin", size) == zeros
+        # The archive's size is the bound of a member's place (a member read past it would be
+        # read from another file's bytes, or a hostile length).
+        end = info.header_offset + info.compress_size
+        keras_files._zip_member(z, "a.bin", end)
+        with pytest.raises(ValueError, match=rf"zip member a.bin: {info.compress_size} bytes at "
+                           rf"{info.header_offset} \(1048576 uncompressed\) do not fit the "
+                           rf"archive \({end - 1} bytes\)"):  # fmt: skip
+            keras_files._zip_member(z, "a.bin", end - 1)
+        # A ratio past deflate's largest is a hostile size (a zip bomb's).
+        info.file_size = 1032 * info.compress_size + 1
+        with pytest.raises(ValueError, match="zip member a.bin"):
+            keras_files._zip_member(z, "a.bin", size)
+        info.file_size = 1032 * info.compress_size  # at the bound: read (as long as it is)
+        assert keras_files._zip_member(z, "a.bin", size) == zeros
+    stored = _zip(tmp_path, {"s": b"12345"}, zipfile.ZIP_STORED)
+    with zipfile.ZipFile(stored) as z:
+        assert keras_files._zip_member(z, "s", 1 << 20) == b"12345"
+        z.getinfo("s").file_size = 6  # a stored member is as long as its compressed bytes
+        with pytest.raises(ValueError, match=r"zip member s: 5 bytes at 0 \(6 uncompressed\)"):
+            keras_files._zip_member(z, "s", 1 << 20)
+
+
+def test_json_documents_must_be_objects():
+    assert keras_files._json(b'{"a": 1}', "x") == {"a": 1}
+    with pytest.raises(ValueError, match=r"config.json: a JSON list, not an object"):
+        keras_files._json(b"[1]", "config.json")
+    with pytest.raises(ValueError, match=r"x: not JSON \(JSONDecodeError: "):
+        keras_files._json(b"{", "x")
+    with pytest.raises(ValueError, match=r"x: not JSON \(RecursionError: "):
+        keras_files._json(b"[" * 100000 + b"]" * 100000, "x")
+
+
+def _model(layers):
+    return {"class_name": "Sequential", "config": {"name": "m", "layers": layers}}
+
+
+def _layer(name, cls="Dense", **config):
+    return {"class_name": cls, "config": {"name": name, **config}}
+
+
+def test_models_nest_at_most_64_deep():
+    cfg = _layer("leaf")
+    for _ in range(64):
+        cfg = _model([cfg])
+    assert set(keras_files.layers_from_config(cfg)[0]) == {"leaf"}
+    with pytest.raises(ValueError, match="models nested more than 64 deep"):
+        keras_files.layers_from_config(_model([cfg]))
+
+
+def test_config_entries_keras_would_not_write_are_refused():
+    refusals = [
+        (_model([[1]]), "a layer entry is a list, not an object"),
+        (_model([{"class_name": "Dense", "config": [1]}]), "a layer's config is a list"),
+        (_model([{"class_name": "Dense", "config": {}}]), "a 'Dense' layer without a name"),
+        (_model([_layer(3)]), "a layer named 3 of class 'Dense'"),
+        (_model([_layer("a", cls=4)]), "a layer named 'a' of class 4"),
+        (_model([_layer("a"), _model([_layer("a")])]), "two layers named 'a'"),
+        (_model([]), "a model whose config lists no layers"),
+    ]
+    for cfg, message in refusals:
+        with pytest.raises(ValueError, match=message):
+            keras_files.layers_from_config(cfg)
+    # A subclassed model's get_config() (no layer list, no name) reads as no layers.
+    assert keras_files.layers_from_config({"class_name": "M", "config": {"units": 3}}) == ({}, [])
+
+
+def test_mask_producers_and_bidirectional_layers_as_keras_writes_them():
+    """Against a config Keras 3 itself writes: Masking and Embedding(mask_zero) produce masks,
+    the layer a mask reaches names its producer, a Bidirectional's wrapped layers are listed."""
+    keras = _keras()
+    inp = keras.Input((5,), dtype="int32")
+    x = keras.layers.Embedding(10, 3, mask_zero=True, name="emb")(inp)
+    x = keras.layers.Bidirectional(keras.layers.LSTM(2, name="fw"), name="bi")(x)
+    model = keras.Model(inp, x)
+    layers, masks = keras_files.layers_from_config(json.loads(model.to_json()))
+    assert masks == ["emb"]
+    # Keras 3 names the op that computed the mask (not_equal_<n>), not the Embedding
+    assert layers["bi"].mask_from.startswith("not_equal") and layers["emb"].mask_from is None
+    assert layers["bi/layer"].name == "forward_fw" and layers["bi/layer"].class_name == "LSTM"
+    assert layers["bi/backward_layer"].class_name == "LSTM"
+    no_mask = keras.layers.Embedding(10, 3, name="e2")
+    cfg = _model([json.loads(json.dumps(keras.saving.serialize_keras_object(no_mask)))])
+    assert keras_files.layers_from_config(cfg)[1] == []
+
+
+def test_what_is_a_keras_file(tmp_path):
+    (tmp_path / "weights.bin").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(8))
+    (tmp_path / "archive.bin").write_bytes(open(_zip(tmp_path, {"a": b"1"}), "rb").read())
+    (tmp_path / "text.bin").write_bytes(b"\x89HDF\r\n\x1a")  # one byte short of the signature
+    (tmp_path / "x.keras").write_bytes(b"")
+    assert is_keras_file(str(tmp_path / "weights.bin"))
+    assert is_keras_file(str(tmp_path / "archive.bin"))
+    assert not is_keras_file(str(tmp_path / "text.bin"))
+    assert is_keras_file(str(tmp_path / "x.keras"))  # by its name: read_keras says what it is
+    assert not is_keras_file(str(tmp_path))  # a directory (a SavedModel's) is not a file
+
+
+def test_configs_given_on_their_own(tmp_path):
+    """--config: a JSON file, a .keras archive's config.json (and its metadata's version), or a
+    legacy .h5's model_config (and its keras_version)."""
+    cfg = _model([_layer("d", units=2)])
+    (tmp_path / "c.json").write_text(json.dumps({**cfg, "keras_version": "2.21.0"}))
+    layers, masks, version = read_keras_config(str(tmp_path / "c.json"))
+    assert set(layers) == {"d"} and masks == [] and version == "2.21.0"
+    meta = json.dumps({"keras_version": "3.15.1"})
+    archive = _zip(tmp_path, {"config.json": json.dumps(cfg), "metadata.json": meta})
+    assert read_keras_config(archive)[2] == "3.15.1"
+    archive = _zip(tmp_path, {"config.json": json.dumps(cfg)})
+    assert read_keras_config(archive)[2] is None
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w") as f:
+        f.attrs["model_config"] = json.dumps(cfg)
+        f.attrs["keras_version"] = "2.21.0"
+    assert read_keras_config(str(path))[2] == "2.21.0"
+    with h5py.File(path, "w") as f:
+        f.attrs["keras_version"] = "2.21.0"
+    with pytest.raises(ValueError, match="an HDF5 file without model_config"):
+        read_keras_config(str(path))
+    archive = _zip(tmp_path, {"config.json": json.dumps(cfg),
+                              "metadata.json": json.dumps({"keras_version": 3})})  # fmt: skip
+    with pytest.raises(ValueError, match="keras_version 3 is not a string"):
+        read_keras_config(archive)
