@@ -30,6 +30,7 @@ def _content(f) -> None:
     f.attrs["names"] = np.array(["a", "bb", "ccc"], dtype=h5py.string_dtype())
     f.attrs["empty"] = h5py.Empty("f4")
     f.attrs["matrix"] = np.arange(6.0).reshape(2, 3)
+    f.attrs["a_matrix"] = np.arange(6.0).reshape(2, 3)  # a name of 9 bytes: padded to 16
     f.attrs["scalar"] = np.int64(3)
     w = f.create_group("model_weights/lstm/lstm")
     w.create_dataset("kernel:0", data=np.arange(12, dtype="f4").reshape(3, 4))
@@ -413,6 +414,20 @@ def _unpadded(data: bytes, owner: str, name: str, version: int) -> bytes:
     return data[:at] + body + bytes(msize - len(body)) + data[at + msize :]
 
 
+def test_a_version_1_attribute_s_reserved_byte_shares_nothing(tmp_path):
+    """In a version 1 attribute message the byte after the version is reserved (HDF5 reads the
+    flags from version 2 on): set, the datatype is still the attribute's own and checked."""
+    data = _file(tmp_path)
+    at, _, dt, _, _ = _attribute(data, "/", "matrix")
+    assert data[at] == 1
+    flagged = _put(data, at + 1, 3, 1)
+    with h5py.File(io.BytesIO(flagged), "r") as f:  # HDF5 reads it as before
+        assert f.attrs["matrix"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    check_hdf5(flagged)
+    with pytest.raises(ValueError, match=f"datatype at {dt}: class 11 version 1"):
+        check_hdf5(_put(flagged, dt, 0x1B, 1))
+
+
 def test_an_attribute_of_a_shared_datatype_is_left_to_hdf5(tmp_path):
     """Its datatype part is a reference to the committed type (a version 2 shared message:
     version, flags, the type's header address), not a datatype: read as one it would be
@@ -448,9 +463,10 @@ def test_version_2_and_3_attributes_are_read_without_padding(tmp_path, version):
         check_hdf5(_put(data, at + 6, ds_size + room + 1, 2))
 
 
-def test_attribute_values_past_their_message_are_refused(tmp_path):
+@pytest.mark.parametrize("name", ["matrix", "a_matrix"])
+def test_attribute_values_past_their_message_are_refused(tmp_path, name):
     data = _file(tmp_path)
-    at, msize, dt, ds, values = _attribute(data, "/", "matrix")
+    at, msize, dt, ds, values = _attribute(data, "/", name)
     assert data[ds] == 1 and data[ds + 1] == 2  # a version 1 dataspace of rank 2: (2, 3)
     room = at + msize - values
     assert room >= 6 * 8
@@ -561,6 +577,19 @@ def test_datatypes_nest_at_most_8_deep():
         else:
             with pytest.raises(ValueError, match=f"datatype at {8 * 8 + 8}: .* nested 9 deep"):
                 walk.datatype(0, len(chain), 0)
+
+
+def test_a_dataset_s_datatype_nests_at_most_8_deep():
+    """A datatype message (type 3) in a header chunk starts at depth 0, as an attribute's."""
+    for depth, ok in [(8, True), (9, False)]:
+        chain = _vlen_chain(depth)
+        chunk = (3).to_bytes(2, "little") + len(chain).to_bytes(2, "little") + bytes(4) + chain
+        walk = hdf5_check._Walk(chunk, 0, 8, 8, 4, 16)
+        if ok:
+            walk.chunk(0, len(chunk))
+        else:
+            with pytest.raises(ValueError, match="nested 9 deep"):
+                walk.chunk(0, len(chunk))
 
 
 def test_a_datatype_past_its_message_is_refused():
@@ -711,19 +740,40 @@ def test_reads_and_regions_are_bounded_by_the_file(tmp_path):
         check_hdf5(_put(data, entry + 8, len(data) + 5, 8))
 
 
-def test_a_cached_scratch_pad_is_walked_too(tmp_path):
-    """The root entry caches its group's B-tree and heap addresses (cache type 1): nodes found
-    only there are checked as well."""
-    data = _file(tmp_path)
-    root = 24 + 4 * 8  # the superblock's root entry
-    assert _u(data, root + 16, 4) == 1  # cache type 1
+@pytest.mark.parametrize("sizes", [(8, 8), (4, 8), (8, 4)])
+def test_a_cached_scratch_pad_is_walked_too(tmp_path, sizes):
+    """The root entry caches its group's B-tree and heap addresses (cache type 1, a 4-byte
+    field; the 4 reserved bytes after it are not part of it): nodes found only there are
+    checked as well."""
+    o, n = sizes
+    data = _file(tmp_path, sizes=sizes)
+    root = 24 + 4 * o  # the superblock's root entry: name offset (n), header (o), cache type
+    assert _u(data, root + n + o, 4) == 1  # cache type 1
+    data = _put(data, root + n + o + 4, 0xFFFFFFFF, 4)  # reserved
     end = len(data)
-    node = b"TREE\x00\x00" + (33).to_bytes(2, "little") + bytes(8)
+    node = b"TREE\x00\x00" + (33).to_bytes(2, "little") + bytes(2 * o)
     with pytest.raises(ValueError, match=f"B-tree node at {end}: 33 entries, K is 16"):
-        check_hdf5(_put(data, root + 24, end, 8) + node)
-    heap = b"HEAP" + bytes(4) + (64).to_bytes(8, "little") + bytes(8) + (end).to_bytes(8, "little")
+        check_hdf5(_put(data, root + n + o + 8, end, o) + node)
+    heap = b"HEAP" + bytes(4) + (64).to_bytes(n, "little") + bytes(n) + end.to_bytes(o, "little")
     with pytest.raises(ValueError, match=f"local heap data segment of the heap at {end} "):
-        check_hdf5(_put(data, root + 32, end, 8) + heap)
+        check_hdf5(_put(data, root + n + 2 * o + 8, end, o) + heap)
+
+
+def test_groups_without_cached_addresses_are_walked_through_their_headers(tmp_path):
+    """With every symbol table entry's cache type 0 (no scratch pad), HDF5 finds a group's
+    B-tree and heap in its header's symbol table message: so does the walk, every one."""
+    data = _file(tmp_path)
+    o = n = 8
+    entries = [24 + 4 * o]  # the root entry
+    at = data.find(b"SNOD")
+    while at >= 0:
+        entries += [at + 8 + k * (n + o + 24) for k in range(_u(data, at + 6, 2))]
+        at = data.find(b"SNOD", at + 1)
+    cached = [e for e in entries if _u(data, e + n + o, 4) == 1]
+    assert len(cached) > 10  # the root, the groups of _content
+    for e in cached:
+        data = _put(data, e + n + o, 0, 4)
+    _assert_walks_what_hdf5_holds(data)
 
 
 def test_a_header_s_reserved_bytes_are_not_its_size(tmp_path):
