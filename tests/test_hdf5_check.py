@@ -503,6 +503,33 @@ def test_a_variable_length_value_longer_than_the_file_is_refused(tmp_path):
         check_hdf5(_put(data, values, len(data) + 1, 4))
 
 
+def _float_sequences(f) -> None:
+    """A variable-length sequence of float64 (a datatype message of 28 bytes, padded to 32)."""
+    f.attrs.create("seq", [np.arange(3.0), np.arange(5.0)], dtype=h5py.vlen_dtype(np.float64))
+
+
+def test_a_variable_length_sequence_is_bounded_by_its_base_type_s_size(tmp_path):
+    """A value's length counts elements of the base type (8 bytes here): the bound is the
+    file's size in those; a base size of 0 counts as 1 byte; the base's own fields (its bit
+    offset) are not its size."""
+    data = _file(tmp_path, content=_float_sequences)
+    at, _, dt, ds, values = _attribute(data, "/", "seq")
+    assert data[dt] & 0x0F == 9 and _u(data, at + 4, 2) == 28 and _u(data, dt + 12, 4) == 8
+    assert [_u(data, values + 16 * i, 4) for i in range(2)] == [3, 5]
+    eof = len(data)
+    check_hdf5(_put(data, values + 16, eof // 8, 4))
+    with pytest.raises(ValueError, match=f"attribute at {at}: a value {eof // 8 + 1} x 8 bytes"):
+        check_hdf5(_put(data, values + 16, eof // 8 + 1, 4))
+    zero = _put(data, dt + 12, 0, 4)
+    check_hdf5(_put(zero, values, eof, 4))
+    with pytest.raises(ValueError, match=f"attribute at {at}: a value {eof + 1} x 1 bytes"):
+        check_hdf5(_put(zero, values, eof + 1, 4))
+    offset = _put(data, dt + 16, 1, 1)  # the base float's bit offset, 1
+    check_hdf5(offset)
+    with h5py.File(io.BytesIO(offset), "r") as f:
+        assert [len(v) for v in f.attrs["seq"]] == [3, 5]
+
+
 def _kept_or_refused(data: bytes, ok: bool, refusal: str) -> None:
     if ok:
         check_hdf5(data)
@@ -590,6 +617,23 @@ def test_a_dataset_s_datatype_nests_at_most_8_deep():
         else:
             with pytest.raises(ValueError, match="nested 9 deep"):
                 walk.chunk(0, len(chunk))
+
+
+def test_an_attribute_s_datatype_nests_at_most_8_deep():
+    """An attribute message's datatype starts at depth 0 too (a hand-made version 1 message:
+    a 2-byte name, the chain, a scalar dataspace, one variable-length value of length 0)."""
+    for depth, ok in [(8, True), (9, False)]:
+        chain = _vlen_chain(depth)
+        pad = bytes(-len(chain) % 8)
+        head = bytes([1, 0]) + (2).to_bytes(2, "little") + len(chain).to_bytes(2, "little")
+        message = head + (8).to_bytes(2, "little") + b"a\x00" + bytes(6) + chain + pad
+        message += bytes([1, 0, 0, 0]) + bytes(4) + bytes(16)  # dataspace v1 rank 0; the value
+        walk = hdf5_check._Walk(message, 0, 8, 8, 4, 16)
+        if ok:
+            walk.attribute(0, len(message))
+        else:
+            with pytest.raises(ValueError, match="nested 9 deep"):
+                walk.attribute(0, len(message))
 
 
 def test_a_datatype_past_its_message_is_refused():
