@@ -72,6 +72,15 @@ def _file(tmp_path, sizes=(8, 8), userblock=0, latest=False, content=_content) -
     return path.read_bytes()
 
 
+def _signed(data: bytes, sig: bytes) -> list[int]:
+    """Every position of `sig` in `data`."""
+    out, at = [], data.find(sig)
+    while at >= 0:
+        out.append(at)
+        at = data.find(sig, at + 1)
+    return out
+
+
 def _hdf5_says(data: bytes, base: int):
     """What HDF5 holds: its object headers' file positions (h5py), the continuation chunks
     they have (each chunk past the first), and the positions of the group B-tree nodes (type
@@ -86,12 +95,7 @@ def _hdf5_says(data: bytes, base: int):
             continuations += info.hdr.nchunks - 1
 
     def signed(sig: bytes, kind: str):
-        out, at = set(), data.find(sig)
-        while at >= 0:
-            if sig != b"TREE" or data[at + 4] == 0:
-                out.add((kind, at))
-            at = data.find(sig, at + 1)
-        return out
+        return {(kind, at) for at in _signed(data, sig) if sig != b"TREE" or data[at + 4] == 0}
 
     structures = headers | signed(b"TREE", "btree") | signed(b"SNOD", "snod")
     return structures | signed(b"HEAP", "heap"), continuations
@@ -351,6 +355,34 @@ def test_a_local_heap_past_the_end_is_refused(tmp_path):
     with pytest.raises(ValueError, match=f"\\[{len(data) - size + 1}, \\+{size}\\)"):
         check_hdf5(_put(data, heap + 24, len(data) - size + 1, 8))
     check_hdf5(_put(data, heap + 8, len(data) - seg, 8))  # to the last byte
+
+
+def test_local_heaps_that_share_their_data_spend_the_budget():
+    """Heaps whose data segments all span the file (HDF5 reads each one): each costs its size,
+    and past the budget (64 bytes per byte of the file, and 1 MiB) the walk stops."""
+    eof = 1 << 16
+    heap = b"HEAP" + bytes(4) + eof.to_bytes(8, "little") + bytes(8) + (0).to_bytes(8, "little")
+    data = (heap * 100).ljust(eof, b"\x00")
+    walk = hdf5_check._Walk(data, 0, 8, 8, 4, 16)
+    fit = (64 * eof + (1 << 20)) // eof  # 80 heaps
+    for k in range(fit):
+        walk.heap(k * len(heap))
+    assert walk.budget == 0
+    with pytest.raises(ValueError, match="more structure than the file's size can hold"):
+        walk.heap(fit * len(heap))
+
+
+def test_a_chunked_dataset_s_b_tree_is_not_read_as_a_group_s(tmp_path):
+    """A B-tree node of type 1 (a chunked dataset's: other keys, other children) reached where a
+    group's belongs is left to HDF5, which refuses it; read as a group's node, its entry count
+    would be checked against the group's K."""
+    data = _file(tmp_path)
+    chunks = next(at for at in _signed(data, b"TREE") if data[at + 4] == 1)
+    root = 24 + 4 * 8
+    pointed = _put(_put(data, root + 24, chunks, 8), chunks + 6, 33, 2)  # the root's cache
+    check_hdf5(pointed)
+    with pytest.raises(ValueError, match=f"B-tree node at {chunks}: 33 entries, K is 16"):
+        check_hdf5(_put(pointed, chunks + 4, 0, 1))  # the same node as a group's
 
 
 # -- attributes and datatypes ---------------------------------------------------------------
@@ -809,10 +841,8 @@ def test_groups_without_cached_addresses_are_walked_through_their_headers(tmp_pa
     data = _file(tmp_path)
     o = n = 8
     entries = [24 + 4 * o]  # the root entry
-    at = data.find(b"SNOD")
-    while at >= 0:
+    for at in _signed(data, b"SNOD"):
         entries += [at + 8 + k * (n + o + 24) for k in range(_u(data, at + 6, 2))]
-        at = data.find(b"SNOD", at + 1)
     cached = [e for e in entries if _u(data, e + n + o, 4) == 1]
     assert len(cached) > 10  # the root, the groups of _content
     for e in cached:
