@@ -372,6 +372,24 @@ def test_local_heaps_that_share_their_data_spend_the_budget():
         walk.heap(fit * len(heap))
 
 
+@pytest.mark.parametrize("kind", ["btree", "snod"])
+def test_nodes_that_share_their_entries_spend_the_budget(kind):
+    """B-tree nodes of 2000 entries (16 bytes each) or symbol table nodes of 2000 (40 bytes
+    each), 24 bytes apart so that each reads the ones after it as its entries: each costs its
+    entries, and past the budget the walk stops."""
+    eof, used = 1 << 17, 2000
+    sig, width = (b"TREE", 16) if kind == "btree" else (b"SNOD", 40)
+    node = sig + bytes(2) + used.to_bytes(2, "little") + bytes(16)
+    data = (node * 400).ljust(eof, b"\x00")
+    walk = hdf5_check._Walk(data, 0, 8, 8, 1000, 1000)
+    fit = (64 * eof + (1 << 20)) // (used * width)
+    for k in range(fit):
+        getattr(walk, kind)(k * len(node))
+    assert 0 <= walk.budget < used * width
+    with pytest.raises(ValueError, match="more structure than the file's size can hold"):
+        getattr(walk, kind)(fit * len(node))
+
+
 def test_a_chunked_dataset_s_b_tree_is_not_read_as_a_group_s(tmp_path):
     """A B-tree node of type 1 (a chunked dataset's: other keys, other children) reached where a
     group's belongs is left to HDF5, which refuses it; read as a group's node, its entry count
