@@ -645,45 +645,33 @@ def _vlen_chain(depth: int) -> bytes:
     return vlen * depth + bytes([0x11, 0x20, 0x3F, 0]) + (8).to_bytes(4, "little") + bytes(12)
 
 
-def test_datatypes_nest_at_most_8_deep():
+def _nested_in(where: str, chain: bytes) -> tuple[bytes, int]:
+    """(bytes, the chain's position) of a datatype on its own, in a header chunk's datatype
+    message (type 3, a dataset's), or in a hand-made version 1 attribute message (a 2-byte
+    name, the chain, a scalar dataspace, one variable-length value of length 0)."""
+    if where == "datatype":
+        return chain, 0
+    size = len(chain).to_bytes(2, "little")
+    if where == "chunk":
+        return (3).to_bytes(2, "little") + size + bytes(4) + chain, 8
+    head = bytes([1, 0]) + (2).to_bytes(2, "little") + size + (8).to_bytes(2, "little")
+    pad = bytes(-len(chain) % 8)
+    return head + b"a\x00" + bytes(6) + chain + pad + bytes([1]) + bytes(7) + bytes(16), 16
+
+
+@pytest.mark.parametrize("where", ["datatype", "chunk", "attribute"])
+def test_datatypes_nest_at_most_8_deep(where):
+    """Counted from 0 wherever a datatype starts."""
     for depth, ok in [(8, True), (9, False)]:
-        chain = _vlen_chain(depth)
-        walk = hdf5_check._Walk(chain, 0, 8, 8, 4, 16)
+        data, at = _nested_in(where, _vlen_chain(depth))
+        walk = hdf5_check._Walk(data, 0, 8, 8, 4, 16)
+        run = getattr(walk, where)
+        args = (0, len(data), 0) if where == "datatype" else (0, len(data))
         if ok:
-            walk.datatype(0, len(chain), 0)
+            run(*args)
         else:
-            with pytest.raises(ValueError, match=f"datatype at {8 * 8 + 8}: .* nested 9 deep"):
-                walk.datatype(0, len(chain), 0)
-
-
-def test_a_dataset_s_datatype_nests_at_most_8_deep():
-    """A datatype message (type 3) in a header chunk starts at depth 0, as an attribute's."""
-    for depth, ok in [(8, True), (9, False)]:
-        chain = _vlen_chain(depth)
-        chunk = (3).to_bytes(2, "little") + len(chain).to_bytes(2, "little") + bytes(4) + chain
-        walk = hdf5_check._Walk(chunk, 0, 8, 8, 4, 16)
-        if ok:
-            walk.chunk(0, len(chunk))
-        else:
-            with pytest.raises(ValueError, match="nested 9 deep"):
-                walk.chunk(0, len(chunk))
-
-
-def test_an_attribute_s_datatype_nests_at_most_8_deep():
-    """An attribute message's datatype starts at depth 0 too (a hand-made version 1 message:
-    a 2-byte name, the chain, a scalar dataspace, one variable-length value of length 0)."""
-    for depth, ok in [(8, True), (9, False)]:
-        chain = _vlen_chain(depth)
-        pad = bytes(-len(chain) % 8)
-        head = bytes([1, 0]) + (2).to_bytes(2, "little") + len(chain).to_bytes(2, "little")
-        message = head + (8).to_bytes(2, "little") + b"a\x00" + bytes(6) + chain + pad
-        message += bytes([1, 0, 0, 0]) + bytes(4) + bytes(16)  # dataspace v1 rank 0; the value
-        walk = hdf5_check._Walk(message, 0, 8, 8, 4, 16)
-        if ok:
-            walk.attribute(0, len(message))
-        else:
-            with pytest.raises(ValueError, match="nested 9 deep"):
-                walk.attribute(0, len(message))
+            with pytest.raises(ValueError, match=f"datatype at {at + 8 * 8 + 8}: .* nested 9 deep"):
+                run(*args)
 
 
 def test_a_datatype_past_its_message_is_refused():
