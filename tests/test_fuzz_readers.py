@@ -178,17 +178,27 @@ def _varint(v: int) -> bytes:
             return bytes(out)
 
 
-def _sstable(entries) -> bytes:
-    """An SSTable (a checkpoint's .index) of `entries`, one data block, every crc32c right: what
-    a hostile writer makes, the checksums no obstacle."""
+def _block(entries, restarts=1) -> bytes:
+    """An SSTable block of raw entries (shared key prefix length, key suffix, value) and one
+    restart, at 0; `restarts` is the restart count written, which a hostile block may set past
+    what it holds."""
+    import struct
+
+    body = b"".join(_varint(s) + _varint(len(k)) + _varint(len(v)) + k + v for s, k, v in entries)
+    return body + struct.pack("<II", 0, restarts)
+
+
+def _sstable(entries=(), blocks=None, restarts=1) -> bytes:
+    """An SSTable (a checkpoint's .index) of `entries` (key, value) in one data block, or of
+    `blocks` (data blocks of raw entries, as `_block` takes them, each with `restarts`), every
+    crc32c right: what a hostile writer makes, the checksums no obstacle. The index block keys
+    each data block by its last key, which TF's reader seeks."""
     import struct
 
     from torch_lstm_grad.porting.tensorbundle import masked_crc32c
 
-    def block(items) -> bytes:
-        body = b"".join(_varint(0) + _varint(len(k)) + _varint(len(v)) + k + v for k, v in items)
-        return body + struct.pack("<II", 0, 1)  # one restart at 0
-
+    if blocks is None:
+        blocks = [[(0, k, v) for k, v in entries]]
     out = bytearray()
 
     def put(contents: bytes) -> bytes:
@@ -197,9 +207,15 @@ def _sstable(entries) -> bytes:
         out.extend(struct.pack("<I", masked_crc32c(contents + b"\x00")))
         return handle
 
-    data = put(block(entries))
-    meta = put(block([]))
-    index = put(block([(entries[-1][0], data)]))
+    def last_key(entries) -> bytes:
+        key = b""
+        for shared, suffix, _ in entries:
+            key = key[:shared] + suffix
+        return key
+
+    index = [(0, last_key(entries), put(_block(entries, restarts))) for entries in blocks]
+    meta = put(_block([]))
+    index = put(_block(index))
     footer = (meta + index).ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
     return bytes(out + footer)
 

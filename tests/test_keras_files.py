@@ -48,6 +48,9 @@ def _nested_keras3_model():
     return model, inner.layers[1]
 
 
+# Keras warns that the nested Sequential drops the Masking layer's mask: true, and beside the
+# point here, where only the weights are read.
+@pytest.mark.filterwarnings("ignore:Layer 'inner' .* mask:UserWarning")
 @pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
 def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
     """A cell's weights by Keras' own paths (`variable.path`); another layer's by its index in

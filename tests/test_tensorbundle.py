@@ -12,6 +12,7 @@ import struct
 
 import numpy as np
 import pytest
+from test_fuzz_readers import _block, _field, _sstable, _varint
 
 from torch_lstm_grad.porting import tensorbundle
 from torch_lstm_grad.porting.tensorbundle import (
@@ -202,16 +203,12 @@ _VALUES = np.arange(6, dtype="<f4")  # the data file: 24 bytes
 
 
 def _shape(*dims) -> bytes:
-    from test_fuzz_readers import _field, _varint
-
     return b"".join(_field(2, 2, _field(1, 0, _varint(d))) for d in dims)
 
 
 def _entry(dtype=1, shape=(2,), shard=0, offset=0, size=8, slices=(), raw_shape=None, data=None):
     """A BundleEntryProto of bytes [offset, +size) of `data` (default _VALUES', their
     crc32c as TF checks it); slices: per slice, per dimension (start, length or None)."""
-    from test_fuzz_readers import _field, _varint
-
     data = _VALUES.tobytes() if data is None else data
     crc = masked_crc32c(data[offset : offset + size]) if offset + size <= len(data) else 0
     out = _field(1, 0, _varint(dtype))
@@ -232,8 +229,6 @@ def _entry(dtype=1, shape=(2,), shard=0, offset=0, size=8, slices=(), raw_shape=
 
 
 def _header(num_shards=1, endianness=0) -> bytes:
-    from test_fuzz_readers import _field, _varint
-
     version = _field(1, 0, _varint(1))
     return (
         _field(1, 0, _varint(num_shards))
@@ -244,8 +239,6 @@ def _header(num_shards=1, endianness=0) -> bytes:
 
 def _bundle(tmp_path, entries: dict, data: bytes, header=None, shards=1) -> str:
     """A checkpoint of `entries` (key -> BundleEntryProto bytes) over one data file."""
-    from test_fuzz_readers import _sstable
-
     prefix = str(tmp_path / f"b{len(list(tmp_path.iterdir()))}")
     items = sorted({b"": header or _header(shards), **entries}.items())
     with open(prefix + ".index", "wb") as fh:
@@ -318,8 +311,6 @@ def test_shapes_tf_cannot_hold_are_refused(tmp_path):
     edge = (1 << 31, 1 << 31, 1, 1)  # 2**62 elements fit (then its 8 bytes do not)
     _refused(_bundle(tmp_path, {b"t": _entry(shape=edge, size=8)}, b"\x00" * 8),
              r"t: 8 bytes for shape \[2147483648, 2147483648, 1, 1\]")  # fmt: skip
-    from test_fuzz_readers import _field, _varint
-
     unknown = _bundle(tmp_path, {b"t": _entry(raw_shape=_field(3, 0, _varint(1)))}, b"\x00" * 8)
     r = TensorBundleReader(unknown)
     assert r.get_variable_to_shape_map() == {"t": None}
@@ -379,8 +370,6 @@ def test_slices_must_lie_inside_their_variable_and_cover_it(tmp_path):
 
 
 def test_a_slice_of_unknown_rank_or_of_a_slice_is_refused(tmp_path):
-    from test_fuzz_readers import _field, _varint
-
     entries = {b"v": _entry(raw_shape=_field(3, 0, _varint(1)), size=0, slices=[((0, None),)])}
     _refused(_bundle(tmp_path, entries, b""), "v: slices of a slice, or of a tensor of unknown")
     inner = [((0, None),)]
@@ -426,8 +415,6 @@ def test_big_endian_bundles_are_read_and_unknown_byte_orders_refused(tmp_path):
     np.testing.assert_array_equal(out, _VALUES)
     assert out.dtype == np.dtype("=f4")
     _refused(_bundle(tmp_path, {}, b"", header=_header(1, 2)), "unknown endianness 2")
-    from test_fuzz_readers import _sstable
-
     prefix = str(tmp_path / "nohead")
     with open(prefix + ".index", "wb") as fh:
         fh.write(_sstable([(b"t", _entry())]))
@@ -435,30 +422,6 @@ def test_big_endian_bundles_are_read_and_unknown_byte_orders_refused(tmp_path):
 
 
 # -- the SSTable ----------------------------------------------------------------------------
-
-
-def _table(blocks, restarts=None) -> bytes:
-    """An SSTable of data blocks given as raw entries (shared, key suffix, value), every crc32c
-    right; `restarts` overrides the data blocks' restart count (each has one restart)."""
-    from test_fuzz_readers import _varint
-
-    out, handles = bytearray(), []
-
-    def put(contents: bytes) -> bytes:
-        handle = _varint(len(out)) + _varint(len(contents))
-        out.extend(contents + b"\x00" + struct.pack("<I", masked_crc32c(contents + b"\x00")))
-        return handle
-
-    def block(entries, count=1) -> bytes:
-        body = b"".join(_varint(s) + _varint(len(k)) + _varint(len(v)) + k + v
-                        for s, k, v in entries)  # fmt: skip
-        return body + struct.pack("<II", 0, count)
-
-    for entries in blocks:
-        handles.append(put(block(entries, 1 if restarts is None else restarts)))
-    meta = put(block([]))
-    index = put(block([(0, bytes([65 + i]), h) for i, h in enumerate(handles)]))
-    return bytes(out) + (meta + index).ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
 
 
 def _write(tmp_path, index: bytes) -> str:
@@ -471,20 +434,27 @@ def test_shared_key_prefixes_are_read_as_tf_reads_them(tmp_path):
     """TF writes keys sharing a prefix with the one before; the reader rebuilds them, and
     refuses a prefix longer than the key before or an entry running past its block."""
     entries = [(0, b"", _header()), (0, b"abc", b"1"), (2, b"d", b"2"), (3, b"e", b"3")]
-    path = _write(tmp_path, _table([entries]))
+    path = _write(tmp_path, _sstable(blocks=[entries]))
     assert read_table(path) == [(b"", _header()), (b"abc", b"1"), (b"abd", b"2"), (b"abde", b"3")]
     bad = [(0, b"", _header()), (0, b"abc", b"1"), (4, b"d", b"2")]
     with pytest.raises(ValueError, match="corrupt block entry at"):
-        read_table(_write(tmp_path, _table([bad])))
-    assert read_table(_write(tmp_path, _table([bad[:2] + [(3, b"d", b"2")]])))[-1][0] == b"abcd"
+        read_table(_write(tmp_path, _sstable(blocks=[bad])))
+    assert (
+        read_table(_write(tmp_path, _sstable(blocks=[bad[:2] + [(3, b"d", b"2")]])))[-1][0]
+        == b"abcd"
+    )
 
 
 def test_keys_must_increase_across_blocks(tmp_path):
     one, two = [(0, b"", _header()), (0, b"a", b"1")], [(0, b"b", b"2")]
-    assert [k for k, _ in read_table(_write(tmp_path, _table([one, two])))] == [b"", b"a", b"b"]
+    assert [k for k, _ in read_table(_write(tmp_path, _sstable(blocks=[one, two])))] == [
+        b"",
+        b"a",
+        b"b",
+    ]
     for later in (b"a", b"0"):  # equal, then smaller
         with pytest.raises(ValueError, match=f"keys out of order at {later!r}"):
-            read_table(_write(tmp_path, _table([one, [(0, later, b"2")]])))
+            read_table(_write(tmp_path, _sstable(blocks=[one, [(0, later, b"2")]])))
 
 
 def test_the_restart_count_must_fit_its_block(tmp_path):
@@ -494,10 +464,12 @@ def test_the_restart_count_must_fit_its_block(tmp_path):
     body = 3 + len(_header())  # three one-byte varints and the value
     fits = (body + 4) // 4  # the most restarts the block's body and one restart word hold
     with pytest.raises(ValueError, match="corrupt block entry at 3"):  # the entry cut short
-        read_table(_write(tmp_path, _table([entries], restarts=fits)))
+        read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=fits)))
     with pytest.raises(ValueError, match=f"bad restart count {fits + 1}"):
-        read_table(_write(tmp_path, _table([entries], restarts=fits + 1)))
-    assert read_table(_write(tmp_path, _table([entries], restarts=1))) == [(b"", _header())]
+        read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=fits + 1)))
+    assert read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=1))) == [
+        (b"", _header())
+    ]
     for short in (b"", b"abc"):
         with pytest.raises(ValueError, match="here: block too short"):
             list(tensorbundle._block_entries(short, "here"))
@@ -517,7 +489,7 @@ def _footer_index_handle(data: bytes) -> tuple[int, int, int]:
 
 
 def test_blocks_are_bounded_by_the_file_and_checked(tmp_path):
-    data = _table([[(0, b"", _header())]])
+    data = _sstable(blocks=[[(0, b"", _header())]])
     off, size, at = _footer_index_handle(data)
     assert off + size + 5 == len(data) - 48 and size < 64  # one-byte varints
     # The index block grown to end its trailer with the file: inside it (its trailer then
@@ -546,19 +518,16 @@ def test_blocks_are_bounded_by_the_file_and_checked(tmp_path):
 def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
     """Each data block starts at or after the end of the one before and ends before the index
     block: a hostile index cannot make the reader walk a block many times."""
-    from test_fuzz_readers import _varint
-
     one, two = [(0, b"", _header())], [(0, b"a", b"1")]
-    data = _table([one, two])
+    data = _sstable(blocks=[one, two])
     off, size, _ = _footer_index_handle(data)
     index = data[off : off + size]
     keys = [k for k, _ in tensorbundle._block_entries(index, "")]
     handles = [h for _, h in tensorbundle._block_entries(index, "")]
-    assert keys == [b"A", b"B"] and len(handles) == 2
+    assert keys == [b"", b"a"] and len(handles) == 2
 
     def with_handles(*hs) -> bytes:
-        block = b"".join(_varint(0) + _varint(1) + _varint(len(h)) + bytes([65 + i]) + h
-                         for i, h in enumerate(hs)) + struct.pack("<II", 0, 1)  # fmt: skip
+        block = _block([(0, bytes([65 + i]), h) for i, h in enumerate(hs)])
         head = data[:off]
         trailer = b"\x00" + struct.pack("<I", masked_crc32c(block + b"\x00"))
         meta = data[len(data) - 48 : len(data) - 46]  # the metaindex handle: two 1-byte varints
@@ -573,7 +542,7 @@ def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
 
 
 def test_files_too_short_or_without_the_magic_are_refused(tmp_path):
-    data = _table([[(0, b"", _header())]])
+    data = _sstable(blocks=[[(0, b"", _header())]])
     with pytest.raises(ValueError, match=r"too short for an SSTable \(47 bytes\)"):
         read_table(_write(tmp_path, data[-47:]))
     with pytest.raises(ValueError, match="bad magic 0x004775248b80fb57"):
