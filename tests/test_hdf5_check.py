@@ -140,6 +140,10 @@ def test_a_user_block_moves_every_address(tmp_path, userblock):
     bad = data[: at + 6] + (100).to_bytes(2, "little") + data[at + 8 :]
     with pytest.raises(ValueError, match=f"symbol table node at {at}: 100 entries, K is 4"):
         check_hdf5(bad)
+    # A user block holds the user's bytes, "GCOL" among them: the heaps after it are walked.
+    at = data.index(b"GCOL", userblock)
+    with pytest.raises(ValueError, match=f"collection at {at}: object 0 of size 0"):
+        check_hdf5(b"GCOL" + _zero_object(data, at)[4:])
 
 
 def test_superblock_2_and_3_are_left_to_hdf5_but_global_heaps_are_not(tmp_path):
@@ -179,6 +183,18 @@ def test_group_k_of_zero_is_refused(tmp_path):
         bad = data[:at] + b"\x00\x00" + data[at + 2 :]
         with pytest.raises(ValueError, match=f"HDF5 structure: group K values {ks}"):
             check_hdf5(bad)
+
+
+def test_group_k_values_are_two_bytes_each(tmp_path):
+    """The file consistency flags follow them: a writer that never closed the file leaves bit 0
+    set, and HDF5 reads the file. K is still 16 there."""
+    data = _file(tmp_path)
+    left_open = data[:20] + b"\x01" + data[21:]
+    with h5py.File(io.BytesIO(left_open), "r") as f:
+        assert len(f["many"]) == 312
+    tree, _ = _group_btree(left_open, "many")
+    with pytest.raises(ValueError, match=f"B-tree node at {tree}: 33 entries, K is 16$"):
+        check_hdf5(_put(left_open, tree + 6, 33, 2))
 
 
 # -- each bound, one past it and at it ----------------------------------------------------

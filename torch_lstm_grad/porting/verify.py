@@ -701,7 +701,9 @@ def verify(
                 except Exception as err:  # TF's own refusal to run it here
                     text = str(err).strip()
                     why = text.splitlines()[0] if text else ""
-                    if "no registered kernels" in text:
+                    # tensorflow-cpu registers no cuDNN kernel at all; tensorflow (its GPU
+                    # build) registers GPU ones and finds no GPU: each says so its own way.
+                    if "no registered kernels" in text or "Could not find device for node" in text:
                         why = "no kernel here for one of its ops (cuDNN layers run on a GPU only)"
                     raise _Unverifiable(
                         f"TensorFlow could not run it here ({type(err).__name__}: {why})"
