@@ -150,16 +150,17 @@ FILES = {
             "proto",
             "convert",
             "saved_model",
-            "tf1_graph",
             "verify",
         )
     },  # fmt: skip
     # checked first against protobuf's own text parser, HDF5's own addresses, TF's own
-    # checksums, OrderedCode and string tensors, and the weights Keras holds
+    # checksums, OrderedCode and string tensors, the weights Keras holds, and TF's own reading
+    # of graphs
     "torch_lstm_grad/porting/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
     "torch_lstm_grad/porting/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
     "torch_lstm_grad/porting/tensorbundle.py": ["tests/test_tensorbundle.py", *_READER_TESTS],
     "torch_lstm_grad/porting/keras_files.py": ["tests/test_keras_files.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/tf1_graph.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}

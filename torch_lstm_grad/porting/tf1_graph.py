@@ -54,6 +54,22 @@ _UNARY = {
 _ACCUMULATORS = {"TensorListPushBack", "StackPushV2", "StackPush"}
 _FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
 _FUSED_GRU = {"GRUBlockCell": 2}
+# A function body names an input "node:argument:k", k counting within the op's output argument;
+# the flat index (the main graph's "node:k") adds the outputs of the arguments before it. These
+# ops' outputs are several arguments of one tensor each (tensorflow/core/ops/rnn_ops.cc,
+# cudnn_rnn_ops.cc); every other op a cell's pattern follows has one output argument, where k
+# is the flat index.
+_LSTM_OUTPUTS = ("i", "cs", "f", "o", "ci", "co", "h")
+_CUDNN_OUTPUTS = ("output", "output_h", "output_c", "reserve_space")
+_OUTPUT_ARGS = {
+    "BlockLSTM": _LSTM_OUTPUTS,
+    "BlockLSTMV2": _LSTM_OUTPUTS,
+    "LSTMBlockCell": _LSTM_OUTPUTS,
+    "GRUBlockCell": ("r", "u", "c", "h"),
+    "CudnnRNN": _CUDNN_OUTPUTS,
+    "CudnnRNNV2": (*_CUDNN_OUTPUTS, "host_reserved"),
+    "CudnnRNNV3": (*_CUDNN_OUTPUTS, "host_reserved"),
+}
 # The fused LSTM ops' attributes as TF's op registry defaults them (tensorflow/core/ops/
 # rnn_ops.cc): a graph saved with strip_default_attrs=True (TF1's SavedModelBuilder,
 # export_meta_graph) leaves out every attribute equal to its default, and TF runs the node with it.
@@ -135,10 +151,12 @@ def _attr_value(buf: bytes):
     return None
 
 
-def _parse_node(buf: bytes, prefix: str, args: set[str]) -> _Node:
+def _parse_node(buf: bytes, prefix: str, args: set[str]) -> tuple[_Node, dict]:
+    """The node, and (in a function body) its inputs named by output argument: {input
+    position: (argument, k)}, made flat by `_flat_index` once the body's every node is known."""
     f = proto.fields(buf)
     name = proto.string(f, 1)
-    inputs = []
+    inputs, named = [], {}
     for ref in proto.strings(f, 3):
         if ref.startswith("^"):
             continue
@@ -146,16 +164,28 @@ def _parse_node(buf: bytes, prefix: str, args: set[str]) -> _Node:
         if prefix and parts[0] in args:  # a function argument
             inputs.append((f"{prefix}{parts[0]}", 0))
         elif prefix:  # "node:out_arg:k" inside a function body
-            inputs.append(
-                (f"{prefix}{parts[0]}", _output_index(parts[2]) if len(parts) == 3 else 0)
-            )
+            if len(parts) == 3:
+                named[len(inputs)] = (parts[1], _output_index(parts[2]))
+            inputs.append((f"{prefix}{parts[0]}", 0))
         else:  # "node" or "node:k" in the main graph
             inputs.append((parts[0], _output_index(parts[1]) if len(parts) == 2 else 0))
     attrs = {}
     for entry in f.get(5, []):
         e = proto.fields(entry)
         attrs[proto.string(e, 1)] = _attr_value(proto.message(e, 2))
-    return _Node(f"{prefix}{name}", proto.string(f, 2), inputs, attrs, buf)
+    return _Node(f"{prefix}{name}", proto.string(f, 2), inputs, attrs, buf), named
+
+
+def _flat_index(nodes: dict, key: str, arg: str, k: int) -> int:
+    """The flat output index of output `k` of argument `arg` of node `key` (see _OUTPUT_ARGS);
+    a node not in the graph is refused later, by name."""
+    n = nodes.get(key)
+    names = _OUTPUT_ARGS.get(n.op) if n is not None else None
+    if names is None:
+        return k
+    if arg not in names or k:
+        raise ValueError(f"{key!r} ({n.op}) has no output {arg}:{k} (its outputs: {names})")
+    return names.index(arg)
 
 
 def _output_index(text: str) -> int:
@@ -588,7 +618,7 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
     graph = proto.fields(graph_def)
     nodes: dict[str, _Node] = {}
     for buf in graph.get(1, []):
-        n = _parse_node(buf, "", set())
+        n, _ = _parse_node(buf, "", set())
         nodes[n.name] = n
     bodies: dict[str, list[str]] = {}  # function -> argument node keys, in order
     returns: set[tuple[str, int]] = set()  # the values functions return
@@ -602,18 +632,23 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
             prefix = f"{fname}::"
             for a in args:
                 nodes[prefix + a] = _Node(prefix + a, "_Arg", [], {})
-            for buf in ff.get(3, []):
-                n = _parse_node(buf, prefix, set(args))
-                nodes[n.name] = n
+            body = [_parse_node(buf, prefix, set(args)) for buf in ff.get(3, [])]
+            nodes.update((n.name, n) for n, _ in body)
+            for n, named in body:
+                for pos, (arg, k) in named.items():
+                    n.inputs[pos] = (n.inputs[pos][0], _flat_index(nodes, n.inputs[pos][0], arg, k))
             bodies[fname] = [prefix + a for a in args]
             ret = {}  # ret: map<output name, "node:out_arg:k" or an argument>
             for entry in ff.get(4, []):
                 e = proto.fields(entry)
                 parts = proto.string(e, 2).split(":")
-                ret[proto.string(e, 1)] = (
-                    prefix + parts[0],
-                    _output_index(parts[2]) if len(parts) == 3 else 0,
+                key = prefix + parts[0]
+                k = (
+                    _flat_index(nodes, key, parts[1], _output_index(parts[2]))
+                    if len(parts) == 3
+                    else 0
                 )
+                ret[proto.string(e, 1)] = (key, k)
             outputs = [proto.string(proto.fields(a), 1) for a in sig.get(3, [])]
             ordered[fname] = [ret[o] for o in outputs if o in ret]
             returns |= set(ret.values())

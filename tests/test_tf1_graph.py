@@ -1,0 +1,200 @@
+"""The graph reader (`porting/tf1_graph.py`) against TensorFlow's own reading of the same
+graphs: every node's inputs as TF resolves them (the main graph imported by import_graph_def,
+each function body rebuilt by TF's function_def_to_graph, whose flat output indices are what a
+body's "node:argument:k" means), every attribute as TF's `get_attr` returns it, each
+function's arguments and outputs in order, and the fused ops' output arguments as TF's op
+registry lists them. The cells read from such graphs: test_porting_tf1.py, test_verify.py.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from torch_lstm_grad.porting import tf1_graph
+from torch_lstm_grad.porting.tf1_graph import graph_from_graph_def
+
+tf = pytest.importorskip("tensorflow", reason="TensorFlow (the oracle) is not installed")
+
+B, T, I, H = 2, 3, 3, 4
+_NUMERIC = (1, 2, 3, 9, 10)  # the tensor dtypes read: float, double, int32, int64, bool
+
+
+def _rand(*shape, seed=0):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def _cells_v2():
+    """TF1's Python cells run by dynamic_rnn: TF 2's While, its body a library function."""
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    x = tf.compat.v1.placeholder(tf.float32, [T, B, I], name="x")
+    lstm = rci.LSTMCell(H, use_peepholes=True, cell_clip=1.5, num_proj=2, proj_clip=0.5)
+    tf.compat.v1.nn.dynamic_rnn(lstm, x, time_major=True, dtype=tf.float32, scope="lstm")
+    tf.compat.v1.nn.dynamic_rnn(rci.GRUCell(H), x, time_major=True, dtype=tf.float32, scope="gru")
+
+
+def _cells_v1():
+    """The same cells in TF 1's loops: Enter, Merge, Switch, NextIteration, Exit."""
+    from tensorflow.python.ops import control_flow_util
+
+    saved = control_flow_util.ENABLE_CONTROL_FLOW_V2
+    control_flow_util.ENABLE_CONTROL_FLOW_V2 = False
+    try:
+        _cells_v2()
+    finally:
+        control_flow_util.ENABLE_CONTROL_FLOW_V2 = saved
+
+
+def _fused():
+    """The fused ops, their outputs read by name: in the main graph (flat indices, "op:k") and
+    in a While body ("op:argument:k", counted within the argument)."""
+    raw = tf.raw_ops
+    x = tf.compat.v1.placeholder(tf.float32, [T, B, I], name="x")
+    w = tf.constant(_rand(I + H, 4 * H), name="w")
+    peep, b = tf.constant(_rand(H, seed=1)), tf.constant(_rand(4 * H, seed=2))
+    zero = tf.zeros([B, H])
+    steps = tf.constant(T, tf.int64)
+    seq = raw.BlockLSTM(seq_len_max=steps, x=x, cs_prev=zero, h_prev=zero, w=w, wci=peep,
+                        wcf=peep, wco=peep, b=b, forget_bias=0.5, cell_clip=2.0,
+                        use_peephole=True)  # fmt: skip
+    tf.identity(seq.h, name="h_seq")
+    tf.identity(seq.cs, name="cs_seq")
+    v2 = raw.BlockLSTMV2(seq_len_max=steps, x=x, cs_prev=zero, h_prev=zero, w=w, wci=peep,
+                         wcf=peep, wco=peep, b=b, cell_clip=0.0, use_peephole=False)  # fmt: skip
+    tf.add(v2.h, v2.co, name="h_plus_co")
+    w_ru, w_c = tf.constant(_rand(I + H, 2 * H, seed=3)), tf.constant(_rand(I + H, H, seed=4))
+    b_ru, b_c = tf.constant(_rand(2 * H, seed=5)), tf.constant(_rand(H, seed=6))
+
+    def body(i, h, c, g):
+        cell = raw.LSTMBlockCell(x=x[0], cs_prev=c, h_prev=h, w=w, wci=peep, wcf=peep,
+                                 wco=peep, b=b, forget_bias=0.25, use_peephole=True)  # fmt: skip
+        gru = raw.GRUBlockCell(x=x[0], h_prev=g, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c)
+        return i + 1, cell.h + gru.u, cell.cs, gru.h - gru.r
+
+    tf.while_loop(lambda i, h, c, g: i < T, body, (0, zero, zero, zero), name="loop")
+
+
+def _attributes():
+    """An attribute of each kind the reader decodes (s, i, f, b, tensor, func) and of kinds it
+    leaves (type, shape, list)."""
+    x = tf.compat.v1.placeholder(tf.float32, [B, 4], name="x")
+    w = tf.constant(_rand(4, 4), name="w")
+    y = tf.matmul(x, w, transpose_b=True)
+    y = tf.nn.bias_add(y, tf.constant(_rand(4), name="b"), data_format="NHWC")
+    y = tf.nn.leaky_relu(y, alpha=0.125)
+    parts = tf.split(y, 2, axis=1, name="split")
+    tf.concat([parts[1], parts[0]], axis=1, name="swapped")
+    tf.constant(["a", "bc"], name="strings")
+    tf.constant([[1, -2]], tf.int64, name="ints")
+    tf.constant(True, name="flag")
+    tf.constant(-0.0, tf.float64, name="minus_zero")
+
+
+def _graph_def(build):
+    g = tf.Graph()
+    with g.as_default():
+        build()
+    return g.as_graph_def()
+
+
+GRAPHS = {"cells_v2": _cells_v2, "cells_v1": _cells_v1, "fused": _fused, "attrs": _attributes}
+
+
+def _tf_reading(graph_def) -> tuple[dict, dict, dict]:
+    """TF's reading: {node key: (op, [(producer key, flat index)], {attr: get_attr})}, with a
+    body's node `n` of function `F` keyed `F::n` (as the reader keys it); {function: its
+    argument keys in order}; {function: its outputs in order}."""
+    from tensorflow.python.framework import function_def_to_graph
+
+    def ops_of(graph, prefix, skip=()):
+        return {
+            prefix + op.name: (
+                op.type,
+                [(prefix + t.op.name, t.value_index) for t in op.inputs],
+                {a: op.get_attr(a) for a in op.node_def.attr},
+            )
+            for op in graph.get_operations()
+            if op.name not in skip
+        }
+
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    nodes, args, outputs = ops_of(g, ""), {}, {}
+    for f in graph_def.library.function:
+        prefix = f.signature.name + "::"
+        body = function_def_to_graph.function_def_to_graph(f)
+        names = [a.name for a in f.signature.input_arg]
+        nodes |= ops_of(body, prefix, skip=set(names))  # the arguments: Placeholders in TF's
+        args[f.signature.name] = [prefix + a for a in names]
+        outputs[f.signature.name] = [(prefix + t.op.name, t.value_index) for t in body.outputs]
+    return nodes, args, outputs
+
+
+def _assert_same_attr(where, ours, theirs):
+    from tensorflow.core.framework import attr_value_pb2, tensor_pb2
+
+    if isinstance(theirs, bytes):
+        assert ours == theirs.decode(), where
+    elif isinstance(theirs, bool):
+        assert ours is theirs, where
+    elif isinstance(theirs, int):
+        assert type(ours) is int and ours == theirs, where
+    elif isinstance(theirs, float):  # an AttrValue's f is a float32
+        assert np.float32(ours).tobytes() == np.float32(theirs).tobytes(), where
+    elif isinstance(theirs, tensor_pb2.TensorProto) and theirs.dtype in _NUMERIC:
+        want = tf.make_ndarray(theirs)
+        assert ours.dtype == want.dtype and ours.shape == want.shape, where
+        np.testing.assert_array_equal(ours, want, err_msg=where)
+        if want.dtype.kind == "f":  # -0.0 kept
+            assert np.signbit(ours).tolist() == np.signbit(want).tolist(), where
+    elif isinstance(theirs, attr_value_pb2.NameAttrList):
+        assert ours == {"func": theirs.name}, where
+    else:  # types, shapes, lists, string tensors: no cell reader uses them
+        assert ours is None, where
+
+
+@pytest.mark.parametrize("kind", GRAPHS)
+def test_every_node_as_tf_reads_it(kind):
+    graph_def = _graph_def(GRAPHS[kind])
+    ours = graph_from_graph_def(graph_def.SerializeToString(), label=kind)
+    nodes, args, outputs = _tf_reading(graph_def)
+    got = {k: n for k, n in ours.nodes.items() if n.op != "_Arg"}
+    assert set(got) == set(nodes)
+    attrs = 0
+    for key, (op, inputs, attr) in nodes.items():
+        n = got[key]
+        assert (n.op, n.inputs) == (op, inputs), key
+        assert set(n.attrs) == set(attr), key
+        for name, value in attr.items():
+            _assert_same_attr(f"{key}.{name}", n.attrs[name], value)
+            attrs += 1
+    assert ours.functions == args
+    assert ours.function_returns == outputs
+    assert attrs > 20 and (kind in ("cells_v1", "attrs")) == (not args)  # TF 1 loops: no functions
+
+
+def test_the_fused_ops_outputs_are_tf_s():
+    """The output arguments the reader counts a fused op's outputs by, against TF's op
+    registry: each one tensor, in this order."""
+    from tensorflow.python.framework import op_def_registry
+
+    for op, names in tf1_graph._OUTPUT_ARGS.items():
+        registered = op_def_registry.get(op).output_arg
+        assert tuple(a.name for a in registered) == names, op
+        assert not any(a.number_attr or a.type_list_attr for a in registered), op
+
+
+def test_a_body_reading_an_output_a_fused_op_lacks_is_refused():
+    graph_def = _graph_def(_fused)
+    (body,) = [f for f in graph_def.library.function if "body" in f.signature.name]
+    (reader,) = [n for n in body.node_def if any(":h:0" in i for i in n.input)][:1]
+    for bad, why in [(":h:0", ":hidden:0"), (":h:0", ":h:1")]:
+        edited = type(graph_def)()
+        edited.CopyFrom(graph_def)
+        (f,) = [f for f in edited.library.function if f.signature.name == body.signature.name]
+        (n,) = [n for n in f.node_def if n.name == reader.name]
+        n.input[:] = [i.replace(bad, why) for i in n.input]
+        with pytest.raises(ValueError, match="output"):
+            graph_from_graph_def(edited.SerializeToString())
