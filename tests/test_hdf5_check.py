@@ -738,6 +738,41 @@ def test_global_heap_objects_that_do_not_tile_their_collection_are_refused(tmp_p
     check_hdf5(_put(data, first + 8, osize + grow - 8, 8))  # filling it to its last byte
 
 
+def _free_space(data: bytes, at: int) -> int:
+    """The position of the free-space object (index 0) of the collection at `at`."""
+    p = at + 16
+    while _u(data, p, 2):
+        p += 16 + (_u(data, p + 8, 8) + 7) // 8 * 8
+    return p
+
+
+def test_the_last_16_bytes_of_a_collection_hold_an_object_header(tmp_path):
+    """HDF5 decodes an object header wherever one fits before the collection's end, its last
+    16 bytes included: a free space of size 0 there loops HDF5, one of 16 ends the walk."""
+    data = _file(tmp_path)
+    at = data.index(b"GCOL")
+    end, free = at + _u(data, at + 8, 8), _free_space(data, at)
+    # the free space made an unused object 5 that leaves 16 bytes
+    unused = _put(_put(data, free, 5, 2), free + 8, end - 16 - free - 16, 8)
+    ok = _put(unused, end - 16, 16 << 64, 16)  # index 0, size 16
+    check_hdf5(ok)
+    with h5py.File(io.BytesIO(ok), "r") as f:
+        assert list(f.attrs["names"]) == ["a", "bb", "ccc"]
+    with pytest.raises(ValueError, match=f"collection at {at}: object 0 of size 0 at {end - 16}"):
+        check_hdf5(_put(unused, end - 16, 0, 16))
+
+
+def test_the_free_space_is_index_0_whatever_its_reference_count(tmp_path):
+    """The index is two bytes; the reference count after it does not make the free space an
+    object (HDF5 reads the file)."""
+    data = _file(tmp_path)
+    at = data.index(b"GCOL")
+    counted = _put(data, _free_space(data, at) + 2, 1, 2)
+    check_hdf5(counted)
+    with h5py.File(io.BytesIO(counted), "r") as f:
+        assert list(f.attrs["names"]) == ["a", "bb", "ccc"]
+
+
 def test_a_global_heap_collection_past_the_end_is_refused(tmp_path):
     data = _file(tmp_path)
     at = data.index(b"GCOL")
