@@ -16,8 +16,14 @@ could only agree with itself):
 * SavedModels: the layer's part of the chosen signature's loaded function, cut out by TF's
   `prune` between the layer's input (and its mask and initial-state tensors) and its outputs,
   the weights its captured variables (tf_keras' SavedModels through tf_keras where it imports);
-* TF1 cells (checkpoints with a meta graph, frozen graphs, TF1 SavedModels): not verified yet,
-  said so per layer.
+* TF1 cells (checkpoints with a meta graph, frozen graphs, TF1 SavedModels): one step of the
+  cell (a fused op's whole sequence), the graph's own NodeDefs between the step's inputs and its
+  new h and c copied into a graph of their own, the variables' values as constants
+  (`_TF1Cells`).
+
+What cannot be run so (a file without a model config or without its graph, stacked or
+bidirectional canonical cuDNN layers, cuDNN layers where TF has no kernel) is said per layer,
+"not verified" with the reason.
 """
 
 from __future__ import annotations
