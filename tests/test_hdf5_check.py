@@ -773,6 +773,24 @@ def test_the_free_space_is_index_0_whatever_its_reference_count(tmp_path):
         assert list(f.attrs["names"]) == ["a", "bb", "ccc"]
 
 
+def test_a_free_space_of_one_byte_moves_the_walk_one_byte(tmp_path):
+    """HDF5 steps over a free space by its size, aligned or not, and decodes the next header
+    there (overlapping this one); only the last free space must be aligned. Written so, a file
+    HDF5 reads: free space 1 at q; at q + 1 object 1280 (the count's byte 5 as the index's high
+    byte), size 0; a free space of 7 at q + 17; at q + 24 object 1792 (that size's 7), size 0;
+    the last free space from q + 40."""
+    data = _file(tmp_path)
+    at = data.index(b"GCOL")
+    end, q = at + _u(data, at + 8, 8), _free_space(data, at)
+    walk = data[:q] + bytes(56) + data[q + 56 :]
+    for offset, value in [(2, 5), (8, 1), (25, 7)]:
+        walk = _put(walk, q + offset, value, 1)
+    walk = _put(walk, q + 48, end - q - 40, 8)
+    check_hdf5(walk)
+    with h5py.File(io.BytesIO(walk), "r") as f:
+        assert list(f.attrs["names"]) == ["a", "bb", "ccc"]
+
+
 def test_a_global_heap_collection_past_the_end_is_refused(tmp_path):
     data = _file(tmp_path)
     at = data.index(b"GCOL")
