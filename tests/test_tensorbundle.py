@@ -278,17 +278,33 @@ def test_tensor_bytes_must_lie_in_the_data_file_and_match_the_shape(tmp_path):
     _opens(_bundle(tmp_path, {b"t": _entry(shard=1)}, data, shards=2))
     # A dtype this reader lists but does not read is still bounded by its file.
     r = _opens(_bundle(tmp_path, {b"u": _entry(dtype=23, size=16)}, data))
-    assert r.get_variable_to_dtype_map() == {"u": "DataType 23"}
-    with pytest.raises(NotImplementedError, match="dtype DataType 23 is not read"):
+    assert r.get_variable_to_dtype_map() == {"u": "uint64"}
+    with pytest.raises(NotImplementedError, match="dtype uint64 is not read"):
         r.get_tensor("u")
     _refused(_bundle(tmp_path, {b"u": _entry(dtype=23, offset=9, size=16)}, data), "lie outside")
 
 
-@pytest.mark.parametrize("dtype, ok", [(0, False), (1, True), (23, True), (24, False)])
+def test_data_types_are_tf_s():
+    """Every DataType of TF's enum (types.proto; the reference types aside, which no checkpoint
+    holds) under TF's own name, those read as the NumPy type TF gives them (bfloat16: its 16
+    bits, widened to float32 on read); no other."""
+    from tensorflow.core.framework import types_pb2
+
+    enum = {v for v in types_pb2.DataType.values() if 0 < v < 100}
+    assert set(tensorbundle._KNOWN_DTYPES) == enum
+    names = {k: name for k, (name, _) in tensorbundle.DTYPES.items()} | tensorbundle._UNREADABLE
+    assert {k: names[k] for k in enum} == {k: tf.dtypes.as_dtype(k).name for k in enum}
+    for k, (name, code) in tensorbundle.DTYPES.items():
+        theirs = np.dtype(tf.dtypes.as_dtype(k).as_numpy_dtype)
+        assert np.dtype(code) == theirs if name != "bfloat16" else theirs.itemsize == 2
+
+
+@pytest.mark.parametrize("dtype, ok", [(0, False), (1, True), (24, True), (33, True), (34, False)])
 def test_data_types_outside_tf_s_enum_are_refused(tmp_path, dtype, ok):
     prefix = _bundle(tmp_path, {b"t": _entry(dtype=dtype, shape=(0,), size=0)}, b"")
-    if ok:
-        TensorBundleReader(prefix)
+    if ok:  # listed under the name TF's reader gives it
+        theirs = tf.train.load_checkpoint(prefix).get_variable_to_dtype_map()["t"].name
+        assert TensorBundleReader(prefix).get_variable_to_dtype_map() == {"t": theirs}
     else:
         _refused(prefix, f"entry 't': unknown DataType {dtype}")
 

@@ -76,7 +76,31 @@ DTYPES = {
     19: ("float16", "f2"),
 }
 _STRING = 7
-_UNREADABLE = {_STRING: "string", 20: "resource", 21: "variant"}
+# The rest of the enum as of TF 2.21, by TF's names: listed, not read.
+_UNREADABLE = {
+    _STRING: "string",
+    8: "complex64",
+    11: "qint8",
+    12: "quint8",
+    13: "qint32",
+    15: "qint16",
+    16: "quint16",
+    18: "complex128",
+    20: "resource",
+    21: "variant",
+    22: "uint32",
+    23: "uint64",
+    24: "float8_e5m2",
+    25: "float8_e4m3fn",
+    26: "float8_e4m3fnuz",
+    27: "float8_e4m3b11fnuz",
+    28: "float8_e5m2fnuz",
+    29: "int4",
+    30: "uint4",
+    31: "int2",
+    32: "uint2",
+    33: "float4_e2m1fn",
+}
 
 
 # -- crc32c (Castagnoli) ----------------------------------------------------------------------
@@ -182,7 +206,7 @@ class BundleEntry:
     def dtype_name(self) -> str:
         if self.dtype in DTYPES:
             return DTYPES[self.dtype][0]
-        return _UNREADABLE.get(self.dtype, f"DataType {self.dtype}")
+        return _UNREADABLE[self.dtype]
 
 
 # TF's TensorShape holds at most 254 dimensions and an int64 element count; a shape past either
@@ -190,7 +214,7 @@ class BundleEntry:
 _MAX_RANK = 254
 _NUMPY_MAX_RANK = 64  # numpy 2's NPY_MAXDIMS
 _MAX_ELEMENTS = (1 << 63) - 1
-_KNOWN_DTYPES = range(1, 24)  # DT_FLOAT .. DT_UINT64 (types.proto); 0 is DT_INVALID
+_KNOWN_DTYPES = DTYPES.keys() | _UNREADABLE.keys()  # 1 to 33 (types.proto); 0 is DT_INVALID
 
 
 def _parse_shape(buf: bytes, what: str) -> tuple[int, ...] | None:
