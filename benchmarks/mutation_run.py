@@ -19,7 +19,7 @@ mutant costs its tests plus ~2 s, not a fresh interpreter's ~6 s. One child at a
 Which tests run: a coverage pass records, per test of the file's selection (FILES), the lines
 of each target file it executes (sys.settrace, in-process; cached per test file under the
 scratch directory, keyed by the sources' hash); a mutant runs the tests that execute its
-statement, fastest first, and `-x` stops at the first failure. A statement executed only at
+statement, fastest first, and `-x` stops at the first failure. A statement executed at
 import (module constants, signatures' defaults) runs the whole selection. A mutant on a line no
 test of the selection executes is reported `uncovered` without running. Subprocesses
 (`convert_without_tf`) are not traced: `--confirm` reruns every survivor on its file's whole
@@ -884,7 +884,7 @@ def _stop(signum, frame):
 
 def select_tests(m: Mutant, cov: dict, test_files: list[str]) -> list[str] | None:
     """Node ids executing the mutant's statement, fastest first; every test of the selection
-    when only the import executes it; None when nothing does."""
+    when the import executes it; None when nothing does."""
     chosen, durations, everything = [], {}, []
     imported = False
     for tf in test_files:
@@ -903,7 +903,9 @@ def select_tests(m: Mutant, cov: dict, test_files: list[str]) -> list[str] | Non
             durations[nodeid] = data["durations"].get(nodeid, 0.0)
             if lines & m.lines:
                 chosen.append(nodeid)
-    if not chosen and imported:
+    if imported:
+        # A module-level statement (a constant, a table) reaches every test through the import,
+        # not only the tests that happened to import the module afresh (a reload).
         chosen = everything
     if not chosen:
         return None
