@@ -265,6 +265,57 @@ def test_verify_fails_on_planted_defects(tmp_path, capsys, monkeypatch, fmt, def
     assert "dec" not in out.split("FAILED:")[1]  # the other layer is fine
 
 
+_PLANTED = 2.0**-8
+
+
+@pytest.fixture(scope="module")
+def _lstm_with_states(tmp_path_factory):
+    """A Keras 3 LSTM returning its sequence and both states, and its port."""
+    keras = _keras()
+    tmp = tmp_path_factory.mktemp("states")
+    x = keras.Input((T, I))
+    y = keras.layers.LSTM(4, return_sequences=True, return_state=True, name="l")(x)
+    model = keras.Model(x, y)
+    randomize(model.trainable_weights, 35)
+    model.save(tmp / "m.keras")
+    torch_lstm_grad.porting.convert(tmp / "m.keras", tmp / "m.pt", log=lambda s: None)
+    return tmp / "m.keras", tmp / "m.pt"
+
+
+@pytest.mark.parametrize(
+    "tensor", ["output 0", "output 1", "output 2", "d kernel", "d recurrent_kernel", "d bias"]
+)
+def test_verify_reports_each_tensor_s_own_error(_lstm_with_states, monkeypatch, tensor):
+    """2^-8 added to one output of the port (the sequence, h, c) or to one weight's gradient
+    is reported on that tensor alone, at its size, δ / max(1, max |TF|) (an LSTM's outputs lie
+    within 1: δ itself); every other tensor stays within the tolerance. So verify compares no
+    tensor with another's (return_state's h with c, a kernel's gradient with another's)."""
+    from torch_lstm_grad import keras_layers
+
+    forward = keras_layers.KerasLSTM.forward
+
+    def planted(self, *args, **kwargs):
+        if tensor.startswith("d ") and not getattr(self, "_planted", False):
+            getattr(self, tensor[2:]).register_hook(lambda g: g + _PLANTED)
+            self._planted = True
+        out = forward(self, *args, **kwargs)
+        if tensor.startswith("output"):
+            k = int(tensor.split()[1])
+            out = (*out[:k], out[k] + _PLANTED, *out[k + 1 :])
+        return out
+
+    monkeypatch.setattr(keras_layers.KerasLSTM, "forward", planted)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
+    errors = report.errors["l"]
+    assert set(errors) >= {"output 0", "output 1", "output 2", "d input", "d bias"}
+    if tensor.startswith("output"):
+        assert abs(errors[tensor] - _PLANTED) < 1e-6
+    else:
+        assert _PLANTED / 64 < errors[tensor] < _PLANTED + 1e-6
+    assert all(e < 1e-5 for name, e in errors.items() if name != tensor), errors
+    assert report.failures() and {t for _, t, _ in report.failures()} == {tensor}
+
+
 def test_verify_python_api(tmp_path):
     """`torch_lstm_grad.verify(SRC, OUT)`: the report as an object, `.ok`, the table as str."""
     keras = _keras()
