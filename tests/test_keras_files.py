@@ -124,7 +124,8 @@ def test_a_dataset_is_read_only_when_the_file_can_hold_it(tmp_path):
     def fill(f):
         f["plain"] = np.ones((3, 5), "f4")  # 60 bytes
         f.create_dataset("zipped", data=np.zeros((64, 64), "f8"), compression="gzip")
-        f["scalar"] = np.float64(2.5)
+        f["scalar"] = np.float32(2.5)
+        f.create_dataset("null", data=h5py.Empty("f4"))
         f["ints"] = np.arange(3)
         f.create_group("group")
 
@@ -136,9 +137,11 @@ def test_a_dataset_is_read_only_when_the_file_can_hold_it(tmp_path):
         assert keras_files._float_array(f["zipped"], 32).shape == (64, 64)  # 32 * 1032 >= 32768
         with pytest.raises(ValueError, match="takes 32768 bytes"):
             keras_files._float_array(f["zipped"], 31)
-        assert keras_files._float_array(f["scalar"], 8) == 2.5  # a scalar counts 8 bytes
-        with pytest.raises(ValueError, match=r"shape \(\) of float64 takes 8 bytes"):
-            keras_files._float_array(f["scalar"], 7)
+        assert keras_files._float_array(f["scalar"], 4) == 2.5  # one element
+        with pytest.raises(ValueError, match=r"shape \(\) of float32 takes 4 bytes"):
+            keras_files._float_array(f["scalar"], 3)
+        with pytest.raises(ValueError, match="/null: a null dataspace"):  # not h5py's TypeError
+            keras_files._float_array(f["null"], 1 << 20)
         assert keras_files._float_array(f["ints"], 1) is None  # not a float: not a weight
         with pytest.raises(ValueError, match="/group: a Group where a weight's dataset belongs"):
             keras_files._float_array(f["group"], 1 << 20)
@@ -266,11 +269,12 @@ def test_what_is_a_keras_file(tmp_path):
     (tmp_path / "weights.bin").write_bytes(b"\x89HDF\r\n\x1a\n" + bytes(8))
     (tmp_path / "archive.bin").write_bytes(open(_zip(tmp_path, {"a": b"1"}), "rb").read())
     (tmp_path / "text.bin").write_bytes(b"\x89HDF\r\n\x1a")  # one byte short of the signature
-    (tmp_path / "x.keras").write_bytes(b"")
+    for name in ("x.keras", "x.h5", "x.hdf5"):  # by its name: read_keras says what it is
+        (tmp_path / name).write_bytes(b"")
+        assert is_keras_file(str(tmp_path / name))
     assert is_keras_file(str(tmp_path / "weights.bin"))
     assert is_keras_file(str(tmp_path / "archive.bin"))
     assert not is_keras_file(str(tmp_path / "text.bin"))
-    assert is_keras_file(str(tmp_path / "x.keras"))  # by its name: read_keras says what it is
     assert not is_keras_file(str(tmp_path))  # a directory (a SavedModel's) is not a file
 
 

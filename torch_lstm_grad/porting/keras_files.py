@@ -73,7 +73,9 @@ def _float_array(obj, limit: int) -> np.ndarray | None:
         raise ValueError(f"{obj.name}: a {type(obj).__name__} where a weight's dataset belongs")
     if obj.dtype.kind != "f":
         return None
-    nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize if obj.shape else 8
+    if obj.shape is None:  # a null dataspace (h5py.Empty): no values at all
+        raise ValueError(f"dataset {obj.name}: a null dataspace (no values) where a weight belongs")
+    nbytes = int(np.prod(obj.shape, dtype=object)) * obj.dtype.itemsize
     filtered = obj.id.get_create_plist().get_nfilters() > 0
     if nbytes > limit * (_DEFLATE_RATIO if filtered else 1):
         raise ValueError(
