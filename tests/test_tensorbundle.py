@@ -345,6 +345,9 @@ def test_shapes_tf_cannot_hold_are_refused(tmp_path):
     edge = (1 << 31, 1 << 31, 1, 1)  # 2**62 elements fit (then its 8 bytes do not)
     _refused(_bundle(tmp_path, {b"t": _entry(shape=edge, size=8)}, b"\x00" * 8),
              r"t: 8 bytes for shape \[2147483648, 2147483648, 1, 1\]")  # fmt: skip
+    most = (153092023, 60247241209)  # 2**63 - 1 elements, int64's largest: they fit too
+    _refused(_bundle(tmp_path, {b"t": _entry(shape=most, size=8)}, b"\x00" * 8),
+             r"t: 8 bytes for shape \[153092023, 60247241209\]")  # fmt: skip
     unknown = _bundle(tmp_path, {b"t": _entry(raw_shape=_field(3, 0, _varint(1)))}, b"\x00" * 8)
     r = TensorBundleReader(unknown)
     assert r.get_variable_to_shape_map() == {"t": None}
