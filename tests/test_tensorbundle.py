@@ -427,6 +427,17 @@ def test_slice_extents_as_tf_writes_them(tmp_path, start, length, ok):
         np.testing.assert_array_equal(TensorBundleReader(prefix).get_tensor("v"), [0.0, 1.0])
 
 
+def test_negative_offsets_and_sizes_are_refused_as_tf_refuses_them(tmp_path):
+    """TF: "Seeking to a negative position", "Invalid size in bundle entry"."""
+    data, neg = _VALUES.tobytes(), -1 & (2**64 - 1)
+    for offset, size, shown in [(neg, 8, r"\[-1, \+8\)"), (0, neg, r"\[0, \+-1\)"),
+                                (-8 & neg, 8, r"\[-8, \+8\)")]:  # fmt: skip
+        prefix = _bundle(tmp_path, {b"t": _entry(offset=offset, size=size)}, data)
+        with pytest.raises(Exception, match="negative position|Invalid size"):
+            tf.train.load_checkpoint(prefix).get_tensor("t")
+        _refused(prefix, f"entry 't': bytes {shown}")
+
+
 def test_negative_extents_are_refused(tmp_path):
     neg = -1 & (2**64 - 1)
     for extents in [((neg, None),), ((0, -2 & (2**64 - 1)),), ((0, neg),)]:
