@@ -147,6 +147,19 @@ def test_a_dataset_is_read_only_when_the_file_can_hold_it(tmp_path):
             keras_files._float_array(f["group"], 1 << 20)
 
 
+def test_a_file_is_walked_before_hdf5_opens_it(tmp_path):
+    """A legacy .h5 read from its path, as a .keras archive's member is from its bytes: a
+    structure HDF5 would loop on or allocate for without bound is refused, by name, first."""
+    fixture = os.path.join(os.path.dirname(__file__), "data", "keras2", "model.h5")
+    with open(fixture, "rb") as fh:
+        data = fh.read()
+    at = data.index(b"SNOD")
+    path = tmp_path / "model.h5"
+    path.write_bytes(data[: at + 6] + (100).to_bytes(2, "little") + data[at + 8 :])
+    with pytest.raises(ValueError, match=f"symbol table node at {at}: 100 entries, K is 4"):
+        read_keras(str(path))
+
+
 def test_an_attribute_is_read_only_when_the_file_can_hold_it(tmp_path):
     def fill(f):
         f.attrs["names"] = np.array([b"ab", b"cd", b"ef"])  # 3 x 2 bytes
@@ -260,6 +273,12 @@ def test_mask_producers_and_bidirectional_layers_as_keras_writes_them():
     assert layers["bi"].mask_from.startswith("not_equal") and layers["emb"].mask_from is None
     assert layers["bi/layer"].name == "forward_fw" and layers["bi/layer"].class_name == "LSTM"
     assert layers["bi/backward_layer"].class_name == "LSTM"
+    cfg = json.loads(model.to_json())
+    (bi,) = [c for c in cfg["config"]["layers"] if c["config"]["name"] == "bi"]
+    mask = bi["inbound_nodes"][0]["kwargs"]["mask"]["config"]
+    for odd in ("not_equal", {"op": 1}, []):  # not the list Keras writes: the producer unknown
+        mask["keras_history"] = odd
+        assert keras_files.layers_from_config(cfg)[0]["bi"].mask_from == "?"
     no_mask = keras.layers.Embedding(10, 3, name="e2")
     cfg = _model([json.loads(json.dumps(keras.saving.serialize_keras_object(no_mask)))])
     assert keras_files.layers_from_config(cfg)[1] == []
