@@ -69,6 +69,40 @@ def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
     assert (source.writer.keras_major, bool(source.config_origin)) == (3, suffix == ".keras")
 
 
+@pytest.mark.filterwarnings("ignore:Layer 'inner' .* mask:UserWarning")
+def test_keras3_groups_without_names_are_named_by_their_groups(tmp_path):
+    """Keras 3 names each `vars` group in a `name` attribute; where one is missing (stripped
+    here from Keras' own file, with the empty `vars` of the layers a Bidirectional wraps) the
+    group's name stands in: each layer by its group, a container of layers (`layers`) skipped, a
+    cell's weights by their role."""
+    model, _ = _nested_keras3_model()
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    groups, empty = [], []
+
+    def strip(name, obj):  # visititems stops at a callback's first non-None return
+        if name.endswith("/vars/0") and name.startswith("layers/"):  # not the optimizer's
+            groups.append(name)
+        if name.endswith("vars"):
+            obj.attrs.pop("name", None)
+            if not len(obj) and name.startswith("layers/bidirectional/"):
+                empty.append(name)
+
+    with h5py.File(path, "r+") as f:
+        f.visititems(strip)
+        for name in empty:  # the wrapped layers' own vars (empty): gone too
+            del f[name]
+    want = set()
+    for name in groups:
+        parts = [p for p in name.split("/")[:-2] if p != "layers"]
+        leaf = ("kernel", "recurrent_kernel", "bias") if parts[-1] == "cell" else None
+        with h5py.File(path, "r") as f:
+            count = len(f[name.rsplit("/", 1)[0]])
+        want |= {"/".join([*parts, leaf[i] if leaf else str(i)]) for i in range(count)}
+    assert set(read_keras(path).variables) == want
+    assert "sequential/dense/0" in want and "bidirectional/forward_layer/cell/kernel" in want
+
+
 def test_legacy_h5_files_hold_tf_keras_weights_by_tf_keras_names(tmp_path):
     """tf_keras' whole-model `.h5` and `save_weights` `.h5`: every weight under its variable
     name (`name:0` without the `:0`). Without tf_keras (CI: the `test` extra does not install
