@@ -352,6 +352,12 @@ def test_configs_given_on_their_own(tmp_path):
         f.attrs["keras_version"] = "2.21.0"
     with pytest.raises(ValueError, match="an HDF5 file without model_config"):
         read_keras_config(str(path))
+    garbage = tmp_path / "garbage.h5"  # what the libraries refuse is put after the file's name
+    garbage.write_bytes(b"not HDF5, not JSON")
+    for read, what in [(read_keras_config, "Keras model config"), (read_keras, "Keras file")]:
+        with pytest.raises(ValueError) as refused:
+            read(str(garbage))
+        assert str(refused.value).startswith(f"{garbage}: {what} (")
     archive = _zip(tmp_path, {"config.json": json.dumps(cfg),
                               "metadata.json": json.dumps({"keras_version": 3})})  # fmt: skip
     with pytest.raises(ValueError, match="keras_version 3 is not a string"):
