@@ -400,17 +400,18 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     attrs = _fused_attrs(u)
     if u.op == "BlockLSTMV2":
         attrs["forget_bias"] = 0.0
-    # The ops' inputs and outputs (tensorflow/core/ops/rnn_ops.cc): BlockLSTM(seq_len_max, x,
-    # cs_prev, h_prev, w, ...) -> (i, cs, f, o, ci, co, h); LSTMBlockCell(x, cs_prev, h_prev,
-    # ...) the same outputs; GRUBlockCell(x, h_prev, ...) -> (r, u, c, h).
-    # "at": the inputs by position (c and h may be one tensor, the zeros both start from).
+    # The ops' inputs (tensorflow/core/ops/rnn_ops.cc): BlockLSTM(seq_len_max, x, cs_prev,
+    # h_prev, w, ...), LSTMBlockCell(x, cs_prev, h_prev, ...), GRUBlockCell(x, h_prev, ...);
+    # their outputs: _OUTPUT_ARGS. "at": the inputs by position (c and h may be one tensor, the
+    # zeros both start from).
+    names = _OUTPUT_ARGS[u.op]
     if u.op in _FUSED_GRU:
         at = {"x": 0, "h": 1}
-        outputs = {"h": (u.name, 3)}
+        outputs = {"h": (u.name, names.index("h"))}
     else:
         first = 1 if u.op in ("BlockLSTM", "BlockLSTMV2") else 0
         at = {"x": first, "c": first + 1, "h": first + 2} | ({"seq_len_max": 0} if first else {})
-        outputs = {"h": (u.name, 6), "c": (u.name, 1)}
+        outputs = {"h": (u.name, names.index("h")), "c": (u.name, names.index("cs"))}
     boundary = {
         "inputs": {role: u.inputs[k] for role, k in at.items()},
         "at": {role: (u.name, k) for role, k in at.items()},
