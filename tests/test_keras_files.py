@@ -32,6 +32,11 @@ def _distinct(model) -> None:
         v.assign(rng.standard_normal(tuple(v.shape)).astype("float32"))
 
 
+# Keras warns that the nested Sequential drops the Masking layer's mask: true, and beside the
+# point in the tests of this model, which read its weights only.
+_MASK_DROPPED = pytest.mark.filterwarnings("ignore:Layer 'inner' .* mask:UserWarning")
+
+
 def _nested_keras3_model():
     keras = _keras()
     inp = keras.Input((5, 3))
@@ -48,9 +53,7 @@ def _nested_keras3_model():
     return model, inner.layers[1]
 
 
-# Keras warns that the nested Sequential drops the Masking layer's mask: true, and beside the
-# point here, where only the weights are read.
-@pytest.mark.filterwarnings("ignore:Layer 'inner' .* mask:UserWarning")
+@_MASK_DROPPED
 @pytest.mark.parametrize("suffix", [".keras", ".weights.h5"])
 def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
     """A cell's weights by Keras' own paths (`variable.path`); another layer's by its index in
@@ -69,7 +72,7 @@ def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
     assert (source.writer.keras_major, bool(source.config_origin)) == (3, suffix == ".keras")
 
 
-@pytest.mark.filterwarnings("ignore:Layer 'inner' .* mask:UserWarning")
+@_MASK_DROPPED
 def test_keras3_groups_without_names_are_named_by_their_groups(tmp_path):
     """Keras 3 names each `vars` group in a `name` attribute; where one is missing (stripped
     here from Keras' own file, with the empty `vars` of the layers a Bidirectional wraps) the
