@@ -207,15 +207,15 @@ def _sstable(entries=(), blocks=None, restarts=1) -> bytes:
         out.extend(struct.pack("<I", masked_crc32c(contents + b"\x00")))
         return handle
 
-    def last_key(entries) -> bytes:
+    def last_key(block) -> bytes:
         key = b""
-        for shared, suffix, _ in entries:
+        for shared, suffix, _ in block:
             key = key[:shared] + suffix
         return key
 
-    index = [(0, last_key(entries), put(_block(entries, restarts))) for entries in blocks]
+    keyed = [(0, last_key(block), put(_block(block, restarts))) for block in blocks]
     meta = put(_block([]))
-    index = put(_block(index))
+    index = put(_block(keyed))
     footer = (meta + index).ljust(40, b"\x00") + struct.pack("<Q", 0xDB4775248B80FB57)
     return bytes(out + footer)
 

@@ -478,31 +478,29 @@ def _write(tmp_path, index: bytes) -> str:
     return str(path)
 
 
+def _read_blocks(tmp_path, blocks, restarts=1) -> list[tuple[bytes, bytes]]:
+    """read_table of an SSTable of these data blocks (raw entries, as `_block` takes them)."""
+    return read_table(_write(tmp_path, _sstable(blocks=blocks, restarts=restarts)))
+
+
 def test_shared_key_prefixes_are_read_as_tf_reads_them(tmp_path):
     """TF writes keys sharing a prefix with the one before; the reader rebuilds them, and
     refuses a prefix longer than the key before or an entry running past its block."""
     entries = [(0, b"", _header()), (0, b"abc", b"1"), (2, b"d", b"2"), (3, b"e", b"3")]
-    path = _write(tmp_path, _sstable(blocks=[entries]))
-    assert read_table(path) == [(b"", _header()), (b"abc", b"1"), (b"abd", b"2"), (b"abde", b"3")]
+    rebuilt = [(b"", _header()), (b"abc", b"1"), (b"abd", b"2"), (b"abde", b"3")]
+    assert _read_blocks(tmp_path, [entries]) == rebuilt
     bad = [(0, b"", _header()), (0, b"abc", b"1"), (4, b"d", b"2")]
     with pytest.raises(ValueError, match="corrupt block entry at"):
-        read_table(_write(tmp_path, _sstable(blocks=[bad])))
-    assert (
-        read_table(_write(tmp_path, _sstable(blocks=[bad[:2] + [(3, b"d", b"2")]])))[-1][0]
-        == b"abcd"
-    )
+        _read_blocks(tmp_path, [bad])
+    assert _read_blocks(tmp_path, [bad[:2] + [(3, b"d", b"2")]])[-1][0] == b"abcd"
 
 
 def test_keys_must_increase_across_blocks(tmp_path):
     one, two = [(0, b"", _header()), (0, b"a", b"1")], [(0, b"b", b"2")]
-    assert [k for k, _ in read_table(_write(tmp_path, _sstable(blocks=[one, two])))] == [
-        b"",
-        b"a",
-        b"b",
-    ]
+    assert [k for k, _ in _read_blocks(tmp_path, [one, two])] == [b"", b"a", b"b"]
     for later in (b"a", b"0"):  # equal, then smaller
         with pytest.raises(ValueError, match=f"keys out of order at {later!r}"):
-            read_table(_write(tmp_path, _sstable(blocks=[one, [(0, later, b"2")]])))
+            _read_blocks(tmp_path, [one, [(0, later, b"2")]])
 
 
 def test_the_restart_count_must_fit_its_block(tmp_path):
@@ -512,12 +510,10 @@ def test_the_restart_count_must_fit_its_block(tmp_path):
     body = 3 + len(_header())  # three one-byte varints and the value
     fits = (body + 4) // 4  # the most restarts the block's body and one restart word hold
     with pytest.raises(ValueError, match="corrupt block entry at 3"):  # the entry cut short
-        read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=fits)))
+        _read_blocks(tmp_path, [entries], restarts=fits)
     with pytest.raises(ValueError, match=f"bad restart count {fits + 1}"):
-        read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=fits + 1)))
-    assert read_table(_write(tmp_path, _sstable(blocks=[entries], restarts=1))) == [
-        (b"", _header())
-    ]
+        _read_blocks(tmp_path, [entries], restarts=fits + 1)
+    assert _read_blocks(tmp_path, [entries], restarts=1) == [(b"", _header())]
     for short in (b"", b"abc"):
         with pytest.raises(ValueError, match="here: block too short"):
             list(tensorbundle._block_entries(short, "here"))

@@ -189,12 +189,12 @@ def test_the_fused_ops_outputs_are_tf_s():
 def test_a_body_reading_an_output_a_fused_op_lacks_is_refused():
     graph_def = _graph_def(_fused)
     (body,) = [f for f in graph_def.library.function if "body" in f.signature.name]
-    (reader,) = [n for n in body.node_def if any(":h:0" in i for i in n.input)][:1]
-    for bad, why in [(":h:0", ":hidden:0"), (":h:0", ":h:1")]:
+    reader = next(n for n in body.node_def if "LSTMBlockCell:h:0" in n.input)
+    for output in ("hidden:0", "h:1"):  # an argument it lacks; a second tensor of one
         edited = type(graph_def)()
         edited.CopyFrom(graph_def)
         (f,) = [f for f in edited.library.function if f.signature.name == body.signature.name]
         (n,) = [n for n in f.node_def if n.name == reader.name]
-        n.input[:] = [i.replace(bad, why) for i in n.input]
-        with pytest.raises(ValueError, match="output"):
+        n.input[:] = [i.replace("LSTMBlockCell:h:0", f"LSTMBlockCell:{output}") for i in n.input]
+        with pytest.raises(ValueError, match=f"\\(LSTMBlockCell\\) has no output {output} "):
             graph_from_graph_def(edited.SerializeToString())
