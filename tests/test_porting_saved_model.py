@@ -511,3 +511,100 @@ def test_tf2_saved_model_of_a_raw_block_lstm(tmp_path, capsys):
         "d x": (xp.grad, theirs[0].numpy()), "d kernel": (mod.kernel.grad, theirs[1].numpy()),
         "d bias": (mod.bias.grad, theirs[2].numpy()),
     })  # fmt: skip
+
+
+@pytest.mark.parametrize("peepholes", ["variables", "none", "variables unused"])
+def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
+    """TF2 code stepping the fused op itself: `tf.raw_ops.LSTMBlockCell` (forget_bias 0.7,
+    cell_clip 1.5) in a `tf.while_loop` body, from initial states the signature takes. The cell
+    is read from the loop body's op; stepped by hand, the port computes what the SavedModel
+    computes. TF 2 registers no gradient for LSTMBlockCell, so the gradients' oracle is TF's
+    own BlockLSTM over the same sequence and weights (whose outputs must be the SavedModel's):
+    every gradient, the initial states' included. Peephole variables the op is told not to use
+    (use_peephole=False) are refused, not ported as peepholes."""
+    tf = tf_module()
+    rng = np.random.default_rng(41)
+    use_peephole = peepholes == "variables"
+
+    class Holder(tf.Module):
+        def __init__(self):
+            def var(shape, leaf):
+                value = rng.standard_normal(shape).astype(np.float32)
+                return tf.Variable(value, name=f"rnn/lstm_cell/{leaf}")
+
+            self.kernel, self.bias = var((7, 16), "kernel"), var(16, "bias")
+            if peepholes == "none":
+                self.diag = [tf.zeros([4])] * 3
+            else:
+                self.diag = [var(4, leaf) for leaf in ("w_i_diag", "w_f_diag", "w_o_diag")]
+
+        def weights(self):
+            diag = dict(zip(("wci", "wcf", "wco"), self.diag, strict=True))
+            return {"w": self.kernel, "b": self.bias, **diag}
+
+        @tf.function(input_signature=[tf.TensorSpec([5, 2, 3]), *[tf.TensorSpec([2, 4])] * 2])
+        def __call__(self, x, c0, h0):
+            def step(t, c, h, hs):
+                _, c, *_, h = tf.raw_ops.LSTMBlockCell(
+                    x=x[t], cs_prev=c, h_prev=h, **self.weights(), forget_bias=0.7,
+                    cell_clip=1.5, use_peephole=use_peephole,
+                )  # fmt: skip
+                return t + 1, c, h, hs.write(t, h)
+
+            start = (tf.constant(0), c0, h0, tf.TensorArray(tf.float32, 5))
+            _, c, _, hs = tf.while_loop(lambda t, *_: t < 5, step, start)
+            return {"h": hs.stack(), "c": c}
+
+    holder = Holder()
+    tf.saved_model.save(holder, str(tmp_path / "sm"), signatures=holder.__call__)
+    if peepholes == "variables unused":
+        err = _convert(tmp_path / "sm", tmp_path, capsys, code=2)
+        assert "use_peepholes = False: the graph's LSTMBlockCell and the variables disagree" in err
+        return
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--verify")
+    where = "SavedModel's graph (signature serving_default), op while_body_"
+    assert f"forget_bias     = 0.699999988079071  <- {where}" in log
+    assert f"cell_clip       = 1.5  <- {where}" in log
+    assert f"use_peepholes   = {use_peephole}" in log
+    # --verify runs the body's own step: outputs compared, gradients said not to be
+    assert re.search(r"output 0 +\d\.\d\de-\d\d  ok", log) and "output 1" in log
+    assert "d input" not in log
+    assert "TensorFlow registers no gradient for LSTMBlockCell" in log
+    assert "(of rnn.lstm_cell the outputs only: see the note)" in log
+
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    c0, h0, r_c = rng.standard_normal((3, 2, 4)).astype(np.float32)
+    r_h = rng.standard_normal((5, 2, 4)).astype(np.float32)
+    saved = holder(x, c0, h0)
+    xs = [tf.constant(v) for v in (x, c0, h0)]
+    weights = holder.weights()
+    with tf.GradientTape() as tape:
+        tape.watch(xs + list(weights.values()))
+        _, c, *_, h = tf.raw_ops.BlockLSTM(
+            seq_len_max=tf.constant(5, tf.int64), x=xs[0], cs_prev=xs[1], h_prev=xs[2],
+            **weights, forget_bias=0.7, cell_clip=1.5, use_peephole=use_peephole,
+        )  # fmt: skip
+        loss = tf.reduce_sum(h * r_h) + tf.reduce_sum(c[-1] * r_c)
+    theirs = tape.gradient(loss, xs + list(weights.values()))
+    assert_close(
+        {
+            "BlockLSTM h": (h.numpy(), saved["h"].numpy()),
+            "BlockLSTM c": (c[-1].numpy(), saved["c"].numpy()),
+        }
+    )
+
+    mod = mods["rnn.lstm_cell"]
+    ours = [torch.from_numpy(v).requires_grad_() for v in (x, c0, h0)]
+    state, hs = (ours[1], ours[2]), []
+    for t in range(5):
+        out, state = mod(ours[0][t], state)
+        hs.append(out)
+    hs = torch.stack(hs)
+    (hs * torch.from_numpy(r_h)).sum().add((state[0] * torch.from_numpy(r_c)).sum()).backward()
+    params = ["kernel", "bias"] + (["w_i_diag", "w_f_diag", "w_o_diag"] if use_peephole else [])
+    grads = [t.grad for t in ours] + [getattr(mod, p).grad for p in params]
+    names = ["x", "c0", "h0", *params]
+    assert_close({
+        "h": (hs, saved["h"].numpy()), "final c": (state[0], saved["c"].numpy()),
+        **{f"d {n}": (g, t.numpy()) for n, g, t in zip(names, grads, theirs, strict=False)},
+    })  # fmt: skip
