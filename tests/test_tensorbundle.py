@@ -438,6 +438,15 @@ def test_negative_offsets_and_sizes_are_refused_as_tf_refuses_them(tmp_path):
         _refused(prefix, f"entry 't': bytes {shown}")
 
 
+def test_a_slice_without_extents_is_refused_as_tf_refuses_it(tmp_path):
+    """TF writes an extent per dimension (an empty one for a whole dimension); a slice of a
+    matrix with none is not the whole matrix to TF's reader, which refuses it."""
+    prefix = _partitioned(tmp_path, (2, 3), [()], [(2, 3)])
+    with pytest.raises(Exception, match="Mismatching ranks"):
+        tf.train.load_checkpoint(prefix).get_tensor("v")
+    _refused(prefix, r"v: slice \(\) does not match shape \(2, 3\)")
+
+
 def test_negative_extents_are_refused(tmp_path):
     neg = -1 & (2**64 - 1)
     for extents in [((neg, None),), ((0, -2 & (2**64 - 1)),), ((0, neg),)]:
@@ -493,6 +502,11 @@ def test_shared_key_prefixes_are_read_as_tf_reads_them(tmp_path):
     with pytest.raises(ValueError, match="corrupt block entry at"):
         _read_blocks(tmp_path, [bad])
     assert _read_blocks(tmp_path, [bad[:2] + [(3, b"d", b"2")]])[-1][0] == b"abcd"
+    # A key suffix (10 bytes said, 2 there) running into the restart array; a value likewise.
+    for entry in (b"\x00\x0a\x00ab", b"\x00\x02\x0aab"):
+        block = entry + struct.pack("<II", 0, 1)
+        with pytest.raises(ValueError, match="here: corrupt block entry at 3"):
+            list(tensorbundle._block_entries(block, "here"))
 
 
 def test_keys_must_increase_across_blocks(tmp_path):
@@ -557,6 +571,17 @@ def test_blocks_are_bounded_by_the_file_and_checked(tmp_path):
     ):
         read_table(_write(tmp_path, edited))
     assert read_table(_write(tmp_path, edited), verify=False) == [(b"", _header())]
+    # A data block's checksum (the block at 0, one-byte varints in its handle): the message
+    # names the file; verify=False reads it.
+    ((_, handle),) = tensorbundle._block_entries(data[off : off + size], "")
+    assert handle[0] == 0 and len(handle) == 2
+    crc = handle[1] + 1
+    edited = _write(tmp_path, data[:crc] + bytes([data[crc] ^ 1]) + data[crc + 1 :])
+    with pytest.raises(
+        ValueError, match=f"{edited}: block checksum mismatch \\(crc32c\\) at offset 0"
+    ):
+        read_table(edited)
+    assert read_table(edited, verify=False) == [(b"", _header())]
 
 
 def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
@@ -583,11 +608,24 @@ def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
         read_table(_write(tmp_path, with_handles(handles[0], handles[0], handles[1])))
     with pytest.raises(ValueError, match="overlaps another block"):  # out of file order
         read_table(_write(tmp_path, with_handles(handles[1], handles[0])))
+    # The metaindex block (empty) ends where the index block starts: a data block may.
+    meta = data[len(data) - 48 : len(data) - 46]
+    assert len(read_table(_write(tmp_path, with_handles(*handles, meta)))) == 2
+    # The index block itself as a data block: its handle, in the one entry of a block as long
+    # as the handle says.
+    size_of = {n: _varint(off) + _varint(n) for n in range(64)}
+    itself = next(h for n, h in size_of.items() if len(_block([(0, b"A", h)])) == n)
+    with pytest.raises(ValueError, match="overlaps another block"):
+        read_table(_write(tmp_path, with_handles(itself)))
 
 
 def test_files_too_short_or_without_the_magic_are_refused(tmp_path):
     data = _sstable(blocks=[[(0, b"", _header())]])
     with pytest.raises(ValueError, match=r"too short for an SSTable \(47 bytes\)"):
         read_table(_write(tmp_path, data[-47:]))
+    # The footer alone is long enough (TF: shorter than Footer::kEncodedLength is too short);
+    # its index block lies outside the file.
+    with pytest.raises(ValueError, match=r"index block\): block \[\d+, \+\d+\) runs past the end"):
+        read_table(_write(tmp_path, data[-48:]))
     with pytest.raises(ValueError, match="bad magic 0x004775248b80fb57"):
         read_table(_write(tmp_path, data[:-1] + b"\x00"))

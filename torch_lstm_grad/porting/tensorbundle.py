@@ -380,11 +380,6 @@ def read_table(path: str, verify: bool = True) -> list[tuple[bytes, bytes]]:
 # -- the bundle -----------------------------------------------------------------------------
 
 
-def _extents(extents, shape) -> tuple:
-    """A slice's extents, one per dimension (no extents: the whole tensor)."""
-    return extents or tuple((0, -1) for _ in shape)
-
-
 class TensorBundleReader:
     """`TensorBundleReader(prefix)`: `entries` (tensor name -> BundleEntry), `get_tensor(name)`
     (a NumPy array), `get_variable_to_shape_map()` / `get_variable_to_dtype_map()` (dtype names).
@@ -453,15 +448,15 @@ class TensorBundleReader:
             if whole is not None or e.shape is None:
                 raise ValueError(f"{name}: slices of a slice, or of a tensor of unknown rank")
             for extents in e.slices:
-                if extents and len(extents) != len(e.shape):
+                if len(extents) != len(e.shape):  # none either: TF says "Mismatching ranks"
                     raise ValueError(f"{name}: slice {extents} does not match shape {e.shape}")
-                for (start, length), n in zip(_extents(extents, e.shape), e.shape, strict=True):
+                for (start, length), n in zip(extents, e.shape, strict=True):
                     if start + max(length, 0) > n or (length < 0 and start):
                         raise ValueError(f"{name}: slice {extents} outside shape {e.shape}")
                 sub = self._slices.get(slice_key(name, extents))
                 if sub is None:
                     raise ValueError(f"{name}: slice {extents} listed but not in the index")
-                spans = zip(_extents(extents, e.shape), e.shape, strict=True)
+                spans = zip(extents, e.shape, strict=True)
                 want = tuple(n if length < 0 else length for (_, length), n in spans)
                 if sub.dtype != e.dtype or sub.shape != want:
                     raise ValueError(f"{name}: slice {extents} is a {sub.dtype_name} {sub.shape}")
@@ -567,7 +562,7 @@ class TensorBundleReader:
         for extents, sub in subs:
             index = tuple(
                 slice(0, n) if length < 0 else slice(start, start + length)
-                for (start, length), n in zip(_extents(extents, e.shape), e.shape, strict=True)
+                for (start, length), n in zip(extents, e.shape, strict=True)
             )
             out[index] = self._read(f"{name} slice {extents}", sub)
             covered[index] = True
