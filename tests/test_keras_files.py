@@ -193,6 +193,9 @@ def test_a_file_is_walked_before_hdf5_opens_it(tmp_path):
     path.write_bytes(data[: at + 6] + (100).to_bytes(2, "little") + data[at + 8 :])
     with pytest.raises(ValueError, match=f"symbol table node at {at}: 100 entries, K is 4"):
         read_keras(str(path))
+    archive = _zip(tmp_path, {"model.weights.h5": path.read_bytes()})
+    with pytest.raises(ValueError, match=f"symbol table node at {at}: 100 entries, K is 4"):
+        read_keras(archive)
 
 
 def test_an_attribute_is_read_only_when_the_file_can_hold_it(tmp_path):
@@ -363,3 +366,77 @@ def test_configs_given_on_their_own(tmp_path):
                               "metadata.json": json.dumps({"keras_version": 3})})  # fmt: skip
     with pytest.raises(ValueError, match="keras_version 3 is not a string"):
         read_keras_config(archive)
+
+
+def test_legacy_h5_writer_from_the_file_or_its_weights_group(tmp_path):
+    """tf_keras writes keras_version and backend on the file and on its model_weights group:
+    either is the writer's. A backend other than TensorFlow (Keras 3 saving under JAX or
+    Torch) is noted, not refused. A file with neither Keras layout is refused by name."""
+    import shutil
+
+    fixture = os.path.join(os.path.dirname(__file__), "data", "keras2", "model.h5")
+    path = tmp_path / "edited.h5"
+    shutil.copy(fixture, path)
+    with h5py.File(path, "r+") as f:
+        for k in ("keras_version", "backend"):
+            del f.attrs[k]  # the file's own: the group's are read
+    source = read_keras(str(path))
+    assert (source.writer.keras_version, source.writer.keras_major) == ("2.21.0", 2)
+    assert source.writer.how == "keras_version attribute, backend tensorflow"
+    with h5py.File(path, "r+") as f:
+        f["model_weights"].attrs["backend"] = "jax"
+    assert read_keras(str(path)).ignored["(backend)"] == "written with backend 'jax'"
+    source = read_keras(fixture)
+    assert source.writer.how == "keras_version attribute, backend tensorflow"
+    assert "(backend)" not in source.ignored
+    with h5py.File(tmp_path / "plain.h5", "w") as f:
+        f["x"] = np.zeros(2)
+    with pytest.raises(ValueError, match="an HDF5 file, but neither Keras' legacy layout"):
+        read_keras(str(tmp_path / "plain.h5"))
+
+
+def test_keras_archives_name_their_writer_from_metadata_json(tmp_path):
+    """A .keras archive's writer is metadata.json's keras_version (Keras 3 writes it); without
+    one, the format says Keras 3; a version that is not a string is refused."""
+    keras = _keras()
+    model = keras.Sequential([keras.Input((3, 2)), keras.layers.LSTM(2)])
+    path = str(tmp_path / "m.keras")
+    model.save(path)
+    source = read_keras(path)
+    assert (source.writer.keras_version, source.writer.keras_major) == (keras.__version__, 3)
+    assert source.writer.how == "metadata.json"
+    with zipfile.ZipFile(path) as z:
+        members = {n: z.read(n) for n in z.namelist()}
+    meta = json.loads(members["metadata.json"])
+    for edit, version in [(None, None), ({}, None), ({"keras_version": "2.15.0"}, "2.15.0")]:
+        edited = {k: v for k, v in members.items() if k != "metadata.json"}
+        if edit is not None:
+            edited["metadata.json"] = json.dumps({**meta, **edit}).encode()
+            if not edit:
+                edited["metadata.json"] = json.dumps({"date_saved": meta["date_saved"]}).encode()
+        source = read_keras(_zip(tmp_path, edited))
+        assert source.writer.keras_version == version
+        assert source.writer.keras_major == (2 if version else 3)
+        assert source.writer.how == (
+            "metadata.json"
+            if version
+            else "the .keras format (Keras 3); metadata.json has no version"
+        )
+    bad = {**members, "metadata.json": json.dumps({**meta, "keras_version": 3}).encode()}
+    with pytest.raises(ValueError, match="metadata.json: keras_version 3 is not a string"):
+        read_keras(_zip(tmp_path, bad))
+
+
+def test_a_cell_variable_past_the_three_of_keras_cells_is_named_by_its_index(tmp_path):
+    """Keras 3's LSTM, GRU and SimpleRNN cells hold kernel, recurrent_kernel and bias, in
+    that order; a fourth (a cell of another kind) keeps its index."""
+    keras = _keras()
+    model = keras.Sequential([keras.Input((3, 2)), keras.layers.LSTM(2, name="lstm")])
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    with h5py.File(path, "r+") as f:
+        f["layers/lstm/cell/vars/3"] = np.ones(2, "float32")
+    got = read_keras(path).variables
+    assert sorted(got) == [
+        f"lstm/lstm_cell/{leaf}" for leaf in ("3", "bias", "kernel", "recurrent_kernel")
+    ]
