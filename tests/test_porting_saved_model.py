@@ -513,7 +513,7 @@ def test_tf2_saved_model_of_a_raw_block_lstm(tmp_path, capsys):
     })  # fmt: skip
 
 
-@pytest.mark.parametrize("peepholes", ["variables", "none", "variables unused"])
+@pytest.mark.parametrize("peepholes", ["variables", "none", "variables unused", "swapped"])
 def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
     """TF2 code stepping the fused op itself: `tf.raw_ops.LSTMBlockCell` (forget_bias 0.7,
     cell_clip 1.5) in a `tf.while_loop` body, from initial states the signature takes. The cell
@@ -521,10 +521,11 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
     computes. TF 2 registers no gradient for LSTMBlockCell, so the gradients' oracle is TF's
     own BlockLSTM over the same sequence and weights (whose outputs must be the SavedModel's):
     every gradient, the initial states' included. Peephole variables the op is told not to use
-    (use_peephole=False) are refused, not ported as peepholes."""
+    (use_peephole=False) are refused, not ported as peepholes; so are peepholes fed to other
+    inputs than their names say (all three are [H]: only the op tells them apart)."""
     tf = tf_module()
     rng = np.random.default_rng(41)
-    use_peephole = peepholes == "variables"
+    use_peephole = peepholes in ("variables", "swapped")
 
     class Holder(tf.Module):
         def __init__(self):
@@ -537,6 +538,8 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
                 self.diag = [tf.zeros([4])] * 3
             else:
                 self.diag = [var(4, leaf) for leaf in ("w_i_diag", "w_f_diag", "w_o_diag")]
+            if peepholes == "swapped":  # w_f_diag fed as wci, w_i_diag as wcf
+                self.diag = [self.diag[1], self.diag[0], self.diag[2]]
 
         def weights(self):
             diag = dict(zip(("wci", "wcf", "wco"), self.diag, strict=True))
@@ -560,6 +563,17 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
     if peepholes == "variables unused":
         err = _convert(tmp_path / "sm", tmp_path, capsys, code=2)
         assert "use_peepholes = False: the graph's LSTMBlockCell and the variables disagree" in err
+        return
+    if peepholes == "swapped":
+        err = _convert(tmp_path / "sm", tmp_path, capsys, code=2)
+        op = r"the graph's while_body_\d+::while/LSTMBlockCell \(LSTMBlockCell\)"
+        for name, other, arg in [("w_i", "w_f", "wci"), ("w_f", "w_i", "wcf")]:
+            assert re.search(
+                rf"{name}_diag = 'rnn/lstm_cell/{name}_diag': {op} reads "
+                rf"rnn/lstm_cell/{other}_diag as its {arg}, not this variable",
+                err,
+            ), err
+        assert "w_o_diag" not in err
         return
     mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--verify")
     where = "SavedModel's graph (signature serving_default), op while_body_"

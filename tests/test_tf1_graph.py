@@ -198,3 +198,90 @@ def test_a_body_reading_an_output_a_fused_op_lacks_is_refused():
         n.input[:] = [i.replace("LSTMBlockCell:h:0", f"LSTMBlockCell:{output}") for i in n.input]
         with pytest.raises(ValueError, match=f"\\(LSTMBlockCell\\) has no output {output} "):
             graph_from_graph_def(edited.SerializeToString())
+
+
+def test_the_fused_ops_inputs_are_tf_s():
+    """The input arguments the reader matches a fused op's weights by (w, wci, ...), against
+    TF's op registry: each one tensor, in this order."""
+    from tensorflow.python.framework import op_def_registry
+
+    for op, names in tf1_graph._INPUT_ARGS.items():
+        registered = op_def_registry.get(op).input_arg
+        assert tuple(a.name for a in registered) == names, op
+        assert not any(a.number_attr or a.type_list_attr for a in registered), op
+    assert set(tf1_graph._INPUT_ARGS) == tf1_graph._FUSED_LSTM | tf1_graph._FUSED_GRU
+
+
+def test_gradient_nodes_are_told_apart_by_tf_s_scopes():
+    """Every node each tf.gradients call adds (TF scopes the first `gradients`, the next
+    `gradients_1`, ...) is the gradient graph's; no forward node is."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x")
+        w = tf.compat.v1.get_variable("kernel", [I, H])
+        y = tf.tanh(tf.matmul(x, w), name="y")
+        seen = {op.name for op in g.get_operations()}
+        added = []
+        for _ in range(3):
+            tf.compat.v1.gradients(tf.reduce_sum(y * y), [x, w])
+            added.append({op.name for op in g.get_operations()} - seen)
+            seen |= added[-1]
+    scopes = [sorted({n.split("/")[0] for n in names if "/" in n}) for names in added]
+    assert scopes[1:] == [["gradients_1"], ["gradients_2"]]
+    forward = {op.name for op in g.get_operations()} - set().union(*added)
+    assert not any(tf1_graph._is_gradient(n) for n in forward)
+    assert all(tf1_graph._is_gradient(n) for names in added for n in names if "/" in n)
+    assert tf1_graph._is_gradient("while_body_grad_12::mul") and not tf1_graph._is_gradient("f::g")
+
+
+def test_every_training_op_is_bookkeeping():
+    """TF's optimizers update a variable with Apply*, ResourceApply*, SparseApply* and
+    ResourceSparseApply* ops (every one TF registers): none computes a cell."""
+    import re
+
+    ops = [n for n in dir(tf.raw_ops) if re.fullmatch(r"(Resource)?(Sparse)?Apply[A-Z]\w*", n)]
+    kinds = {re.match(r"(Resource)?(Sparse)?Apply", n).group(0) for n in ops}
+    assert kinds == {"Apply", "ResourceApply", "SparseApply", "ResourceSparseApply"}
+    assert all(tf1_graph._bookkeeping(n) for n in ops)
+    assert not any(tf1_graph._bookkeeping(n) for n in ("MatMul", "BlockLSTM", "Sparse"))
+
+
+def test_output_indices_are_numbers_of_at_most_nine_digits():
+    """`node:k`: k a decimal number of up to nine digits (below 2^31, TF's int32 index);
+    anything else (other scripts' digits included, which TF does not read) is refused by
+    name, not parsed."""
+    assert tf1_graph._output_index("999999999") == 999999999
+    for text in ("1234567890", "-1", "1e3", "", "١"):
+        with pytest.raises(ValueError, match="is not a number"):
+            tf1_graph._output_index(text)
+    graph_def = _graph_def(lambda: tf.identity(tf.constant(1.0, name="x"), name="y"))
+    (y,) = [n for n in graph_def.node if n.name == "y"]
+    y.input[:] = ["x:١"]
+    with pytest.raises(ValueError, match="Unknown input node 'x:١'"):
+        with tf.Graph().as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+    with pytest.raises(ValueError, match="output index '١' is not a number"):
+        graph_from_graph_def(graph_def.SerializeToString())
+
+
+def test_values_are_followed_65_nodes_back_and_cycles_end():
+    """resolve follows identities and function arguments back to a value's producer, at most
+    65 nodes (a hostile chain or cycle ends there, returned as it stands)."""
+    node = tf1_graph._Node
+
+    def chain(n):
+        nodes = {"v": node("v", "VariableV2", [], {})}
+        for k in range(1, n + 1):
+            nodes[f"i{k}"] = node(f"i{k}", "Identity", [(f"i{k - 1}" if k > 1 else "v", 0)], {})
+        return tf1_graph.TF1Graph(nodes).resolve((f"i{n}", 0))
+
+    assert chain(1) == chain(65) == ("v", 0)
+    assert chain(66) == ("i1", 0)
+    # A function whose argument is fed by its own caller's output, and an identity loop.
+    arg = node("F::a", "_Arg", [], {}, caller=("call", 0))
+    nodes = {"F::a": arg, "call": node("call", "PartitionedCall", [("F::a", 0)], {})}
+    nodes["p"] = node("p", "Identity", [("q", 0)], {})
+    nodes["q"] = node("q", "Identity", [("p", 0)], {})
+    g = tf1_graph.TF1Graph(nodes)
+    assert g.resolve(("F::a", 0)) == ("F::a", 0)
+    assert g.resolve(("p", 0)) in {("p", 0), ("q", 0)}

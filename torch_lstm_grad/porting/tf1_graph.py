@@ -52,8 +52,16 @@ _UNARY = {
     "Exp",
 }  # elementwise ops a cell's activation may be
 _ACCUMULATORS = {"TensorListPushBack", "StackPushV2", "StackPush"}
-_FUSED_LSTM = {"BlockLSTM": 4, "BlockLSTMV2": 4, "LSTMBlockCell": 3}  # op -> index of `w`
-_FUSED_GRU = {"GRUBlockCell": 2}
+# The fused ops' input arguments, in order (tensorflow/core/ops/rnn_ops.cc): each one tensor.
+_LSTM_WEIGHTS = ("w", "wci", "wcf", "wco", "b")
+_INPUT_ARGS = {
+    "BlockLSTM": ("seq_len_max", "x", "cs_prev", "h_prev", *_LSTM_WEIGHTS),
+    "BlockLSTMV2": ("seq_len_max", "x", "cs_prev", "h_prev", *_LSTM_WEIGHTS),
+    "LSTMBlockCell": ("x", "cs_prev", "h_prev", *_LSTM_WEIGHTS),
+    "GRUBlockCell": ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c"),
+}
+_FUSED_LSTM = {"BlockLSTM", "BlockLSTMV2", "LSTMBlockCell"}
+_FUSED_GRU = {"GRUBlockCell"}
 # A function body names an input "node:argument:k", k counting within the op's output argument;
 # the flat index (the main graph's "node:k") adds the outputs of the arguments before it. These
 # ops' outputs are several arguments of one tensor each (tensorflow/core/ops/rnn_ops.cc,
@@ -132,6 +140,9 @@ class GraphCell:
     # One step's (a fused sequence op's) tensors: "inputs" {x, h, c[, seq_len_max]} and
     # "outputs" {h, c}, as refs in the graph; `verify` runs the ops between them.
     boundary: dict | None = None
+    # A fused op's weight inputs: argument (w, b, wci, ...; w_ru, ...) -> the node it reads
+    # (a variable's, through reads and identities), for the describer to match to names.
+    weights: dict = field(default_factory=dict)
 
 
 def _attr_value(buf: bytes):
@@ -189,7 +200,7 @@ def _flat_index(nodes: dict, key: str, arg: str, k: int) -> int:
 
 
 def _output_index(text: str) -> int:
-    if not text.isdecimal() or len(text) > 9:
+    if not (text.isascii() and text.isdecimal()) or len(text) > 9:  # TF reads ASCII digits
         raise ValueError(f"an input's output index {text[:20]!r} is not a number")
     return int(text)
 
@@ -400,18 +411,23 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     attrs = _fused_attrs(u)
     if u.op == "BlockLSTMV2":
         attrs["forget_bias"] = 0.0
-    # The ops' inputs (tensorflow/core/ops/rnn_ops.cc): BlockLSTM(seq_len_max, x, cs_prev,
-    # h_prev, w, ...), LSTMBlockCell(x, cs_prev, h_prev, ...), GRUBlockCell(x, h_prev, ...);
-    # their outputs: _OUTPUT_ARGS. "at": the inputs by position (c and h may be one tensor, the
-    # zeros both start from).
-    names = _OUTPUT_ARGS[u.op]
-    if u.op in _FUSED_GRU:
-        at = {"x": 0, "h": 1}
-        outputs = {"h": (u.name, names.index("h"))}
-    else:
-        first = 1 if u.op in ("BlockLSTM", "BlockLSTMV2") else 0
-        at = {"x": first, "c": first + 1, "h": first + 2} | ({"seq_len_max": 0} if first else {})
-        outputs = {"h": (u.name, names.index("h")), "c": (u.name, names.index("cs"))}
+    # The ops' inputs and outputs by argument (_INPUT_ARGS, _OUTPUT_ARGS). "at": the inputs
+    # by position (c and h may be one tensor, the zeros both start from).
+    args, names = _INPUT_ARGS[u.op], _OUTPUT_ARGS[u.op]
+    if len(u.inputs) != len(args):
+        return GraphCell(
+            None, problem=f"{u.name} ({u.op}) has {len(u.inputs)} inputs, not {len(args)}"
+        )
+    roles = {"x": "x", "c": "cs_prev", "h": "h_prev", "seq_len_max": "seq_len_max"}
+    at = {role: args.index(arg) for role, arg in roles.items() if arg in args}
+    outputs = {"h": (u.name, names.index("h"))}
+    if u.op in _FUSED_LSTM:
+        outputs["c"] = (u.name, names.index("cs"))
+    weights = {
+        arg: g.resolve(ref)[0]
+        for arg, ref in zip(args, u.inputs, strict=True)
+        if arg not in roles.values()
+    }
     boundary = {
         "inputs": {role: u.inputs[k] for role, k in at.items()},
         "at": {role: (u.name, k) for role, k in at.items()},
@@ -423,7 +439,7 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     where = f"op {u.name} ({u.op})" + (
         f"; not stored: {', '.join(defaulted)} = {u.op}'s registered defaults" if defaulted else ""
     )
-    return GraphCell(u.op, attrs, where=where, anchor=u.name, boundary=boundary)
+    return GraphCell(u.op, attrs, where=where, anchor=u.name, boundary=boundary, weights=weights)
 
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
