@@ -487,7 +487,7 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
         stripped = tf1_graph._Node("a", op, [("in", k) for k in range(n_in)], {})
         stored = tf1_graph._Node("b", op, [("in", k) for k in range(n_in)], dict(want))
         graph = tf1_graph.TF1Graph({})  # the inputs' producers: not in it, taken as named
-        cell = tf1_graph._fused_cell(graph, [stripped, stored], "w")
+        cell = tf1_graph._fused_cell(graph, [stripped, stored], "w", "rnn/cell")
         assert cell.problem is None and cell.cls == op
         if op == "BlockLSTMV2":
             want["forget_bias"] = 0.0  # it has no forget bias (Keras' LSTM math)
@@ -499,7 +499,7 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
             else "cell_clip, forget_bias, use_peephole"
         )
         assert cell.where.endswith(f"not stored: {names} = {op}'s registered defaults")
-        assert "not stored" not in tf1_graph._fused_cell(graph, [stored], "w").where
+        assert "not stored" not in tf1_graph._fused_cell(graph, [stored], "w", "rnn/cell").where
 
 
 def _describe_with_graph_cell(variables, cell):
@@ -516,57 +516,33 @@ def _describe_with_graph_cell(variables, cell):
     return describe_tf1(source, Statements())
 
 
-_PEEPHOLE_LEAVES = ("w_i_diag", "w_f_diag", "w_o_diag")
-
-
-def _fused_op(cls, attrs, scope="rnn/lstm_fused_cell", **swap):
-    """A fused LSTM op read from the graph, its weight inputs the scope's variables by role
-    (`swap`: an input fed another leaf)."""
-    from torch_lstm_grad.porting.tf1_graph import GraphCell
-
-    leaves = {"w": "kernel", "b": "bias", "wci": "w_i_diag", "wcf": "w_f_diag", "wco": "w_o_diag"}
-    weights = {arg: f"{scope}/{leaf}" for arg, leaf in (leaves | swap).items()}
-    return GraphCell(cls, attrs, "op x", anchor="x", weights=weights)
-
-
 def test_describe_tf1_fused_ops_attributes():
     """A fused LSTM op read from the graph: its forget_bias and cell_clip as stored (a clip
     <= 0 clips nothing), TF's straight-through clip gradient (BlockLSTMGrad) when it clips,
     BlockLSTMV2's Keras gate order; refused when the op's use_peephole and the w_*_diag
-    variables disagree, when a variable feeds another input than its name's, or when the
-    scope holds a projection the op cannot apply."""
+    variables disagree, or when the scope holds a projection the op cannot apply."""
+    from torch_lstm_grad.porting.tf1_graph import GraphCell
+
     v = _lstm_variables("rnn/lstm_fused_cell")
     attrs = {"forget_bias": 0.7, "cell_clip": 0.5, "use_peephole": False}
-    (d,), refusals = _describe_with_graph_cell(v, _fused_op("BlockLSTM", attrs))
+    (d,), refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTM", attrs, "op x"))
     assert not refusals and d.kind == "tf1.LSTMBlockFusedCell"
     got = {k: d.value(k) for k in ("forget_bias", "cell_clip", "clip_gradient", "gate_order")}
     assert got == {"forget_bias": 0.7, "cell_clip": 0.5, "clip_gradient": "straight_through",
                    "gate_order": None}  # fmt: skip
     attrs = {"forget_bias": 0.0, "cell_clip": 0.0, "use_peephole": False}
-    (d,), refusals = _describe_with_graph_cell(v, _fused_op("BlockLSTMV2", attrs))
+    (d,), refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTMV2", attrs, "op x"))
     assert not refusals and d.value("cell_clip") is None and d.value("gate_order") == "ifco"
     assert "clip_gradient" not in d.attrs
     attrs = {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": True}  # no w_*_diag
-    _, refusals = _describe_with_graph_cell(v, _fused_op("LSTMBlockCell", attrs))
+    _, refusals = _describe_with_graph_cell(v, GraphCell("LSTMBlockCell", attrs, "op x"))
     assert [(r.layer, r.attribute, r.value) for r in refusals] == [
         ("rnn.lstm_fused_cell", "use_peepholes", True)]  # fmt: skip
-    peep = _lstm_variables("rnn/lstm_fused_cell")
-    peep |= {f"rnn/lstm_fused_cell/{k}": np.zeros(3, np.float32) for k in _PEEPHOLE_LEAVES}
-    (d,), refusals = _describe_with_graph_cell(peep, _fused_op("LSTMBlockCell", attrs))
-    assert not refusals and d.value("use_peepholes") is True
-    for arg, leaf in [("wco", "w_i_diag"), ("b", "kernel")]:
-        op = _fused_op("LSTMBlockCell", attrs, **{arg: leaf})
-        _, refusals = _describe_with_graph_cell(peep, op)
-        assert [(r.attribute, r.reason) for r in refusals] == [(
-            {"wco": "w_o_diag", "b": "bias"}[arg],
-            f"the graph's x (LSTMBlockCell) reads rnn/lstm_fused_cell/{leaf} as its {arg}, not "
-            "this variable",
-        )]  # fmt: skip
     v = _lstm_variables("rnn/lstm_fused_cell", I=2, H=3)
     v["rnn/lstm_fused_cell/kernel"] = np.zeros((2 + 2, 12), np.float32)
     v["rnn/lstm_fused_cell/projection/kernel"] = np.zeros((3, 2), np.float32)
     attrs = {"forget_bias": 1.0, "cell_clip": 3.0, "use_peephole": False}
-    _, refusals = _describe_with_graph_cell(v, _fused_op("BlockLSTM", attrs))
+    _, refusals = _describe_with_graph_cell(v, GraphCell("BlockLSTM", attrs, "op x"))
     assert [(r.layer, r.attribute, r.value) for r in refusals] == [
         ("rnn.lstm_fused_cell", "projection/kernel", [3, 2])]  # fmt: skip
 

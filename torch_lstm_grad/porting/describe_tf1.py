@@ -46,19 +46,6 @@ _FUSED_CLASS = {
     "LSTMBlockCell": "LSTMBlockCell",
     "GRUBlockCell": "GRUBlockCell",
 }
-# Which input of a fused op each variable must feed (tensorflow/core/ops/rnn_ops.cc): the
-# variables are named, the op's inputs are not; the peepholes, all [H], only the op tells apart.
-_FUSED_INPUTS = {
-    "kernel": "w",
-    "bias": "b",
-    "w_i_diag": "wci",
-    "w_f_diag": "wcf",
-    "w_o_diag": "wco",
-    "gates/kernel": "w_ru",
-    "candidate/kernel": "w_c",
-    "gates/bias": "b_ru",
-    "candidate/bias": "b_c",
-}
 # The graph ops (and TF1 Python cells) whose kernel blocks are i, c, f, o: what a canonical
 # cuDNN LSTM's names promise. BlockLSTMV2 reads Keras' i, f, c, o (and a GRU op no LSTM).
 _ICFO_LSTM = {"BlockLSTM", "LSTMBlockCell", "LSTMCell", "BasicLSTMCell"}
@@ -249,7 +236,6 @@ class _Describer:
                     cell.attrs.get("use_peephole"),
                     f"the graph's {cell.cls} and the variables disagree",
                 )
-            self._fused_inputs(d, cell)
             if cell.cls == "BlockLSTMV2":
                 d.set("gate_order", "ifco", "BlockLSTMV2's weights are in Keras' i, f, c, o order")
             if proj is not None:
@@ -270,21 +256,6 @@ class _Describer:
                 f"{cell.cls}'s clip_by_value (zero gradient where it clips)",
             )
         return d
-
-    def _fused_inputs(self, d: LayerDescription, cell) -> None:
-        """Refuses a fused op fed other variables than their names say (TF runs the op on its
-        inputs, whatever the variables are called)."""
-        for role, var in d.weights.items():
-            arg = _FUSED_INPUTS.get(role)
-            if arg is None or cell.weights.get(arg) == var:
-                continue
-            self.refuse(
-                d.name,
-                role,
-                var,
-                f"the graph's {cell.anchor} ({cell.cls}) reads {cell.weights.get(arg)} as its "
-                f"{arg}, not this variable",
-            )
 
     # -- GRU cells -----------------------------------------------------------------------------
 
@@ -352,7 +323,6 @@ class _Describer:
         if cell.cls == "GRUBlockCell":
             d.kind = "tf1.GRUBlockCell"
             d.set("activation", "tanh", "GRUBlockCell computes tanh")
-            self._fused_inputs(d, cell)
         else:
             d.set("activation", cell.attrs["activation"], f"{self.graph.label}, {cell.where}")
         return d

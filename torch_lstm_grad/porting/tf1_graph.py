@@ -140,9 +140,6 @@ class GraphCell:
     # One step's (a fused sequence op's) tensors: "inputs" {x, h, c[, seq_len_max]} and
     # "outputs" {h, c}, as refs in the graph; `verify` runs the ops between them.
     boundary: dict | None = None
-    # A fused op's weight inputs: argument (w, b, wci, ...; w_ru, ...) -> the node it reads
-    # (a variable's, through reads and identities), for the describer to match to names.
-    weights: dict = field(default_factory=dict)
 
 
 def _attr_value(buf: bytes):
@@ -313,7 +310,7 @@ class TF1Graph:
             return None
         fused = [u for u in users if u.op in _FUSED_LSTM or u.op in _FUSED_GRU]
         if fused:
-            return _fused_cell(self, fused, var.name)
+            return _fused_cell(self, fused, var.name, scope)
         matmuls = [u for u in users if self.forward_matmul(u, var.name)]
         if not matmuls:
             return GraphCell(
@@ -403,7 +400,14 @@ def _fused_attrs(u: _Node) -> dict:
     return {**_FUSED_DEFAULTS.get(u.op, {}), **stored}
 
 
-def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
+# The variables a fused LSTM op must read as its weight inputs: the converter takes each by
+# its name, TF by the input it feeds (the peepholes, all [H], only the inputs tell apart); one
+# fed in another's place is refused. The GRU op's four weights have four shapes, which TF
+# checks.
+_LSTM_LEAVES = {"w": "kernel", "b": "bias", "wci": "w_i_diag", "wcf": "w_f_diag", "wco": "w_o_diag"}
+
+
+def _fused_cell(g: TF1Graph, uses: list[_Node], var: str, scope: str) -> GraphCell:
     ops = {(u.op, tuple(sorted(_fused_attrs(u).items()))) for u in uses}
     if len(ops) != 1:
         return GraphCell(None, problem=f"{var} feeds differently configured ops: {sorted(ops)}")
@@ -414,20 +418,27 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     # The ops' inputs and outputs by argument (_INPUT_ARGS, _OUTPUT_ARGS). "at": the inputs
     # by position (c and h may be one tensor, the zeros both start from).
     args, names = _INPUT_ARGS[u.op], _OUTPUT_ARGS[u.op]
-    if len(u.inputs) != len(args):
-        return GraphCell(
-            None, problem=f"{u.name} ({u.op}) has {len(u.inputs)} inputs, not {len(args)}"
-        )
+    for n in uses:
+        if len(n.inputs) != len(args):
+            return GraphCell(
+                None, problem=f"{n.name} ({n.op}) has {len(n.inputs)} inputs, not {len(args)}"
+            )
+        for arg, leaf in _LSTM_LEAVES.items() if n.op in _FUSED_LSTM else ():
+            name, pos = f"{scope}/{leaf}", args.index(arg)
+            if arg.startswith("wc") and not attrs["use_peephole"]:
+                continue  # not read (variables present all the same: the describer refuses)
+            fed = g.resolve(n.inputs[pos])[0]
+            # Another variable in its place (a computed input, as canonical cuDNN names' summed
+            # biases, is the describer's to read)
+            if fed != name and g.variable(name) is not None and g.variable(fed) is not None:
+                return GraphCell(
+                    None, problem=f"{n.name} ({n.op}) reads {fed} as its {arg}, not {name}"
+                )
     roles = {"x": "x", "c": "cs_prev", "h": "h_prev", "seq_len_max": "seq_len_max"}
     at = {role: args.index(arg) for role, arg in roles.items() if arg in args}
     outputs = {"h": (u.name, names.index("h"))}
     if u.op in _FUSED_LSTM:
         outputs["c"] = (u.name, names.index("cs"))
-    weights = {
-        arg: g.resolve(ref)[0]
-        for arg, ref in zip(args, u.inputs, strict=True)
-        if arg not in roles.values()
-    }
     boundary = {
         "inputs": {role: u.inputs[k] for role, k in at.items()},
         "at": {role: (u.name, k) for role, k in at.items()},
@@ -439,7 +450,7 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str) -> GraphCell:
     where = f"op {u.name} ({u.op})" + (
         f"; not stored: {', '.join(defaulted)} = {u.op}'s registered defaults" if defaulted else ""
     )
-    return GraphCell(u.op, attrs, where=where, anchor=u.name, boundary=boundary, weights=weights)
+    return GraphCell(u.op, attrs, where=where, anchor=u.name, boundary=boundary)
 
 
 def _single(g: TF1Graph, users: list[_Node], what: str, at: str) -> _Node:
