@@ -618,3 +618,79 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
         "h": (hs, saved["h"].numpy()), "final c": (state[0], saved["c"].numpy()),
         **{f"d {n}": (g, t.numpy()) for n, g, t in zip(names, grads, theirs, strict=False)},
     })  # fmt: skip
+
+
+@pytest.mark.filterwarnings("ignore:`tf.nn.rnn_cell.GRUCell` is deprecated:UserWarning")
+@pytest.mark.filterwarnings("ignore:`layer.add_variable` is deprecated:UserWarning")
+def test_tf2_saved_model_of_a_fused_gru_cell_in_a_loop(tmp_path, capsys):
+    """`tf.raw_ops.GRUBlockCell` stepped in a `tf.while_loop` body, on variables named as TF1's
+    GRUCell: read from the body's op, the port computes what the SavedModel computes. TF 2
+    registers no gradient for GRUBlockCell; the gradients' oracle is TF1's GRUCell (the same
+    math, which TF differentiates) on the same variables, its outputs the SavedModel's."""
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    tf = tf_module()
+    rng = np.random.default_rng(42)
+
+    class Holder(tf.Module):
+        def __init__(self):
+            def var(shape, leaf):
+                value = rng.standard_normal(shape).astype(np.float32)
+                return tf.Variable(value, name=f"rnn/gru_cell/{leaf}")
+
+            self.weights = [var((7, 8), "gates/kernel"), var(8, "gates/bias"),
+                            var((7, 4), "candidate/kernel"), var(4, "candidate/bias")]  # fmt: skip
+
+        @tf.function(input_signature=[tf.TensorSpec([5, 2, 3]), tf.TensorSpec([2, 4])])
+        def __call__(self, x, h0):
+            w_ru, b_ru, w_c, b_c = self.weights
+
+            def step(t, h, hs):
+                *_, h = tf.raw_ops.GRUBlockCell(
+                    x=x[t], h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c
+                )
+                return t + 1, h, hs.write(t, h)
+
+            start = (tf.constant(0), h0, tf.TensorArray(tf.float32, 5))
+            return {"h": tf.while_loop(lambda t, *_: t < 5, step, start)[2].stack()}
+
+    holder = Holder()
+    tf.saved_model.save(holder, str(tmp_path / "sm"), signatures=holder.__call__)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--verify")
+    assert "rnn.gru_cell: tf1.GRUBlockCell (variables rnn/gru_cell/* and the SavedModel's" in log
+    assert re.search(r"output 0 +\d\.\d\de-\d\d  ok", log) and "d input" not in log
+    assert "TensorFlow registers no gradient for GRUBlockCell" in log
+
+    x = rng.standard_normal((5, 2, 3)).astype(np.float32)
+    h0 = rng.standard_normal((2, 4)).astype(np.float32)
+    r_h = rng.standard_normal((5, 2, 4)).astype(np.float32)
+    saved = holder(x, h0)["h"].numpy()
+    cell = rci.GRUCell(4)
+    cell.build(tf.TensorShape([None, 3]))
+    for v, w in zip(cell.weights, holder.weights, strict=True):  # gates/kernel, ... in order
+        assert v.name.split("/", 1)[1] == w.name.split("/", 2)[2]
+        v.assign(w)
+    xs = [tf.constant(x), tf.constant(h0)]
+    with tf.GradientTape() as tape:
+        tape.watch(xs)
+        h, hs = xs[1], []
+        for t in range(5):
+            out, h = cell(xs[0][t], h)
+            hs.append(out)
+        hs = tf.stack(hs)
+        loss = tf.reduce_sum(hs * r_h)
+    theirs = tape.gradient(loss, [*xs, *cell.weights])
+    assert_close({"GRUCell h": (hs.numpy(), saved)})
+
+    mod = mods["rnn.gru_cell"]
+    ours = [torch.from_numpy(v).requires_grad_() for v in (x, h0)]
+    h, outs = ours[1], []
+    for t in range(5):
+        out, h = mod(ours[0][t], h)
+        outs.append(out)
+    outs = torch.stack(outs)
+    (outs * torch.from_numpy(r_h)).sum().backward()
+    params = ["gates_kernel", "gates_bias", "candidate_kernel", "candidate_bias"]
+    grads = [t.grad for t in ours] + [getattr(mod, p).grad for p in params]
+    named = zip(["x", "h0", *params], grads, theirs, strict=True)
+    assert_close({"h": (outs, saved), **{f"d {n}": (g, t.numpy()) for n, g, t in named}})
