@@ -466,7 +466,7 @@ def test_tf2_saved_model_of_a_raw_block_lstm(tmp_path, capsys):
     `tf.raw_ops.BlockLSTM` (forget_bias 0.5, cell_clip 1.5) on its own variables named as TF1's
     cell, saved with tf.saved_model.save. The cell is read from the signature's function, each
     attribute named with where it came from (the signature), and the port computes what TF's
-    function computes: outputs, final states and every gradient."""
+    function computes: outputs, final states and every gradient; `--verify` checks them all."""
     tf = tf_module()
     rng = np.random.default_rng(40)
 
@@ -490,7 +490,11 @@ def test_tf2_saved_model_of_a_raw_block_lstm(tmp_path, capsys):
 
     holder = Holder()
     tf.saved_model.save(holder, str(tmp_path / "sm"), signatures=holder.__call__)
-    mods, log = _convert(tmp_path / "sm", tmp_path, capsys)
+    mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--verify")
+    # --verify runs the function's own BlockLSTM, which TF differentiates
+    for tensor in ("output 2", "d input", "d initial_state 1", "d kernel", "d bias"):
+        assert re.search(rf"{tensor} +\d\.\d\de-\d\d  ok", log), tensor
+    assert "verified: every tensor of rnn.lstm_cell within the tolerance\n" in log
     where = "SavedModel's graph (signature serving_default), op __inference___call___"
     assert f"forget_bias     = 0.5  <- {where}" in log
     assert f"cell_clip       = 1.5  <- {where}" in log
