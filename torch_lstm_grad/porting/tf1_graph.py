@@ -352,7 +352,8 @@ class TF1Graph:
 
     def cell_notes(self, scope: str, cell: GraphCell) -> list[str]:
         """What the graph does around the cell that a cell module leaves to its caller: a
-        DropoutWrapper's dropout, dynamic_rnn's sequence_length."""
+        DropoutWrapper's dropout, dynamic_rnn's sequence_length, a fused op's constant
+        seq_len_max."""
         notes = []
         parent = scope.rpartition("/")[0]
         dropout = sorted(
@@ -366,6 +367,14 @@ class TF1Graph:
             notes.append(
                 f"not ported: a DropoutWrapper around the cell ({dropout[0].rsplit('/', 1)[0]}):"
                 " dropout is training-time noise; the module computes keep_prob = 1"
+            )
+        steps = (cell.boundary or {}).get("inputs", {}).get("seq_len_max")
+        cap = self.const(steps) if steps is not None else None
+        if cap is not None:  # BlockLSTM zeroes its outputs past seq_len_max
+            notes.append(
+                f"the graph's {cell.anchor} ({cell.cls}) runs at most seq_len_max = {int(cap)} "
+                "steps, a constant: past it TF's outputs are zeros; give the module at most "
+                f"{int(cap)} steps"
             )
         anchor = self._outermost_name(cell.anchor)
         if "/while" in anchor:
