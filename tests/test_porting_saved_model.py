@@ -527,7 +527,8 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
     own BlockLSTM over the same sequence and weights (whose outputs must be the SavedModel's):
     every gradient, the initial states' included. Peephole variables the op is told not to use
     (use_peephole=False) are refused, not ported as peepholes; so are peepholes fed to other
-    inputs than their names say (all three are [H]: only the op tells them apart)."""
+    inputs than their names say (all three are [H]: only the op tells them apart). `--verify`
+    runs the body's step with TF1 contrib's gradient (TF's LSTMBlockCellGrad kernel)."""
     tf = tf_module()
     rng = np.random.default_rng(41)
     use_peephole = peepholes in ("variables", "swapped")
@@ -581,11 +582,11 @@ def test_tf2_saved_model_of_a_fused_cell_in_a_loop(tmp_path, capsys, peepholes):
     assert f"forget_bias     = 0.699999988079071  <- {where}" in log
     assert f"cell_clip       = 1.5  <- {where}" in log
     assert f"use_peepholes   = {use_peephole}" in log
-    # --verify runs the body's own step: outputs compared, gradients said not to be
-    assert re.search(r"output 0 +\d\.\d\de-\d\d  ok", log) and "output 1" in log
-    assert "d input" not in log
-    assert "TensorFlow registers no gradient for LSTMBlockCell" in log
-    assert "(of rnn.lstm_cell the outputs only: see the note)" in log
+    # --verify runs the body's own step, differentiated as TF1's contrib did
+    tensors = ["output 0", "output 1", "d input", "d initial_state 1", "d kernel", "d bias"]
+    for tensor in tensors + (["d w_f_diag"] if use_peephole else []):
+        assert re.search(rf"{tensor} +\d\.\d\de-\d\d  ok", log), tensor
+    assert "verified: every tensor of rnn.lstm_cell within the tolerance\n" in log
 
     x = rng.standard_normal((5, 2, 3)).astype(np.float32)
     c0, h0, r_c = rng.standard_normal((3, 2, 4)).astype(np.float32)
@@ -631,7 +632,8 @@ def test_tf2_saved_model_of_a_fused_gru_cell_in_a_loop(tmp_path, capsys):
     """`tf.raw_ops.GRUBlockCell` stepped in a `tf.while_loop` body, on variables named as TF1's
     GRUCell: read from the body's op, the port computes what the SavedModel computes. TF 2
     registers no gradient for GRUBlockCell; the gradients' oracle is TF1's GRUCell (the same
-    math, which TF differentiates) on the same variables, its outputs the SavedModel's."""
+    math, which TF differentiates) on the same variables, its outputs the SavedModel's.
+    `--verify` runs the body's step with TF1 contrib's gradient (TF's GRUBlockCellGrad)."""
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
 
     tf = tf_module()
@@ -663,10 +665,15 @@ def test_tf2_saved_model_of_a_fused_gru_cell_in_a_loop(tmp_path, capsys):
     tf.saved_model.save(holder, str(tmp_path / "sm"), signatures=holder.__call__)
     mods, log = _convert(tmp_path / "sm", tmp_path, capsys, "--verify")
     assert "rnn.gru_cell: tf1.GRUBlockCell (variables rnn/gru_cell/* and the SavedModel's" in log
-    # Outputs only, said so; or every gradient too where this process registered TF1 contrib's
-    # GRUBlockCell gradient (test_porting_tf1.py does)
-    assert re.search(r"output 0 +\d\.\d\de-\d\d  ok", log) and "FAIL" not in log
-    assert ("TensorFlow registers no gradient for GRUBlockCell" in log) != ("d input" in log)
+    for tensor in (
+        "output 0",
+        "d input",
+        "d initial_state 0",
+        "d gates_kernel",
+        "d candidate_bias",
+    ):
+        assert re.search(rf"{tensor} +\d\.\d\de-\d\d  ok", log), tensor
+    assert "verified: every tensor of rnn.gru_cell within the tolerance\n" in log
 
     x = rng.standard_normal((5, 2, 3)).astype(np.float32)
     h0 = rng.standard_normal((2, 4)).astype(np.float32)

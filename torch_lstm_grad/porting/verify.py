@@ -16,10 +16,12 @@ could only agree with itself):
 * SavedModels: the layer's part of the chosen signature's loaded function, cut out by TF's
   `prune` between the layer's input (and its mask and initial-state tensors) and its outputs,
   the weights its captured variables (tf_keras' SavedModels through tf_keras where it imports);
+  a TF1 cell or fused op found in the saved functions, as TF1 cells are;
 * TF1 cells (checkpoints with a meta graph, frozen graphs, TF1 SavedModels): one step of the
   cell (a fused op's whole sequence), the graph's own NodeDefs between the step's inputs and its
   new h and c copied into a graph of their own, the variables' values as constants
-  (`_TF1Cells`).
+  (`_TF1Cells`); LSTMBlockCell and GRUBlockCell, which TF 2 cannot differentiate, with the
+  gradients TF1's tf.contrib registered for them (`_contrib_gradients`).
 
 What cannot be run so (a file without a model config or without its graph, stacked or
 bidirectional canonical cuDNN layers, cuDNN layers where TF has no kernel) is said per layer,
@@ -61,7 +63,6 @@ class VerifyReport:
     float64: dict[str, dict[str, tuple[float, float]]] = field(default_factory=dict)
     not_verified: dict[str, str] = field(default_factory=dict)
     notes: dict[str, list[str]] = field(default_factory=dict)
-    outputs_only: set[str] = field(default_factory=set)  # layers TF cannot differentiate
 
     @property
     def ok(self) -> bool:
@@ -111,11 +112,6 @@ class VerifyReport:
             lines.append(
                 f"verified: every tensor of {', '.join(done)} within the tolerance"
                 + (
-                    f" (of {', '.join(sorted(self.outputs_only))} the outputs only: see the note)"
-                    if self.outputs_only
-                    else ""
-                )
-                + (
                     f"; not verified: {', '.join(sorted(self.not_verified))}"
                     if self.not_verified
                     else ""
@@ -151,14 +147,12 @@ class _Case:
 @dataclass
 class _TFResult:
     outputs: list[np.ndarray]
-    d_input: np.ndarray | None
+    d_input: np.ndarray
     d_initial: list[np.ndarray]
     d_weights: dict[str, np.ndarray]  # module parameter name -> gradient
     # Where the module packs the weights (cuDNN's opaque params): `(parameter, [(the packed
     # direction, TF's derivative along it)])`, random directions in TF's variables.
     directions: tuple | None = None
-    # The op TF has no gradient for (d_input None): the outputs alone are compared.
-    no_gradient: str | None = None
 
 
 def _loss_weights(outputs, rng) -> list[np.ndarray]:
@@ -462,7 +456,8 @@ class _TF1Cells:
         sequence = "seq_len_max" in cell.boundary["inputs"]
         gr = tf.Graph()
         with gr.as_default():
-            tf.import_graph_def(graph_def, name="")
+            with gr.gradient_override_map(_contrib_gradients(tf)):
+                tf.import_graph_def(graph_def, name="")
             t = gr.get_tensor_by_name
             outs = [t(outputs["h"])]
             if "c" in outputs:
@@ -482,12 +477,7 @@ class _TF1Cells:
                 loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
                 wrt = [t("in_x:0"), *(t(f"in_{r}:0") for r in roles)]
                 wrt += [t(f"{n}:0") for n in weights.values()]
-                try:
-                    grads = sess.run(tf.gradients(loss, wrt), fed)
-                except LookupError:
-                    # TF 2 registers no gradient for the fused cells LSTMBlockCell and
-                    # GRUBlockCell (TF1's tf.contrib did): TF cannot differentiate the step
-                    return _TFResult(values, None, [], {}, no_gradient=cell.cls), rs
+                grads = sess.run(tf.gradients(loss, wrt), fed)
         n = len(roles)
         d_weights = dict(zip(weights, grads[1 + n :], strict=True))
         directions = self._directions(d, d_weights, rng) if cudnn else None
@@ -519,6 +509,48 @@ class _TF1Cells:
             packed = entry["state_dict"]["opaque_kernel"].numpy()
             out.append((packed, float(sum((d_weights[k] * v[k]).sum() for k in v))))
         return "opaque_kernel", out
+
+
+_CONTRIB = {"LSTMBlockCell": "TorchLstmGradContribLSTMBlockCell",
+            "GRUBlockCell": "TorchLstmGradContribGRUBlockCell"}  # fmt: skip
+
+
+def _contrib_gradients(tf) -> dict[str, str]:
+    """The fused cells' gradients as TF1's tf.contrib.rnn registered them (TF 2 registers
+    none): TF's LSTMBlockCellGrad / GRUBlockCellGrad kernel for the step, then the weights'
+    gradients as products with the step's inputs. Registered under names of their own and
+    applied to verify's graph alone (`gradient_override_map`), whatever the process holds."""
+    from tensorflow.python.framework import ops
+
+    def lstm(op, *grads):
+        x, cs_prev, h_prev, w, wci, wcf, wco, b = op.inputs
+        i, cs, f, o, ci, co, _ = op.outputs
+        d_cs_prev, d_icfo, d_wci, d_wcf, d_wco = tf.raw_ops.LSTMBlockCellGrad(
+            x=x, cs_prev=cs_prev, h_prev=h_prev, w=w, wci=wci, wcf=wcf, wco=wco, b=b, i=i,
+            cs=cs, f=f, o=o, ci=ci, co=co, cs_grad=grads[1], h_grad=grads[6],
+            use_peephole=op.get_attr("use_peephole"),
+        )  # fmt: skip
+        d_xh = tf.matmul(d_icfo, w, transpose_b=True)
+        d_x, d_h_prev = tf.split(d_xh, [tf.shape(x)[1], tf.shape(h_prev)[1]], axis=1)
+        d_w = tf.matmul(tf.concat([x, h_prev], 1), d_icfo, transpose_a=True)
+        return d_x, d_cs_prev, d_h_prev, d_w, d_wci, d_wcf, d_wco, tf.reduce_sum(d_icfo, 0)
+
+    def gru(op, *grads):
+        x, h_prev, w_ru, w_c, b_ru, b_c = op.inputs
+        r, u, c, _ = op.outputs
+        d_x, d_h_prev, d_c_bar, d_ru_bar = tf.raw_ops.GRUBlockCellGrad(
+            x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=grads[3]
+        )
+        d_w_ru = tf.matmul(tf.concat([x, h_prev], 1), d_ru_bar, transpose_a=True)
+        d_w_c = tf.matmul(tf.concat([x, h_prev * r], 1), d_c_bar, transpose_a=True)
+        return d_x, d_h_prev, d_w_ru, d_w_c, tf.reduce_sum(d_ru_bar, 0), tf.reduce_sum(d_c_bar, 0)
+
+    for op, fn in (("LSTMBlockCell", lstm), ("GRUBlockCell", gru)):
+        try:
+            ops.RegisterGradient(_CONTRIB[op])(fn)
+        except KeyError:  # registered by an earlier call
+            pass
+    return _CONTRIB
 
 
 def _module_param(role: str) -> str:
@@ -749,20 +781,11 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
     pairs = {
         f"output {k}": (o, t) for k, (o, t) in enumerate(zip(outs, theirs.outputs, strict=True))
     }
-    if theirs.no_gradient is not None:
-        note = (
-            f"gradients not compared: TensorFlow registers no gradient for {theirs.no_gradient} "
-            "(TF1's tf.contrib did)"
-        )
-        if note not in report.notes.setdefault(name, []):
-            report.notes[name].append(note)
-        report.outputs_only.add(name)
-    else:
-        pairs["d input"] = (dx, theirs.d_input)
-        pairs |= {
-            f"d initial_state {k}": (g, t)
-            for k, (g, t) in enumerate(zip(dinit, theirs.d_initial, strict=True))
-        }
+    pairs["d input"] = (dx, theirs.d_input)
+    pairs |= {
+        f"d initial_state {k}": (g, t)
+        for k, (g, t) in enumerate(zip(dinit, theirs.d_initial, strict=True))
+    }
     if theirs.directions is not None:
         param, along = theirs.directions
         g = dparams[param].detach().double().numpy()
