@@ -604,39 +604,25 @@ def test_fused_block_lstm_graph(tmp_path, capsys):
     run.compare(outs, state, x_t, _params(run, cell, "lstm_fused_cell", _LSTM_PARAMS))
 
 
-def _register_gru_block_cell_grad(tf):
-    """TF 2.21 registers no gradient for GRUBlockCell; TF1 contrib's (tf_semantics §5.4): TF's
-    GRUBlockCellGrad kernel for d_x, d_h_prev and the gate pre-activation gradients, then the
-    weight gradients as products with [x, h_prev] and [x, r·h_prev]."""
-    from tensorflow.python.framework import ops
-
-    def grad(op, *grads):
-        x, h_prev, w_ru, w_c, b_ru, b_c = op.inputs
-        r, u, c, _ = op.outputs
-        d_x, d_h_prev, d_c_bar, d_ru_bar = tf.raw_ops.GRUBlockCellGrad(
-            x=x, h_prev=h_prev, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c, r=r, u=u, c=c, d_h=grads[3]
-        )
-        d_w_ru = tf.matmul(tf.concat([x, h_prev], 1), d_ru_bar, transpose_a=True)
-        d_w_c = tf.matmul(tf.concat([x, h_prev * r], 1), d_c_bar, transpose_a=True)
-        return (d_x, d_h_prev, d_w_ru, d_w_c, tf.reduce_sum(d_ru_bar, 0), tf.reduce_sum(d_c_bar, 0))
-
-    try:
-        ops.RegisterGradient("GRUBlockCell")(grad)
-    except KeyError:  # registered already (this process ran the test before)
-        pass
-
-
 def _gru_block_graph(tf, xs):
-    _register_gru_block_cell_grad(tf)
+    """GRUBlockCell steps; TF 2.21 registers no gradient for the op: TF1 contrib's (tf_semantics
+    §5.4, TF's GRUBlockCellGrad kernel then the weights' products), as `--verify` applies it to
+    its own graph."""
+    from torch_lstm_grad.porting.verify import _contrib_gradients
+
     with tf.compat.v1.variable_scope("gru_cell"):
         w_ru = tf.compat.v1.get_variable("gates/kernel", [I + 3, 6])
         b_ru = tf.compat.v1.get_variable("gates/bias", [6])
         w_c = tf.compat.v1.get_variable("candidate/kernel", [I + 3, 3])
         b_c = tf.compat.v1.get_variable("candidate/bias", [3])
     h, outs = tf.zeros([B, 3]), []
-    for t in range(T):
-        h = tf.raw_ops.GRUBlockCell(x=xs[t], h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c).h
-        outs.append(h)
+    with tf.compat.v1.get_default_graph().gradient_override_map(_contrib_gradients(tf)):
+        for t in range(T):
+            cell = tf.raw_ops.GRUBlockCell(
+                x=xs[t], h_prev=h, w_ru=w_ru, w_c=w_c, b_ru=b_ru, b_c=b_c
+            )
+            h = cell.h
+            outs.append(h)
     return tf.stack(outs), (h,)
 
 
@@ -939,9 +925,11 @@ def test_porting_example_runs(tmp_path):
 def test_tf2_checkpoint_of_a_plain_module(tmp_path, capsys):
     """A tf.train.Checkpoint of a tf.Module holding GRUBlockCellV2's variable names: no graph
     says what computed them, so the activation is refused until stated; then exact against
-    tf.raw_ops.GRUBlockCell (forward and TF's gradient)."""
+    tf.raw_ops.GRUBlockCell (forward and TF1 contrib's gradient: TF's GRUBlockCellGrad kernel,
+    in a function whose graph takes it, as `--verify` does)."""
+    from torch_lstm_grad.porting.verify import _contrib_gradients
+
     tf = tf_module()
-    _register_gru_block_cell_grad(tf)
     r = np.random.default_rng(15)
     mod = tf.Module()
     mod.gates, mod.candidate = tf.Module(), tf.Module()
@@ -957,10 +945,16 @@ def test_tf2_checkpoint_of_a_plain_module(tmp_path, capsys):
     h = r.standard_normal((B, 3)).astype(np.float32)
     xt, ht = tf.constant(x), tf.constant(h)
     weights = [mod.gates.kernel, mod.candidate.kernel, mod.gates.bias, mod.candidate.bias]
+
+    @tf.function
+    def step(x, h):
+        with tf.compat.v1.get_default_graph().gradient_override_map(_contrib_gradients(tf)):
+            return tf.raw_ops.GRUBlockCell(x=x, h_prev=h, w_ru=weights[0], w_c=weights[1],
+                                           b_ru=weights[2], b_c=weights[3]).h  # fmt: skip
+
     with tf.GradientTape() as tape:
         tape.watch([xt, ht])
-        want = tf.raw_ops.GRUBlockCell(x=xt, h_prev=ht, w_ru=weights[0], w_c=weights[1],
-                                       b_ru=weights[2], b_c=weights[3]).h  # fmt: skip
+        want = step(xt, ht)
         (rw,) = loss_weights([want], 16)
         loss = tf.reduce_sum(want * rw)
     g = tape.gradient(loss, [xt, ht, *weights])
