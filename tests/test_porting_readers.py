@@ -310,6 +310,33 @@ def _tf_frozen_weights(tf, graph_def) -> dict:
     return out
 
 
+def test_a_tf2_frozen_function_is_refused_saying_why(tmp_path, capsys):
+    """TF 2's convert_variables_to_constants_v2 (a Keras 3 LSTM's function, frozen) names each
+    weight after the placeholder that held the captured variable, as TF's own freezing shows
+    here: no layer can be told by its weights' names, and the refusal says so and what to
+    convert instead."""
+    tf = tf_module()
+    keras = pytest.importorskip("keras")
+    from tensorflow.python.framework.convert_to_constants import (
+        convert_variables_to_constants_v2,
+    )
+
+    model = keras.Sequential([keras.Input((5, 3)), keras.layers.LSTM(4)])
+    fn = tf.function(lambda x: model(x)).get_concrete_function(tf.TensorSpec([2, 5, 3]))
+    graph_def = convert_variables_to_constants_v2(fn).graph.as_graph_def()
+    names = [
+        n.name for n in graph_def.node if n.op == "Const" and n.attr["value"].tensor.dtype == 1
+    ]
+    assert any(n.endswith("/ReadVariableOp/resource") for n in names)
+    assert not any(n.endswith(("/kernel", "/bias")) for n in names)
+    path = tmp_path / "frozen.pb"
+    path.write_bytes(graph_def.SerializeToString())
+    assert cli.main(["convert", str(path), "-o", str(tmp_path / "out.pt")]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}: a TF 2 function frozen by convert_variables_to_constants_v2" in err
+    assert "convert the SavedModel, Keras file or checkpoint the function came from" in err
+
+
 def test_frozen_graph_read_without_tensorflow(tmp_path):
     """Our frozen-GraphDef reading against TF's parse of the same files: the published cutkum
     graph (TF1 loops) and a TF2 graph whose While body holds float constants of its own. The

@@ -84,6 +84,16 @@ def read_graph_def(path: str) -> Source:
         value = node.attrs.get("value")
         if isinstance(value, np.ndarray) and value.dtype.kind == "f" and value.ndim:
             variables[name] = value
+    # TF 2's convert_variables_to_constants_v2 names a function's captured variable after the
+    # placeholder that held it (`<op>/ReadVariableOp/resource`), not after the variable
+    renamed = sorted(n for n in variables if n.endswith("/ReadVariableOp/resource"))
+    if renamed:
+        raise ValueError(
+            f"{path}: a TF 2 function frozen by convert_variables_to_constants_v2: its weights "
+            f"are named after the ops that read them ({renamed[0]}, ...), not after their "
+            "variables, which tell this converter the layers; convert the SavedModel, Keras "
+            "file or checkpoint the function came from"
+        )
     how = "a frozen GraphDef" + (f" (graph version {producer})" if producer else "")
     source = Source(
         path,
