@@ -172,9 +172,10 @@ def _parse_node(buf: bytes, prefix: str, args: set[str]) -> tuple[_Node, dict]:
         if prefix and parts[0] in args:  # a function argument
             inputs.append((f"{prefix}{parts[0]}", 0))
         elif prefix:  # "node:out_arg:k" inside a function body
-            if len(parts) == 3:
-                named[len(inputs)] = (parts[1], _output_index(parts[2]))
-            inputs.append((f"{prefix}{parts[0]}", 0))
+            if len(parts) != 3:  # TF's function_def_to_graph and its runtime refuse it too
+                raise ValueError(f"a function body reads {ref[:80]!r}: not node:output:index")
+            named[len(inputs)] = (parts[1], _output_index(parts[2]))
+            inputs.append((f"{prefix}{parts[0]}", 0))  # made flat below (_flat_index)
         else:  # "node" or "node:k" in the main graph
             inputs.append((parts[0], _output_index(parts[1]) if len(parts) == 2 else 0))
     attrs = {}
