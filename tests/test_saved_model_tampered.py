@@ -413,7 +413,9 @@ def test_an_input_the_graph_lacks_is_a_corrupt_file(keras3_export, tmp_path):
     file, the GraphDef and the node, before any loop is read (so the loop reader never meets a
     dangling input)."""
     path = _tampered(
-        keras3_export, tmp_path / "sm", _rewire("MatMul", input_index=1, to=("MatMul", "_gone:0"))
+        keras3_export,
+        tmp_path / "sm",
+        _rewire("MatMul", input_index=1, to=("MatMul", "_gone:product:0")),
     )
     with pytest.raises(ValueError, match=r"/MatMul_gone', which is not in the graph") as err:
         porting.read_source(path)
