@@ -30,6 +30,7 @@ bidirectional canonical cuDNN layers, cuDNN layers where TF has no kernel) is sa
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass, field
 
@@ -515,6 +516,7 @@ _CONTRIB = {"LSTMBlockCell": "TorchLstmGradContribLSTMBlockCell",
             "GRUBlockCell": "TorchLstmGradContribGRUBlockCell"}  # fmt: skip
 
 
+@functools.cache  # registered once a process (each verify case asks)
 def _contrib_gradients(tf) -> dict[str, str]:
     """The fused cells' gradients as TF1's tf.contrib.rnn registered them (TF 2 registers
     none): TF's LSTMBlockCellGrad / GRUBlockCellGrad kernel for the step, then the weights'
@@ -548,7 +550,7 @@ def _contrib_gradients(tf) -> dict[str, str]:
     for op, fn in (("LSTMBlockCell", lstm), ("GRUBlockCell", gru)):
         try:
             ops.RegisterGradient(_CONTRIB[op])(fn)
-        except KeyError:  # registered by an earlier call
+        except KeyError:  # registered by an earlier import of this module (a reload)
             pass
     return _CONTRIB
 
