@@ -200,24 +200,34 @@ def test_a_body_reading_an_output_a_fused_op_lacks_is_refused():
             graph_from_graph_def(edited.SerializeToString())
 
 
-def test_a_body_input_that_is_not_node_output_index_is_refused():
-    """Inside a function body an input is an argument or "node:output_arg:k"; TF's
-    function_def_to_graph fails on a bare "node" or "node:k" (and the function cannot run):
-    the reader refuses them by name, not reading output 0."""
+@pytest.mark.parametrize("where", ["reads", "returns"])
+def test_a_body_reference_that_is_not_an_argument_or_node_output_index_is_refused(where):
+    """Inside a function body an input, and a return value, is an argument's bare name or
+    "node:output_arg:k"; TF's function_def_to_graph fails on a bare "node", "node:k" or
+    "argument:0" (and the function cannot run): the reader refuses them by name, not reading
+    output 0."""
     from tensorflow.python.framework import function_def_to_graph
 
     graph_def = _graph_def(_cells_v2)
     (body,) = [
         f for f in graph_def.library.function if f.signature.name.startswith("lstm_while_body")
     ]
-    node = next(n for n in body.node_def if any(i.count(":") == 2 for i in n.input))
-    k = next(k for k, i in enumerate(node.input) if i.count(":") == 2)
-    name = node.input[k].split(":")[0]
-    for edited in (name, f"{name}:0"):
-        node.input[k] = edited
+    arg = body.signature.input_arg[0].name
+    if where == "reads":
+        node = next(n for n in body.node_def if any(i.count(":") == 2 for i in n.input))
+        k = next(k for k, i in enumerate(node.input) if i.count(":") == 2)
+        refs = node.input
+    else:
+        refs = body.ret
+        k = next(k for k, v in refs.items() if v.count(":") == 2)
+    name = refs[k].split(":")[0]
+    for edited in (name, f"{name}:0", f"{arg}:0", f"{arg}:output:0"):
+        refs[k] = edited
         with pytest.raises(KeyError):
             function_def_to_graph.function_def_to_graph(body)
-        with pytest.raises(ValueError, match=f"a function body reads '{edited}': not node:output"):
+        with pytest.raises(
+            ValueError, match=f"a function body {where} '{edited}': not an argument or node:out"
+        ):
             graph_from_graph_def(graph_def.SerializeToString())
 
 

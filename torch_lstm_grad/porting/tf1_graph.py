@@ -168,21 +168,34 @@ def _parse_node(buf: bytes, prefix: str, args: set[str]) -> tuple[_Node, dict]:
     for ref in proto.strings(f, 3):
         if ref.startswith("^"):
             continue
-        parts = ref.split(":")
-        if prefix and parts[0] in args:  # a function argument
-            inputs.append((f"{prefix}{parts[0]}", 0))
-        elif prefix:  # "node:out_arg:k" inside a function body
-            if len(parts) != 3:  # TF's function_def_to_graph and its runtime refuse it too
-                raise ValueError(f"a function body reads {ref[:80]!r}: not node:output:index")
-            named[len(inputs)] = (parts[1], _output_index(parts[2]))
-            inputs.append((f"{prefix}{parts[0]}", 0))  # made flat below (_flat_index)
+        if prefix:  # an argument, or "node:out_arg:k", inside a function body
+            node, arg, k = _body_reference(ref, args, "reads")
+            if arg is not None:
+                named[len(inputs)] = (arg, k)  # made flat below (_flat_index)
+            inputs.append((f"{prefix}{node}", 0))
         else:  # "node" or "node:k" in the main graph
+            parts = ref.split(":")
             inputs.append((parts[0], _output_index(parts[1]) if len(parts) == 2 else 0))
     attrs = {}
     for entry in f.get(5, []):
         e = proto.fields(entry)
         attrs[proto.string(e, 1)] = _attr_value(proto.message(e, 2))
     return _Node(f"{prefix}{name}", proto.string(f, 2), inputs, attrs, buf), named
+
+
+def _body_reference(ref: str, args: set[str], verb: str) -> tuple[str, str | None, int]:
+    """`(node, out_arg, k)` of a function body's reference to a value, as its inputs and its
+    return values write it: an argument's bare name (`out_arg` None), or `node:out_arg:k`.
+    TF's function_def_to_graph finds nothing else (not `node`, `node:k`, `arg:0`), and
+    neither do we: a lenient reading would pick output 0 of whatever the name held."""
+    parts = ref.split(":")
+    if ref in args:
+        return ref, None, 0
+    if len(parts) != 3 or parts[0] in args:
+        raise ValueError(
+            f"a function body {verb} {ref[:80]!r}: not an argument or node:output:index"
+        )
+    return parts[0], parts[1], _output_index(parts[2])
 
 
 def _flat_index(nodes: dict, key: str, arg: str, k: int) -> int:
@@ -679,14 +692,12 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
             ret = {}  # ret: map<output name, "node:out_arg:k" or an argument>
             for entry in ff.get(4, []):
                 e = proto.fields(entry)
-                parts = proto.string(e, 2).split(":")
-                key = prefix + parts[0]
-                k = (
-                    _flat_index(nodes, key, parts[1], _output_index(parts[2]))
-                    if len(parts) == 3
-                    else 0
+                node, arg, k = _body_reference(proto.string(e, 2), set(args), "returns")
+                key = prefix + node
+                ret[proto.string(e, 1)] = (
+                    key,
+                    k if arg is None else _flat_index(nodes, key, arg, k),
                 )
-                ret[proto.string(e, 1)] = (key, k)
             outputs = [proto.string(proto.fields(a), 1) for a in sig.get(3, [])]
             ordered[fname] = [ret[o] for o in outputs if o in ret]
             returns |= set(ret.values())
