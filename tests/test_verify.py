@@ -316,6 +316,38 @@ def test_verify_reports_each_tensor_s_own_error(_lstm_with_states, monkeypatch, 
     assert report.failures() and {t for _, t, _ in report.failures()} == {tensor}
 
 
+@pytest.mark.parametrize("weight", ["kernel", "bias"])
+def test_verify_compares_every_parameter_s_gradient(_lstm_with_states, monkeypatch, weight):
+    """A parameter TF's side gives no weight for is not passed silently: the layer is said to
+    be not verified, naming it (the other tensors still reported); a weight TF's side says the
+    loss does not read (gradient None) is compared with zero, so the port's real gradient
+    fails there."""
+    from torch_lstm_grad.porting.verify import _KerasModel
+
+    run = _KerasModel.run
+
+    def dropped(self, *args, **kwargs):
+        theirs, rs = run(self, *args, **kwargs)
+        del theirs.d_weights[weight]
+        return theirs, rs
+
+    monkeypatch.setattr(_KerasModel, "run", dropped)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
+    assert f"the gradient of {weight} was not compared" in report.not_verified["l"]
+    assert report.ok and f"d {weight}" not in report.errors["l"]
+    assert "output 0" in report.errors["l"] and "not verified: l" in str(report)
+
+    def unread(self, *args, **kwargs):
+        theirs, rs = run(self, *args, **kwargs)
+        theirs.d_weights[weight] = None
+        return theirs, rs
+
+    monkeypatch.setattr(_KerasModel, "run", unread)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
+    assert "l" not in report.not_verified
+    assert {t for _, t, _ in report.failures()} == {f"d {weight}"}
+
+
 def test_verify_python_api(tmp_path):
     """`torch_lstm_grad.verify(SRC, OUT)`: the report as an object, `.ok`, the table as str."""
     keras = _keras()

@@ -312,10 +312,9 @@ class _SavedFunctions:
                 [o.numpy() for o in outs],
                 grads[0].numpy(),
                 [g_.numpy() for g_ in grads[1 : 1 + n]],
-                {
-                    p: g_.numpy()
+                {  # None: the pruned function does not read the weight (a zero gradient)
+                    p: g_.numpy() if g_ is not None else None
                     for p, g_ in zip(names, grads[1 + n :], strict=True)
-                    if g_ is not None
                 },
             ),
             rs,
@@ -797,13 +796,22 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
     cudnn = module.port_description.kind.startswith("keras.CuDNN")
     if cudnn:  # the port converted cuDNN's layout: its weights are other numbers than TF's
         report.notes[name] = ["weight gradients not compared: the port converts cuDNN's layout"]
+    shapes = {p: tuple(v.shape) for p, v in module.named_parameters()}
     for p, t in theirs.d_weights.items():
         if cudnn:
             break
         if p not in dparams:
             report.add(name, f"d {p} (no such parameter)", float("inf"))
             continue
-        pairs[f"d {p}"] = (dparams[p], t)
+        # TF's None: the loss does not depend on the weight, so its gradient is zero
+        pairs[f"d {p}"] = (dparams[p], np.zeros(shapes[p]) if t is None else t)
+    compared = set(theirs.d_weights) | ({theirs.directions[0]} if theirs.directions else set())
+    missed = sorted(set(dparams) - compared)
+    if missed and not cudnn:  # a parameter TF's side named no weight for: say so, never pass it
+        report.not_verified[name] = (
+            f"the gradient of {', '.join(missed)} was not compared: TF's side holds no "
+            "weight for it (the other tensors are below)"
+        )
     for tensor, (o, t) in pairs.items():
         report.add(name, tensor, _scaled(o if o is not None else torch.zeros(np.shape(t)), t))
     if float64:
