@@ -617,6 +617,26 @@ def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
     itself = next(h for n, h in size_of.items() if len(_block([(0, b"A", h)])) == n)
     with pytest.raises(ValueError, match="overlaps another block"):
         read_table(_write(tmp_path, with_handles(itself)))
+    # A data block whose trailer's last byte is the index block's first (the shared-prefix
+    # count of its first entry, 0): one byte of overlap is refused; placed a byte later, read.
+    value, block = next(
+        (v, b)
+        for v, b in ((v, _block([(0, b"a", v)])) for v in (b"%d" % n for n in range(4096)))
+        if struct.pack("<I", masked_crc32c(b + b"\x00"))[3] == 0
+    )
+    crc = struct.pack("<I", masked_crc32c(block + b"\x00"))
+    index = _block([(0, b"A", _varint(0) + _varint(len(block)))])
+    assert index[0] == 0
+    index_trailer = b"\x00" + struct.pack("<I", masked_crc32c(index + b"\x00"))
+    for gap, tail in ((4, crc[:3]), (5, crc)):  # the index block at the trailer's last byte
+        footer = (b"\x00\x00" + _varint(len(block) + gap) + _varint(len(index))).ljust(40, b"\0")
+        table = block + b"\x00" + tail + index + index_trailer + footer
+        table += struct.pack("<Q", 0xDB4775248B80FB57)
+        if gap == 4:
+            with pytest.raises(ValueError, match=rf"data block \[0, \+{len(block)}\) overlaps"):
+                read_table(_write(tmp_path, table))
+        else:
+            assert read_table(_write(tmp_path, table)) == [(b"a", value)]
 
 
 def test_files_too_short_or_without_the_magic_are_refused(tmp_path):
