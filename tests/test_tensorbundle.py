@@ -360,6 +360,12 @@ def test_string_tensors_need_a_byte_per_element(tmp_path):
     _refused(_bundle(tmp_path, {b"s": _entry(dtype=7, shape=(4,), size=3)}, b"\x00" * 3),
              "s: 4 strings in 3 bytes")  # fmt: skip
     _opens(_bundle(tmp_path, {b"s": _entry(dtype=7, shape=(), size=0)}, b""))  # an empty scalar
+    # Of unknown rank (no count of strings to check): listed, its strings not read.
+    unknown = _entry(dtype=7, raw_shape=_field(3, 0, _varint(1)), size=3)
+    r = TensorBundleReader(_bundle(tmp_path, {b"s": unknown}, b"\x00" * 3))
+    assert r.get_variable_to_shape_map() == {"s": None}
+    with pytest.raises(ValueError, match="'s' has an unknown rank"):
+        r.get_strings("s")
     r = _opens(_bundle(tmp_path, {b"t": _entry()}, _VALUES.tobytes()))
     with pytest.raises(ValueError, match=r"t: not an unpartitioned string tensor \(float32\)"):
         r.get_strings("t")
@@ -382,6 +388,13 @@ def test_slices_must_lie_inside_their_variable_and_cover_it(tmp_path):
     halves = [((0, 1), (0, None)), ((1, 1), (0, None))]
     ok = _partitioned(tmp_path, (2, 3), halves, [(1, 3), (1, 3)])
     np.testing.assert_array_equal(_opens(ok, "v"), _VALUES.reshape(2, 3))
+    # Empty slices, at the end and between two: TF reads them (nothing to copy), so do we.
+    for slices, pieces in (
+        ([((0, 2),), ((2, 0),)], [(2,), (0,)]),
+        ([((0, 1),), ((1, 0),), ((1, 1),)], [(1,), (0,), (1,)]),
+    ):
+        np.testing.assert_array_equal(_opens(_partitioned(tmp_path, (2,), slices, pieces), "v"),
+                                      _VALUES[:2])  # fmt: skip
     _refused(_partitioned(tmp_path, (2, 3), [((0, 1), (0, None)), ((2, 1), (0, None))],
                           [(1, 3), (1, 3)]), r"v: slice .* outside shape \(2, 3\)")  # fmt: skip
     _refused(_partitioned(tmp_path, (2, 3), [((0, 2), (1, None))], [(2, 3)]),
@@ -462,6 +475,19 @@ def test_the_number_of_shards_fits_the_data_files_names(tmp_path, shards, ok):
         assert r.num_shards == shards and r.shard_path(3).endswith(f".data-00003-of-{shards:05d}")
     else:
         _refused(prefix, f"num_shards {shards}")
+
+
+def test_a_header_without_num_shards_says_none_as_tf_reads_it(tmp_path):
+    """BundleHeaderProto is proto3: a header without num_shards says 0. TF then opens
+    `-of-00000` data files, not `-of-00001`; the reader refuses it rather than read another
+    file than TF's."""
+    version = _field(3, 2, _field(1, 0, _varint(1)))
+    entry = {b"t": _entry(shape=(2,), offset=0, size=8)}
+    prefix = _bundle(tmp_path, entry, _VALUES.tobytes(), header=_field(2, 0, b"\x00") + version)
+    with pytest.raises(Exception, match="data-00000-of-00000"):
+        tf.train.load_checkpoint(prefix).get_tensor("t")
+    _refused(prefix, "num_shards 0")
+    _opens(_bundle(tmp_path, entry, _VALUES.tobytes()), "t")  # num_shards 1: read
 
 
 def test_big_endian_bundles_are_read_and_unknown_byte_orders_refused(tmp_path):
@@ -617,26 +643,39 @@ def test_data_blocks_may_not_overlap_or_reach_the_index_block(tmp_path):
     itself = next(h for n, h in size_of.items() if len(_block([(0, b"A", h)])) == n)
     with pytest.raises(ValueError, match="overlaps another block"):
         read_table(_write(tmp_path, with_handles(itself)))
-    # A data block whose trailer's last byte is the index block's first (the shared-prefix
-    # count of its first entry, 0): one byte of overlap is refused; placed a byte later, read.
-    value, block = next(
-        (v, b)
+    # A block whose trailer's last byte is 0, as is the first byte of any block (the shared
+    # prefix count of its first entry): the next block placed on that byte overlaps by one and
+    # is refused, the index block or a data block; placed a byte later, it is read.
+    value, block, trailer = next(
+        (v, b, b"\x00" + struct.pack("<I", masked_crc32c(b + b"\x00")))
         for v, b in ((v, _block([(0, b"a", v)])) for v in (b"%d" % n for n in range(4096)))
         if struct.pack("<I", masked_crc32c(b + b"\x00"))[3] == 0
     )
-    crc = struct.pack("<I", masked_crc32c(block + b"\x00"))
-    index = _block([(0, b"A", _varint(0) + _varint(len(block)))])
-    assert index[0] == 0
-    index_trailer = b"\x00" + struct.pack("<I", masked_crc32c(index + b"\x00"))
-    for gap, tail in ((4, crc[:3]), (5, crc)):  # the index block at the trailer's last byte
-        footer = (b"\x00\x00" + _varint(len(block) + gap) + _varint(len(index))).ljust(40, b"\0")
-        table = block + b"\x00" + tail + index + index_trailer + footer
-        table += struct.pack("<Q", 0xDB4775248B80FB57)
+    second = _block([(0, b"b", b"2")])
+    after = b"\x00" + struct.pack("<I", masked_crc32c(second + b"\x00"))
+    for gap in (4, 5):
+        head = block + trailer[:gap]
+        index_next = _table_of(head, [(0, len(block))])
+        data_next = _table_of(head + second + after, [(0, len(block)), (len(head), len(second))])
         if gap == 4:
             with pytest.raises(ValueError, match=rf"data block \[0, \+{len(block)}\) overlaps"):
-                read_table(_write(tmp_path, table))
+                read_table(_write(tmp_path, index_next))
+            with pytest.raises(ValueError, match=rf"data block \[{len(head)}, \+\d+\) overlaps"):
+                read_table(_write(tmp_path, data_next))
         else:
-            assert read_table(_write(tmp_path, table)) == [(b"a", value)]
+            assert read_table(_write(tmp_path, index_next)) == [(b"a", value)]
+            assert read_table(_write(tmp_path, data_next)) == [(b"a", value), (b"b", b"2")]
+
+
+def _table_of(head: bytes, handles) -> bytes:
+    """An SSTable of the data blocks in `head` at `handles` (offset, size), its index block
+    right after `head`."""
+    index = _block(
+        [(0, bytes([65 + i]), _varint(o) + _varint(n)) for i, (o, n) in enumerate(handles)]
+    )
+    trailer = b"\x00" + struct.pack("<I", masked_crc32c(index + b"\x00"))
+    footer = (b"\x00\x00" + _varint(len(head)) + _varint(len(index))).ljust(40, b"\x00")
+    return head + index + trailer + footer + struct.pack("<Q", 0xDB4775248B80FB57)
 
 
 def test_files_too_short_or_without_the_magic_are_refused(tmp_path):

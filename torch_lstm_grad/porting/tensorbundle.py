@@ -412,7 +412,9 @@ class TensorBundleReader:
                     self.entries[name] = _parse_entry(value, f"entry {name[:80]!r}")
             if header is None:
                 raise ValueError("no BundleHeaderProto (empty key) in the index")
-            self.num_shards = proto.integer(header, 1, 1)
+            # A header without num_shards says 0 (proto3), as TF reads it: TF then looks for
+            # data files named `-of-00000`, which no TF writer makes; refused, not read as 1.
+            self.num_shards = proto.integer(header, 1, 0)
             if not 1 <= self.num_shards <= 99999:  # the data files' names have five digits
                 raise ValueError(f"num_shards {self.num_shards}")
             endianness = proto.integer(header, 2, 0)
@@ -515,8 +517,10 @@ class TensorBundleReader:
         """The elements of a string tensor, flattened (a scalar gives one)."""
         e = self.entries[name]
         path = self.shard_path(e.shard_id)
-        if e.dtype != _STRING or e.sliced or e.shape is None:
+        if e.dtype != _STRING or e.sliced:
             raise ValueError(f"{name}: not an unpartitioned string tensor ({e.dtype_name})")
+        if e.shape is None:  # no count of strings to read
+            raise ValueError(f"{self.prefix}: {name!r} has an unknown rank")
         count = math.prod(e.shape)
         raw = self._entry_bytes(name, e)
         lengths, pos = [], 0
