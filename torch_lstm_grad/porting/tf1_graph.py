@@ -253,22 +253,16 @@ class TF1Graph:
         return ref
 
     def users(self, name: str, index: int = 0, ops=None) -> list[_Node]:
-        """The nodes that read output `index` of `name` (through identities), optionally only
-        those whose op is in `ops`."""
-        out = []
-        seen = set()
-        stack = [(name, index)]
-        while stack:
-            ref = stack.pop()
-            for user, _ in self.consumers.get(ref, []):
-                n = self.nodes[user]
-                if n.op in _PASS_THROUGH or n.op == "_Arg":
-                    if (user, 0) not in seen:
-                        seen.add((user, 0))
-                        stack.append((user, 0))
-                elif ops is None or n.op in ops:
-                    out.append(n)
-        return sorted({n.name: n for n in out}.values(), key=lambda n: n.name)
+        """The nodes that read output `index` of `name` through identities, variable reads,
+        loop entries and function arguments (`consumers` files every reader under the value
+        `resolve` finds, so those in between are skipped, not walked), optionally only those
+        whose op is in `ops`."""
+        out = {}
+        for user, _ in self.consumers.get((name, index), []):
+            n = self.nodes[user]
+            if n.op not in _PASS_THROUGH and (ops is None or n.op in ops):
+                out[n.name] = n
+        return sorted(out.values(), key=lambda n: n.name)
 
     def const(self, ref: tuple[str, int]) -> float | None:
         node = self.nodes.get(self.resolve(ref)[0])
