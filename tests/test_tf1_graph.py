@@ -316,3 +316,84 @@ def test_values_are_followed_65_nodes_back_and_cycles_end():
     g = tf1_graph.TF1Graph(nodes)
     assert g.resolve(("F::a", 0)) == ("F::a", 0)
     assert g.resolve(("p", 0)) in {("p", 0), ("q", 0)}
+
+
+def _static_lstm():
+    """TF1's LSTMCell run by static_rnn: one copy of the step's ops per time step, all
+    reading the one kernel."""
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    xs = [tf.compat.v1.placeholder(tf.float32, [B, I], name=f"x{t}") for t in range(T)]
+    tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, forget_bias=0.75), xs, dtype=tf.float32)
+
+
+def _edited(graph_def, name: str, edit):
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    edit(next(n for n in out.node if n.name == name))
+    return graph_from_graph_def(out.SerializeToString())
+
+
+def test_static_rnn_copies_of_a_cell_must_agree():
+    """static_rnn computes the step once per time step, each copy with its own constants and
+    ops: every copy is read, and one that differs from the first, or that is not a cell the
+    reader knows, is refused, never ported as the first copy."""
+    graph_def = _graph_def(_static_lstm)
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert (cell.cls, cell.attrs["forget_bias"], cell.problem) == ("LSTMCell", 0.75, None)
+    # The nodes in another order (TF imports any): the same cell, anchored at the same copy.
+    shuffled = type(graph_def)()
+    shuffled.CopyFrom(graph_def)
+    shuffled.node.sort(key=lambda n: n.name, reverse=True)
+    again = graph_from_graph_def(shuffled.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert (again.cls, again.attrs, again.where) == (cell.cls, cell.attrs, cell.where)
+    assert again.anchor == cell.anchor == "rnn/lstm_cell/MatMul"
+    # TF's own names: the forget bias added per step, the candidate's tanh per step
+    steps = [("rnn/lstm_cell/add/y", "rnn/lstm_cell/Tanh"),
+             ("rnn/lstm_cell/add_2/y", "rnn/lstm_cell/Tanh_2"),
+             ("rnn/lstm_cell/add_4/y", "rnn/lstm_cell/Tanh_4")]  # fmt: skip
+    for bias, tanh in steps[1:]:
+
+        def half(n):
+            n.attr["value"].tensor.float_val[:] = [0.5]
+
+        cell = _edited(graph_def, bias, half).cell_at("rnn/lstm_cell", "lstm")
+        assert cell.cls is None and f"the {T} uses of rnn/lstm_cell/kernel disagree" in cell.problem
+        assert "'forget_bias': 0.75" in cell.problem and "'forget_bias': 0.5" in cell.problem
+
+        def softsign(n):
+            n.op = "Softsign"
+
+        cell = _edited(graph_def, tanh, softsign).cell_at("rnn/lstm_cell", "lstm")
+        assert cell.cls is None and "Softsign" in cell.problem
+
+
+def _variables_and_products():
+    x = tf.compat.v1.placeholder(tf.float32, [H, H], name="x")
+    k = tf.compat.v1.Variable(_rand(H, H), name="s/kernel")
+    tf.matmul(x, k, name="x_k")
+    tf.matmul(k, x, transpose_b=True, name="k_x")
+    tf.matmul(x, k, transpose_b=True, name="x_kt")
+    tf.matmul(x, k, transpose_a=True, name="xt_k")
+    tf.constant(_rand(H, H), name="f/kernel")
+    tf.constant(np.ones((H, H), np.int32), name="i/kernel")
+    tf.constant(1.5, name="scalar/kernel")
+
+
+def test_variables_and_the_forward_product_with_them():
+    """A variable is a variable op, or in a frozen graph a float Const of rank 1 or more
+    (never an int or a scalar Const); a cell's forward product is `x · kernel` as TF's
+    MatMul computes it: the kernel its second input, neither transposed."""
+    graph_def = _graph_def(_variables_and_products)
+    g = graph_from_graph_def(graph_def.SerializeToString())
+    assert g.variable("s/kernel").op.startswith("Var") and g.variable("f/kernel").op == "Const"
+    assert g.variable("i/kernel") is None and g.variable("scalar/kernel") is None
+    assert g.variable("x") is None and g.variable("missing") is None
+    products = {n.name: g.forward_matmul(n, "s/kernel") for n in g.users("s/kernel", 0, {"MatMul"})}
+    assert products == {"x_k": True, "k_x": False, "x_kt": False, "xt_k": False}
+
+    def one_input(n):  # a MatMul missing its kernel input (TF would not import it)
+        del n.input[1:]
+
+    g = _edited(graph_def, "x_k", one_input)
+    assert not g.forward_matmul(g.nodes["x_k"], "s/kernel")
