@@ -397,3 +397,30 @@ def test_variables_and_the_forward_product_with_them():
 
     g = _edited(graph_def, "x_k", one_input)
     assert not g.forward_matmul(g.nodes["x_k"], "s/kernel")
+
+
+def _nested_functions():
+    @tf.function
+    def f(x):  # one argument, running a loop
+        return tf.while_loop(lambda i, y: i < 3, lambda i, y: (i + 1, y * 2.0), (0, x))[1]
+
+    @tf.function
+    def lone(x):  # in the library, called by no node
+        return tf.sin(x, name="sine")
+
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+    tf.identity(f(x), name="out")
+    lone.get_concrete_function(tf.TensorSpec([2], tf.float32)).add_to_graph()
+
+
+def test_a_node_s_outermost_name_is_that_of_the_main_graph_s_node_running_it():
+    """A node in a loop body inside a one-argument function: the call node of the main graph
+    that runs them (TF's PartitionedCall); a node of a function nothing calls: its own name."""
+    graph_def = _graph_def(_nested_functions)
+    (call,) = [n.name for n in graph_def.node if n.op.endswith("PartitionedCall")]
+    g = graph_from_graph_def(graph_def.SerializeToString())
+    (mul,) = [k for k, n in g.nodes.items() if n.op == "Mul"]
+    (sine,) = [k for k, n in g.nodes.items() if n.op == "Sin"]
+    assert mul.count("::") == 1 and sine.endswith("::sine")
+    assert g._outermost_name(mul) == call and g._outermost_name(sine) == "sine"
+    assert g._outermost_name("x") == "x"
