@@ -381,6 +381,9 @@ def test_frozen_stacked_gru_dropout(tmp_path, capsys, v1_loops):
     )
     mods, log = _convert(run.frozen, tmp_path, capsys)
     assert log.count("note: not ported: a DropoutWrapper around the cell") == 3
+    for k in range(3):  # named by the wrapper's noise op (a body's node by its own name)
+        wrapper = f"{'rnn/while/' if v1_loops else ''}rnn/multi_rnn_cell/cell_{k}/dropout"
+        assert f"around the cell ({wrapper}/random_uniform): dropout is" in log
     scopes = [f"rnn/multi_rnn_cell/cell_{k}/gru_cell" for k in range(3)]
     cells = [mods[s.replace("/", ".")] for s in scopes]
     descriptions_as_logged(cells, log)  # load() keeps each, its notes among them
