@@ -23,7 +23,7 @@ from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 from torch_lstm_grad import cli, layouts, modules, porting
-from torch_lstm_grad.porting import build_tf1
+from torch_lstm_grad.porting import build_tf1, tf1_graph
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, B, I = 5, 3, 4  # noqa: E741
@@ -203,6 +203,9 @@ def test_lstm_cell_dynamic_rnn(tmp_path, capsys, variant):
     )
     mods, log = _convert(run.prefix, tmp_path, capsys)
     assert "forget_bias     = 0.5  <- meta graph" in log
+    # the initializers' random ops (rnn/lstm_cell/kernel/Initializer/...) are no dropout
+    graph = tf1_graph.read_meta_graph(run.prefix + ".meta")
+    assert "DropoutWrapper" not in log and "RandomUniform" in {n.op for n in graph.nodes.values()}
     if v1:
         assert "ignored: rnn/lstm_cell/kernel/Adam_1 (optimizer slot of rnn/lstm_" in log
         assert "ignored: beta1_power (optimizer or training counter)" in log

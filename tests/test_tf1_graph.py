@@ -341,6 +341,10 @@ def test_static_rnn_copies_of_a_cell_must_agree():
     graph_def = _graph_def(_static_lstm)
     cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
     assert (cell.cls, cell.attrs["forget_bias"], cell.problem) == ("LSTMCell", 0.75, None)
+    # TF's own names: the forget bias added per step, the candidate's tanh per step
+    steps = [("rnn/lstm_cell/add/y", "rnn/lstm_cell/Tanh"),
+             ("rnn/lstm_cell/add_2/y", "rnn/lstm_cell/Tanh_2"),
+             ("rnn/lstm_cell/add_4/y", "rnn/lstm_cell/Tanh_4")]  # fmt: skip
     # The nodes in another order (TF imports any): the same cell, anchored at the same copy.
     shuffled = type(graph_def)()
     shuffled.CopyFrom(graph_def)
@@ -348,10 +352,12 @@ def test_static_rnn_copies_of_a_cell_must_agree():
     again = graph_from_graph_def(shuffled.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
     assert (again.cls, again.attrs, again.where) == (cell.cls, cell.attrs, cell.where)
     assert again.anchor == cell.anchor == "rnn/lstm_cell/MatMul"
-    # TF's own names: the forget bias added per step, the candidate's tanh per step
-    steps = [("rnn/lstm_cell/add/y", "rnn/lstm_cell/Tanh"),
-             ("rnn/lstm_cell/add_2/y", "rnn/lstm_cell/Tanh_2"),
-             ("rnn/lstm_cell/add_4/y", "rnn/lstm_cell/Tanh_4")]  # fmt: skip
+    # f + forget_bias written forget_bias + f in every copy (Add's inputs either way round)
+    for bias, _ in steps:
+        add = next(n for n in shuffled.node if n.name == bias.removesuffix("/y"))
+        add.input[:] = list(reversed(add.input))
+    again = graph_from_graph_def(shuffled.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert (again.cls, again.attrs) == (cell.cls, cell.attrs)
     for bias, tanh in steps[1:]:
 
         def half(n):
