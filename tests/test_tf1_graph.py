@@ -430,3 +430,25 @@ def test_a_node_s_outermost_name_is_that_of_the_main_graph_s_node_running_it():
     assert mul.count("::") == 1 and sine.endswith("::sine")
     assert g._outermost_name(mul) == call and g._outermost_name(sine) == "sine"
     assert g._outermost_name("x") == "x"
+
+
+def _static_clipped_lstm():
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    xs = [tf.compat.v1.placeholder(tf.float32, [B, I], name=f"x{t}") for t in range(2)]
+    tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, cell_clip=1.5), xs, dtype=tf.float32)
+
+
+def test_a_cell_clip_is_clip_by_value_from_minus_c_to_c():
+    """LSTMCell's cell_clip is clip_by_value(c, -cell_clip, cell_clip): read from TF's graph;
+    a clip to another interval (here [-1, 1.5] in every copy) is no cell_clip and refused."""
+    graph_def = _graph_def(_static_clipped_lstm)
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert (cell.cls, cell.attrs["cell_clip"], cell.problem) == ("LSTMCell", 1.5, None)
+    edited = type(graph_def)()
+    edited.CopyFrom(graph_def)
+    for n in edited.node:  # the lower bounds, the Maximums' second inputs
+        if n.name in ("rnn/lstm_cell/clip_by_value/y", "rnn/lstm_cell/clip_by_value_1/y"):
+            n.attr["value"].tensor.float_val[:] = [-1.0]
+    cell = graph_from_graph_def(edited.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls is None and "clip to [-1.0, 1.5], not clip_by_value(x, -c, c)" in cell.problem
