@@ -452,3 +452,56 @@ def test_a_cell_clip_is_clip_by_value_from_minus_c_to_c():
             n.attr["value"].tensor.float_val[:] = [-1.0]
     cell = graph_from_graph_def(edited.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
     assert cell.cls is None and "clip to [-1.0, 1.5], not clip_by_value(x, -c, c)" in cell.problem
+
+
+def _static_peephole_lstm():
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x0")
+    tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, use_peepholes=True), [x], dtype=tf.float32)
+
+
+def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
+    """TF1's LSTMCell adds to its gates the forget bias and, where it holds w_*_diag (the port
+    takes use_peepholes from them), the peepholes w_*_diag · c: any other term, or a peephole
+    missing or reading another gate's weight, is refused (the module would compute without
+    it or with it). TF's own node names are edited."""
+    peep = _graph_def(_static_peephole_lstm)
+    cell = graph_from_graph_def(peep.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert (cell.cls, cell.problem) == ("LSTMCell", None)
+
+    dropped = type(peep)()  # sigmoid(f + forget_bias): the forget gate's peephole term gone
+    dropped.CopyFrom(peep)
+    (term,) = [k for k, n in enumerate(dropped.node) if n.name == "rnn/lstm_cell/add_1"]
+    del dropped.node[term]
+    next(n for n in dropped.node if n.name == "rnn/lstm_cell/Sigmoid").input[:] = [
+        "rnn/lstm_cell/add"
+    ]
+    cell = graph_from_graph_def(dropped.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls is None
+    assert "the forget gate adds 0 peephole terms; the graph holds rnn/lstm_cell/w_f_diag" in (
+        cell.problem
+    )
+
+    def other_weight(n):  # the input gate's peephole multiplying the output gate's weight
+        n.input[0] = "rnn/lstm_cell/w_o_diag/Read/Identity"
+
+    cell = _edited(peep, "rnn/lstm_cell/mul_2", other_weight).cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls is None and (
+        "the input gate adds rnn/lstm_cell/add_2 (AddV2), which is not the peephole "
+        "rnn/lstm_cell/w_i_diag · c" in cell.problem
+    )
+    # Without peepholes: a constant added to the input gate of the first step
+    plain = _graph_def(_static_lstm)
+    extra = type(plain)()
+    extra.CopyFrom(plain)
+    const = extra.node.add()
+    const.CopyFrom(next(n for n in extra.node if n.name == "rnn/lstm_cell/add/y"))
+    const.name = "extra/y"
+    add = extra.node.add(name="extra", op="AddV2", input=["rnn/lstm_cell/split", "extra/y"])
+    add.attr["T"].type = tf.float32.as_datatype_enum
+    sigmoid = next(n for n in extra.node if n.name == "rnn/lstm_cell/Sigmoid_1")
+    assert list(sigmoid.input) == ["rnn/lstm_cell/split"]
+    sigmoid.input[:] = ["extra"]
+    cell = graph_from_graph_def(extra.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls is None and "the input gate adds extra (AddV2)" in cell.problem

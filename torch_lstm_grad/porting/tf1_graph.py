@@ -285,9 +285,6 @@ class TF1Graph:
             return n if frozen else None
         return n if n is not None and n.op in _VARIABLES else None
 
-    def input_node(self, n: _Node, pos: int) -> _Node | None:
-        return self.nodes.get(self.resolve(n.inputs[pos])[0]) if pos < len(n.inputs) else None
-
     def forward_matmul(self, n: _Node, variable: str) -> bool:
         """`x · variable` as a cell's forward computes it (the gradient graph multiplies by its
         transpose, and lives under a `gradients` scope)."""
@@ -535,8 +532,12 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd", matmul.name)
         split = _single(g, g.users(bias_add.name, 0, {"Split"}), "Split", bias_add.name)
         f_act, f_adds = _gate(g, (split.name, 2), "forget")
-        i_act, _ = _gate(g, (split.name, 0), "input")
-        o_act, _ = _gate(g, (split.name, 3), "output")
+        i_act, i_adds = _gate(g, (split.name, 0), "input")
+        o_act, o_adds = _gate(g, (split.name, 3), "output")
+        # Every other addition is a peephole: a term the module would otherwise drop
+        for gate, adds, leaf in (("input", i_adds, "w_i_diag"), ("forget", f_adds[1:], "w_f_diag"),
+                                 ("output", o_adds, "w_o_diag")):  # fmt: skip
+            _peephole(g, adds, f"{scope}/{leaf}", gate)
         for name, act in (("input", i_act), ("forget", f_act), ("output", o_act)):
             if act.op != "Sigmoid":
                 raise _Unreadable(
@@ -589,6 +590,28 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}", boundary=boundary)
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
+
+
+def _peephole(g: TF1Graph, adds: list[_Node], var: str, gate: str) -> None:
+    """A gate's additions besides the forget bias: TF1 LSTMCell's peephole `var · c` where the
+    graph holds `var` (use_peepholes, which the port takes from the variables), none where it
+    does not. Anything else added is refused: the module would compute without it."""
+    peephole = g.variable(var) is not None
+    for a in adds:
+        terms = [g.nodes.get(g.resolve(r)[0]) for r in a.inputs[:2]]
+        if not any(
+            t is not None and t.op == "Mul" and any(g.resolve(r)[0] == var for r in t.inputs[:2])
+            for t in terms
+        ):
+            raise _Unreadable(
+                f"the {gate} gate adds {a.name} ({a.op}), which is not the peephole {var} · c "
+                "of TF1's LSTMCell"
+            )
+    if len(adds) != int(peephole):
+        raise _Unreadable(
+            f"the {gate} gate adds {len(adds)} peephole terms; the graph "
+            f"{'holds' if peephole else 'holds no'} {var}"
+        )
 
 
 def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
