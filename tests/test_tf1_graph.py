@@ -505,3 +505,33 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
     sigmoid.input[:] = ["extra"]
     cell = graph_from_graph_def(extra.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
     assert cell.cls is None and "the input gate adds extra (AddV2)" in cell.problem
+
+
+_C = "rnn/lstm_cell"
+
+
+@pytest.mark.parametrize(
+    "build, op, reads, message",
+    [
+        (_static_lstm, "Sigmoid", f"{_C}/add", f"one forget activation after {_C}/add"),
+        (_static_clipped_lstm, "Minimum", f"{_C}/add_1", f"one cell clip after {_C}/add_1"),
+        (
+            _static_clipped_lstm,
+            "Maximum",
+            f"{_C}/clip_by_value/Minimum",
+            f"one cell clip's Maximum after {_C}/clip_by_value/Minimum",
+        ),
+    ],
+)
+def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
+    """One op more reading a step's value where TF1's cell has one (a second activation of the
+    forget gate, a second clip of c, a second Maximum of the clip): refused, the problem naming
+    what was expected after which node and both readers."""
+    graph_def = _graph_def(build)
+    extra = graph_def.node.add(
+        name="second", op=op, input=[reads, reads][: 1 if op == "Sigmoid" else 2]
+    )
+    extra.attr["T"].type = tf.float32.as_datatype_enum
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    assert cell.cls is None and f"expected {message}, found [" in cell.problem
+    assert f"'second ({op})'" in cell.problem
