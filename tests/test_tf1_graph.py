@@ -398,11 +398,32 @@ def test_variables_and_the_forward_product_with_them():
     products = {n.name: g.forward_matmul(n, "s/kernel") for n in g.users("s/kernel", 0, {"MatMul"})}
     assert products == {"x_k": True, "k_x": False, "x_kt": False, "xt_k": False}
 
-    def one_input(n):  # a MatMul missing its kernel input (TF would not import it)
-        del n.input[1:]
 
-    g = _edited(graph_def, "x_k", one_input)
-    assert not g.forward_matmul(g.nodes["x_k"], "s/kernel")
+def test_nodes_with_another_number_of_inputs_than_tf_s_op_are_refused():
+    """The ops whose inputs the matchers read by position take as many inputs as TF's op
+    registry says; a node with another count (a Minimum, a Maximum, a MatMul missing one),
+    which TF refuses to import, is refused by name, never an IndexError."""
+    from tensorflow.python.framework import op_def_registry
+
+    for op, count in tf1_graph._ARITY.items():
+        registered = op_def_registry.get(op).input_arg
+        assert len(registered) == count and not any(a.number_attr for a in registered), op
+    clipped = _graph_def(_static_clipped_lstm)
+    products = _graph_def(_variables_and_products)
+    for graph_def, name, op in [
+        (clipped, "rnn/lstm_cell/clip_by_value/Minimum", "Minimum"),
+        (clipped, "rnn/lstm_cell/clip_by_value", "Maximum"),
+        (products, "x_k", "MatMul"),
+    ]:
+        edited = type(graph_def)()
+        edited.CopyFrom(graph_def)
+        del next(n for n in edited.node if n.name == name).input[1:]
+        with tf.Graph().as_default(), pytest.raises(ValueError, match="input"):
+            tf.graph_util.import_graph_def(edited, name="")
+        with pytest.raises(
+            ValueError, match=f"node '{name}' \\({op}\\) has 1 inputs; TF's op takes 2"
+        ):
+            graph_from_graph_def(edited.SerializeToString())
 
 
 def _nested_functions():

@@ -60,6 +60,15 @@ _INPUT_ARGS = {
     "LSTMBlockCell": ("x", "cs_prev", "h_prev", *_LSTM_WEIGHTS),
     "GRUBlockCell": ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c"),
 }
+# The number of (data) inputs of the ops whose inputs the matchers read by position: TF imports
+# no node with another count, and neither does this reader (a hostile graph would otherwise end
+# in an IndexError). Checked against TF's op registry in test_tf1_graph.
+_ARITY = {
+    # (Add and AddV2 are left to the describers, which refuse the layer whose step holds one,
+    # naming it: keras_graph's "has 3 inputs, not 2"; tf1_graph's _const_add reads either.)
+    **dict.fromkeys(("MatMul", "BiasAdd", "Mul", "Minimum", "Maximum", "Split"), 2),
+    **{op: len(args) for op, args in _INPUT_ARGS.items()},
+}
 _FUSED_LSTM = {"BlockLSTM", "BlockLSTMV2", "LSTMBlockCell"}
 _FUSED_GRU = {"GRUBlockCell"}
 # A function body names an input "node:argument:k", k counting within the op's output argument;
@@ -724,6 +733,10 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
         for ref in n.inputs:
             if ref[0] not in nodes:
                 raise ValueError(f"node {n.name!r} reads {ref[0]!r}, which is not in the graph")
+        if n.op in _ARITY and len(n.inputs) != _ARITY[n.op]:
+            raise ValueError(
+                f"node {n.name!r} ({n.op}) has {len(n.inputs)} inputs; TF's op takes {_ARITY[n.op]}"
+            )
     # A loop or call passes its inputs to its function's arguments, in order. A loop's argument
     # holds its input only while the body returns it unchanged (a captured kernel, the input
     # list); one the body computes anew (a state, the step counter) `varies`, and `resolve`
