@@ -441,11 +441,7 @@ def _fused_cell(g: TF1Graph, uses: list[_Node], var: str, scope: str) -> GraphCe
     # The ops' inputs and outputs by argument (_INPUT_ARGS, _OUTPUT_ARGS). "at": the inputs
     # by position (c and h may be one tensor, the zeros both start from).
     args, names = _INPUT_ARGS[u.op], _OUTPUT_ARGS[u.op]
-    for n in uses:
-        if len(n.inputs) != len(args):
-            return GraphCell(
-                None, problem=f"{n.name} ({n.op}) has {len(n.inputs)} inputs, not {len(args)}"
-            )
+    for n in uses:  # each has len(args) inputs (graph_from_graph_def's _ARITY check)
         for arg, leaf in _LSTM_LEAVES.items() if n.op in _FUSED_LSTM else ():
             name, pos = f"{scope}/{leaf}", args.index(arg)
             if arg.startswith("wc") and not attrs["use_peephole"]:
@@ -609,7 +605,7 @@ def _peephole(g: TF1Graph, adds: list[_Node], var: str, gate: str) -> None:
     for a in adds:
         terms = [g.nodes.get(g.resolve(r)[0]) for r in a.inputs[:2]]
         if not any(
-            t is not None and t.op == "Mul" and any(g.resolve(r)[0] == var for r in t.inputs[:2])
+            t is not None and t.op == "Mul" and (g.reads(t, 0, var) or g.reads(t, 1, var))
             for t in terms
         ):
             raise _Unreadable(
@@ -706,10 +702,11 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
             sig = proto.fields(proto.message(ff, 1))
             fname = proto.string(sig, 1)
             args = [proto.string(proto.fields(a), 1) for a in sig.get(2, [])]
+            arg_names = set(args)
             prefix = f"{fname}::"
             for a in args:
                 nodes[prefix + a] = _Node(prefix + a, "_Arg", [], {})
-            body = [_parse_node(buf, prefix, set(args)) for buf in ff.get(3, [])]
+            body = [_parse_node(buf, prefix, arg_names) for buf in ff.get(3, [])]
             nodes.update((n.name, n) for n, _ in body)
             for n, named in body:
                 for pos, (arg, k) in named.items():
@@ -718,7 +715,7 @@ def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> TF1Grap
             ret = {}  # ret: map<output name, "node:out_arg:k" or an argument>
             for entry in ff.get(4, []):
                 e = proto.fields(entry)
-                node, arg, k = _body_reference(proto.string(e, 2), set(args), "returns")
+                node, arg, k = _body_reference(proto.string(e, 2), arg_names, "returns")
                 key = prefix + node
                 ret[proto.string(e, 1)] = (
                     key,

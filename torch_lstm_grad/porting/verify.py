@@ -796,7 +796,6 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
     cudnn = module.port_description.kind.startswith("keras.CuDNN")
     if cudnn:  # the port converted cuDNN's layout: its weights are other numbers than TF's
         report.notes[name] = ["weight gradients not compared: the port converts cuDNN's layout"]
-    shapes = {p: tuple(v.shape) for p, v in module.named_parameters()}
     for p, t in theirs.d_weights.items():
         if cudnn:
             break
@@ -804,7 +803,10 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
             report.add(name, f"d {p} (no such parameter)", float("inf"))
             continue
         # TF's None: the loss does not depend on the weight, so its gradient is zero
-        pairs[f"d {p}"] = (dparams[p], np.zeros(shapes[p]) if t is None else t)
+        pairs[f"d {p}"] = (
+            dparams[p],
+            np.zeros(tuple(module.get_parameter(p).shape)) if t is None else t,
+        )
     compared = set(theirs.d_weights) | ({theirs.directions[0]} if theirs.directions else set())
     missed = sorted(set(dparams) - compared)
     if missed and not cudnn:  # a parameter TF's side named no weight for: say so, never pass it
