@@ -8,7 +8,9 @@ test_porting_readers.py; hostile files end to end: test_fuzz_readers.py.
 
 from __future__ import annotations
 
+import re
 import struct
+import subprocess
 import sys
 
 import numpy as np
@@ -213,6 +215,35 @@ def test_a_string_byte_changed_fails_the_checksum(tmp_path):
     data.write_bytes(bytes(changed))
     with pytest.raises(ValueError, match=r"lengths of .* \(\[4, 300\]\) do not fill its 310"):
         TensorBundleReader(prefix, verify_crc=False).get_strings(name)
+
+
+def test_bfloat16_is_widened_to_float32_whole_and_partitioned_without_ml_dtypes(tmp_path):
+    """bfloat16 variables, one whole and one in slices, read as TF's values widened to float32;
+    also in a process where NumPy knows no bfloat16 (no ml_dtypes: TF-free use)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(5)
+    values = {n: rng.standard_normal(s).astype(ml_dtypes.bfloat16) for n, s in
+              (("whole", (2, 3)), ("parts", (4, 3)))}  # fmt: skip
+    prefix = _saver_checkpoint(tmp_path, {"whole": (values["whole"], None),
+                                          "parts": (values["parts"], [2, 1])})  # fmt: skip
+    theirs = tf.train.load_checkpoint(prefix)
+    r = TensorBundleReader(prefix)
+    assert r.entries["parts"].sliced and r.get_variable_to_dtype_map()["parts"] == "bfloat16"
+    read = (
+        "import sys, numpy as np; sys.modules['ml_dtypes'] = None\n"
+        "from torch_lstm_grad.porting.tensorbundle import TensorBundleReader as R\n"
+        f"r = R({prefix!r})\n"
+        f"np.savez({str(tmp_path / 'out.npz')!r}, **{{n: r.get_tensor(n) for n in r.entries}})\n"
+    )
+    subprocess.run([sys.executable, "-c", read], check=True)
+    apart = np.load(tmp_path / "out.npz")
+    for name, value in values.items():
+        want = np.asarray(theirs.get_tensor(name)).astype(np.float32)
+        np.testing.assert_array_equal(want, value.astype(np.float32))
+        for ours in (r.get_tensor(name), apart[name]):
+            assert ours.dtype == np.float32
+            np.testing.assert_array_equal(ours, want)
 
 
 # -- hostile bundles, made by hand: each check refused one past its bound, kept at it --------
@@ -688,3 +719,70 @@ def test_files_too_short_or_without_the_magic_are_refused(tmp_path):
         read_table(_write(tmp_path, data[-48:]))
     with pytest.raises(ValueError, match="bad magic 0x004775248b80fb57"):
         read_table(_write(tmp_path, data[:-1] + b"\x00"))
+
+
+def _strings(elements: list[bytes]) -> tuple[bytes, bytes]:
+    """A string tensor's bytes as TF writes them (varint lengths, the masked crc32c of the
+    lengths as uint32s, the bytes) and its entry's checksum field."""
+    lengths = b"".join(struct.pack("<I", len(x)) for x in elements)
+    checksum = struct.pack("<I", tensorbundle.mask_crc(crc32c(lengths)))
+    data = b"".join(_varint(len(x)) for x in elements) + checksum + b"".join(elements)
+    crc = tensorbundle.mask_crc(crc32c(checksum + b"".join(elements), crc32c(lengths)))
+    return data, _field(6, 5, struct.pack("<I", crc))
+
+
+def test_an_entry_without_its_checksum_is_refused_as_tf_refuses_it(tmp_path):
+    """BundleEntryProto is proto3: an entry without crc32c says 0, and TF checks the bytes
+    against that 0 (numbers and strings alike); read, they would be bytes no checksum vouches
+    for."""
+    data, strings_crc = _strings([b"a", b"bc"])
+    numbers_crc = _field(6, 5, struct.pack("<I", masked_crc32c(_VALUES.tobytes()[:8])))
+    strings = _entry(dtype=7, shape=(2,), size=len(data), data=data)
+    strings = strings.replace(_field(6, 5, struct.pack("<I", masked_crc32c(data))), strings_crc)
+    for entry, crc, payload, read in (
+        (_entry(), numbers_crc, _VALUES.tobytes(), "get_tensor"),
+        (strings, strings_crc, data, "get_strings"),
+    ):
+        assert entry.count(crc) == 1
+        kept = getattr(TensorBundleReader(_bundle(tmp_path, {b"t": entry}, payload)), read)("t")
+        without = _bundle(tmp_path, {b"t": entry.replace(crc, b"")}, payload)
+        with pytest.raises(Exception, match="Checksum does not match"):
+            tf.train.load_checkpoint(without).get_tensor("t")
+        with pytest.raises(ValueError, match="the bytes of 't' fail their checksum"):
+            getattr(TensorBundleReader(without), read)("t")
+        again = getattr(TensorBundleReader(without, verify_crc=False), read)("t")
+        np.testing.assert_array_equal(np.asarray(again), np.asarray(kept))
+
+
+def test_bytes_cut_after_the_index_was_read_are_refused(tmp_path):
+    """The data file shortened between opening the checkpoint and reading a tensor: refused
+    naming the file (TF: "Read less bytes than requested"), not read short."""
+    prefix = _bundle(tmp_path, {b"t": _entry(offset=8, size=8)}, _VALUES.tobytes())
+    r = TensorBundleReader(prefix)
+    with open(r.shard_path(0), "r+b") as fh:
+        fh.truncate(12)
+    with pytest.raises(Exception, match="Read less bytes"):
+        tf.train.load_checkpoint(prefix).get_tensor("t")
+    with pytest.raises(
+        ValueError, match=r"data-00000-of-00001: bytes \[8, \+8\) of 't' lie outside"
+    ):
+        r.get_tensor("t")
+
+
+def test_string_lengths_past_the_entry_are_refused_naming_the_file(tmp_path):
+    prefix = _bundle(tmp_path, {b"s": _entry(dtype=7, shape=(2,), size=2, data=b"\x80\x80")},
+                     b"\x80\x80")  # two lengths, whose varint never ends  # fmt: skip
+    with pytest.raises(Exception, match="Read less bytes"):
+        tf.train.load_checkpoint(prefix).get_tensor("s")
+    r = TensorBundleReader(prefix)
+    path = re.escape(r.shard_path(0))
+    with pytest.raises(ValueError, match=rf"^{path}: the string lengths of 's': truncated varint"):
+        r.get_strings("s")
+
+
+def test_a_partitioned_variable_of_a_type_not_read_is_refused_by_name(tmp_path):
+    entries = {b"v": _entry(dtype=8, shape=(1,), size=0, slices=[((0, None),)]),
+               slice_key("v", [(0, -1)]): _entry(dtype=8, shape=(1,), size=8)}  # fmt: skip
+    r = TensorBundleReader(_bundle(tmp_path, entries, _VALUES.tobytes()))
+    with pytest.raises(NotImplementedError, match=r"v: a partitioned complex64 variable of shape"):
+        r.get_tensor("v")

@@ -195,7 +195,7 @@ class BundleEntry:
     shard_id: int
     offset: int
     size: int
-    crc32c: int | None
+    crc32c: int  # absent: 0, as proto3 reads it and TF checks the bytes against
     slices: tuple[tuple[tuple[int, int], ...], ...]  # per slice, per dim (start, length | -1)
 
     @property
@@ -247,7 +247,7 @@ def _parse_entry(value: bytes, what: str = "entry") -> BundleEntry:
         shard_id=proto.integer(f, 3),
         offset=proto.int64(proto.integer(f, 4)),
         size=proto.int64(proto.integer(f, 5)),
-        crc32c=proto.fixed32(f, 6),
+        crc32c=proto.fixed32(f, 6, 0),
         slices=tuple(slices),
     )
     if entry.dtype not in _KNOWN_DTYPES:
@@ -508,8 +508,7 @@ class TensorBundleReader:
         if e.offset + e.size > len(data):  # the file changed since it was opened
             raise ValueError(f"{path}: bytes [{e.offset}, +{e.size}) of {name!r} lie outside it")
         raw = data[e.offset : e.offset + e.size]
-        if (self.verify_crc and e.dtype != _STRING and e.crc32c is not None
-                and masked_crc32c(raw) != e.crc32c):  # fmt: skip
+        if self.verify_crc and e.dtype != _STRING and masked_crc32c(raw) != e.crc32c:
             raise ValueError(f"{path}: the bytes of {name!r} fail their checksum (crc32c)")
         return raw
 
@@ -534,7 +533,7 @@ class TensorBundleReader:
                 f"{path}: the string lengths of {name!r} ({lengths[:8]}) do not fill its "
                 f"{len(raw)} bytes"
             )
-        if self.verify_crc and e.crc32c is not None:
+        if self.verify_crc:
             # TF's writer sums each length as a fixed uint32 (uint64 above 2^32 - 1), then the
             # lengths' masked checksum as written, then the strings' bytes.
             c = 0
@@ -553,7 +552,7 @@ class TensorBundleReader:
         """A partitioned variable: each slice's entry sits under its OrderedCode key (their
         shapes and bytes were checked when the index was read, so the slices' bytes bound the
         allocation)."""
-        if e.shape is None or e.dtype not in DTYPES:
+        if e.dtype not in DTYPES:  # (an unknown rank was refused with the index)
             raise NotImplementedError(
                 f"{name}: a partitioned {e.dtype_name} variable of shape {e.shape} is not read by "
                 "the TF-free reader"
