@@ -5,6 +5,7 @@ cannot verify, and needs TensorFlow (exit 2 without)."""
 
 import os
 
+import numpy as np
 import pytest
 import torch
 from porting_oracle import randomize
@@ -384,3 +385,19 @@ def test_verify_needs_tensorflow(tmp_path):
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr == "torch-lstm-grad convert --verify: TensorFlow is needed for --verify\n"
     assert (tmp_path / "m.pt").exists()
+
+
+def test_an_error_at_the_tolerance_passes_and_empty_tensors_agree():
+    """The tolerance is inclusive, in `ok` and in `failures` alike; a tensor with no elements
+    (a zero-length case) agrees; the scaled error is |ours - TF| / max(1, max |TF|)."""
+    from torch_lstm_grad.porting.verify import VerifyReport, _scaled
+
+    report = VerifyReport("m.keras", tol=2.0**-10)
+    report.add("l", "output 0", 2.0**-10)
+    assert report.ok and report.failures() == []
+    report.add("l", "output 1", 2.0**-9)
+    assert not report.ok and report.failures() == [("l", "output 1", 2.0**-9)]
+    assert _scaled(torch.zeros(0, 3), np.zeros((0, 3))) == 0.0
+    assert _scaled(np.array([0.75]), np.array([0.5])) == 0.25  # one element: max(1, 0.5)
+    assert _scaled(np.array([6.0]), np.array([4.0])) == 0.5
+    assert _scaled(np.zeros(2), np.zeros(3)) == float("inf")
