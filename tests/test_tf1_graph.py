@@ -534,7 +534,28 @@ _C = "rnn/lstm_cell"
 @pytest.mark.parametrize(
     "build, op, reads, message",
     [
-        (_static_lstm, "Sigmoid", f"{_C}/add", f"one forget activation after {_C}/add"),
+        (
+            _static_lstm,
+            "Sigmoid",
+            f"{_C}/add",
+            f"one forget gate's addition or activation after {_C}/add",
+        ),
+        # Beside the forget bias's Add; beside the input gate's Sigmoid, even an op whose
+        # value nothing reads (the cell's outputs are unchanged, but the pattern is not TF1's)
+        (
+            _static_lstm,
+            "Sigmoid",
+            f"{_C}/split:2",
+            f"one forget gate's addition or activation after {_C}/split:2",
+        ),
+        (
+            _static_lstm,
+            "Mul",
+            f"{_C}/split",
+            f"one input gate's addition or activation after {_C}/split",
+        ),
+        (_static_lstm, "BiasAdd", f"{_C}/MatMul", f"one BiasAdd after {_C}/MatMul"),
+        (_static_lstm, "Split", f"{_C}/BiasAdd", f"one Split after {_C}/BiasAdd"),
         (_static_clipped_lstm, "Minimum", f"{_C}/add_1", f"one cell clip after {_C}/add_1"),
         (
             _static_clipped_lstm,
@@ -556,3 +577,48 @@ def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
     cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
+
+
+def test_a_forget_bias_is_a_scalar_constant_added_to_the_gate():
+    """The forget gate's first Add with one input (TF's import refuses it) or adding no scalar
+    constant: no forget bias to read, refused."""
+    plain = _graph_def(_static_lstm)
+    for edit in ("one input", "no constant"):
+        edited = type(plain)()
+        edited.CopyFrom(plain)
+        add = next(n for n in edited.node if n.name == f"{_C}/add")
+        if edit == "one input":
+            del add.input[1]
+            with tf.Graph().as_default(), pytest.raises(ValueError):
+                tf.graph_util.import_graph_def(edited, name="")
+        else:
+            add.input[1] = f"{_C}/split:1"
+        cell = graph_from_graph_def(edited.SerializeToString()).cell_at(_C, "lstm")
+        assert cell.cls is None and f"no constant forget bias added to {_C}/split:2" in cell.problem
+
+
+@pytest.mark.parametrize("count", [3, 4])
+def test_a_gate_s_additions_end_at_its_activation(count):
+    """Constants added `count` times to the input gate of the first step: the first is named as
+    no peephole; four end the walk (no TF1 cell adds more than two to a gate)."""
+    plain = _graph_def(_static_lstm)
+    extra = type(plain)()
+    extra.CopyFrom(plain)
+    value = next(n for n in extra.node if n.name == f"{_C}/add/y")
+    previous = f"{_C}/split"
+    for k in range(count):
+        const = extra.node.add()
+        const.CopyFrom(value)
+        const.name = f"extra{k}/y"
+        add = extra.node.add(name=f"extra{k}", op="AddV2", input=[previous, const.name])
+        add.attr["T"].type = tf.float32.as_datatype_enum
+        previous = add.name
+    next(n for n in extra.node if n.name == f"{_C}/Sigmoid_1").input[:] = [previous]
+    with tf.Graph().as_default():
+        tf.graph_util.import_graph_def(extra, name="")  # a graph TF imports
+    cell = graph_from_graph_def(extra.SerializeToString()).cell_at(_C, "lstm")
+    assert cell.cls is None
+    if count == 4:
+        assert f"the input gate at {_C}/split: too many additions" in cell.problem
+    else:
+        assert "the input gate adds extra0 (AddV2), which is not the peephole" in cell.problem

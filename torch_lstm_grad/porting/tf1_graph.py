@@ -305,7 +305,7 @@ class TF1Graph:
         )
 
     def reads(self, n: _Node, pos: int, variable: str) -> bool:
-        return pos < len(n.inputs) and self.resolve(n.inputs[pos])[0] == variable
+        return self.resolve(n.inputs[pos])[0] == variable  # pos < 2: _ARITY's MatMul, Mul
 
     # -- cells ---------------------------------------------------------------------------------
 
@@ -516,18 +516,17 @@ def _activation_of(g: TF1Graph, node: _Node | None, what: str) -> str:
 
 def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list[_Node]]:
     """Follows a gate's pre-activation through additions (bias, peephole) to its activation:
-    `(activation node, the Add nodes passed)`."""
+    `(activation node, the Add nodes passed)`. Each value on the way has one reader in TF1's
+    cells (the training graph's aside); another, even one the outputs do not use, is refused
+    rather than passed by."""
     adds, ref = [], start
     for _ in range(4):
-        users = g.users(*ref)
-        acts = [u for u in users if u.op not in _ADDS and u.op != "Mul"]
-        add = [u for u in users if u.op in _ADDS]
-        if acts and not add:
-            return _single(g, acts, f"{what} activation", ref[0]), adds
-        if len(add) != 1:
-            raise _Unreadable(f"the {what} gate at {ref[0]} feeds {[u.op for u in users]}")
-        adds.append(add[0])
-        ref = (add[0].name, 0)
+        at = f"{ref[0]}:{ref[1]}" if ref[1] else ref[0]
+        step = _single(g, g.users(*ref), f"{what} gate's addition or activation", at)
+        if step.op not in _ADDS:
+            return step, adds
+        adds.append(step)
+        ref = (step.name, 0)
     raise _Unreadable(f"the {what} gate at {start[0]}: too many additions")
 
 
