@@ -250,20 +250,24 @@ def _lstm_variants(tf, rci):
         "lstmp": lambda: rci.LSTMCell(3, use_peepholes=True, cell_clip=0.5, num_proj=2,
                                       proj_clip=0.15, forget_bias=0.8),
         "relu": lambda: rci.LSTMCell(3, activation=tf.nn.relu, forget_bias=0.0),
+        "linear": lambda: rci.LSTMCell(3, activation=tf.identity, forget_bias=0.6),
     }  # fmt: skip
 
 
-@pytest.mark.parametrize("variant", ["clip", "lstmp", "relu"])
+@pytest.mark.parametrize("variant", ["clip", "lstmp", "relu", "linear"])
 def test_lstm_cell_variants(tmp_path, capsys, variant):
     """TF1 LSTMCell's clip_by_value (zero gradient where it clips), its projection with
-    proj_clip (LSTMP), a relu activation: read from the meta graph, exact on the variant
-    kernels, the gradients included (the clips were active)."""
+    proj_clip (LSTMP), a relu and a linear (tf.identity) activation: read from the meta graph,
+    exact on the variant kernels, the gradients included (the clips were active)."""
     rci = _rci()
     tf = tf_module()
     run = _TF1Run(tmp_path / "m", _lstm_variants(tf, rci)[variant], seed=4)
     mods, log = _convert(run.prefix, tmp_path, capsys)
     cell = mods["rnn.lstm_cell"]
-    if variant != "relu":
+    if variant == "linear":  # tf.identity: j and c multiplied as they are
+        assert "activation      = 'linear'  <- meta graph" in log
+        assert cell.activation == "linear" and cell.forget_bias == pytest.approx(0.6)
+    if variant not in ("relu", "linear"):
         assert "clip_gradient   = 'zero'  <- LSTMCell's clip_by_value" in log
         assert np.abs(run.values[1]).max() == pytest.approx(cell.cell_clip)  # it clipped
     if variant == "lstmp":

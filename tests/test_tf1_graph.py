@@ -555,6 +555,8 @@ _C = "rnn/lstm_cell"
             f"one input gate's addition or activation after {_C}/split",
         ),
         (_static_lstm, "BiasAdd", f"{_C}/MatMul", f"one BiasAdd after {_C}/MatMul"),
+        (_static_lstm, "Tanh", f"{_C}/split:1", f"one use of j after {_C}/split:1"),
+        (_static_lstm, "Mul", f"{_C}/Tanh", f"one i·act(j) after {_C}/Tanh"),
         (_static_lstm, "Split", f"{_C}/BiasAdd", f"one Split after {_C}/BiasAdd"),
         (_static_clipped_lstm, "Minimum", f"{_C}/add_1", f"one cell clip after {_C}/add_1"),
         (
@@ -571,7 +573,7 @@ def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
     what was expected after which node and both readers."""
     graph_def = _graph_def(build)
     extra = graph_def.node.add(
-        name="second", op=op, input=[reads, reads][: 1 if op == "Sigmoid" else 2]
+        name="second", op=op, input=[reads, reads][: 1 if op in ("Sigmoid", "Tanh") else 2]
     )
     extra.attr["T"].type = tf.float32.as_datatype_enum
     cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
@@ -622,3 +624,19 @@ def test_a_gate_s_additions_end_at_its_activation(count):
         assert f"the input gate at {_C}/split: too many additions" in cell.problem
     else:
         assert "the input gate adds extra0 (AddV2), which is not the peephole" in cell.problem
+
+
+@pytest.mark.parametrize(
+    "gate, node", [("forget", "Sigmoid"), ("input", "Sigmoid_1"), ("output", "Sigmoid_2")]
+)
+def test_each_gate_s_activation_is_a_sigmoid(gate, node):
+    """One gate's sigmoid made a tanh in the first step: refused, naming that gate."""
+    plain = _graph_def(_static_lstm)
+
+    def tanh(n):
+        n.op = "Tanh"
+
+    cell = _edited(plain, f"{_C}/{node}", tanh).cell_at(_C, "lstm")
+    assert cell.cls is None and (
+        f"the {gate} gate's activation {_C}/{node} is Tanh, not the Sigmoid" in cell.problem
+    )
