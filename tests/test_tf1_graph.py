@@ -557,6 +557,7 @@ _C = "rnn/lstm_cell"
         (_static_lstm, "BiasAdd", f"{_C}/MatMul", f"one BiasAdd after {_C}/MatMul"),
         (_static_lstm, "Tanh", f"{_C}/split:1", f"one use of j after {_C}/split:1"),
         (_static_lstm, "Mul", f"{_C}/Tanh", f"one i·act(j) after {_C}/Tanh"),
+        (_static_lstm, "AddV2", f"{_C}/mul_1", f"one new c after {_C}/mul_1"),
         (_static_lstm, "Split", f"{_C}/BiasAdd", f"one Split after {_C}/BiasAdd"),
         (_static_clipped_lstm, "Minimum", f"{_C}/add_1", f"one cell clip after {_C}/add_1"),
         (
@@ -640,3 +641,37 @@ def test_each_gate_s_activation_is_a_sigmoid(gate, node):
     assert cell.cls is None and (
         f"the {gate} gate's activation {_C}/{node} is Tanh, not the Sigmoid" in cell.problem
     )
+
+
+def _static_lstmp():
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    xs = [tf.compat.v1.placeholder(tf.float32, [B, I], name=f"x{t}") for t in range(2)]
+    tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, num_proj=2, proj_clip=0.5), xs, dtype=tf.float32)
+
+
+def test_a_projection_multiplies_the_cell_s_own_h():
+    """LSTMCell's num_proj: the projection kernel's MatMul of the step's h = o · act(c) (each
+    static_rnn copy has its own), then proj_clip. One multiplying c instead, or a second
+    MatMul of h by the kernel, is refused, naming the h it looked for."""
+    plain = _graph_def(_static_lstmp)
+    cell = graph_from_graph_def(plain.SerializeToString()).cell_at(_C, "lstm")
+    assert (cell.cls, cell.attrs["proj_clip"], cell.problem) == ("LSTMCell", 0.5, None)
+    kernel = f"{_C}/projection/kernel"
+
+    def of_c(n):
+        n.input[0] = f"{_C}/add_1"
+
+    cell = _edited(plain, f"{_C}/MatMul_1", of_c).cell_at(_C, "lstm")
+    assert cell.cls is None and (
+        f"expected one MatMul of {kernel} after the cell's h {_C}/mul_2:0, found none"
+        in cell.problem
+    )
+    twice = type(plain)()
+    twice.CopyFrom(plain)
+    second = twice.node.add(
+        name="second", op="MatMul", input=[f"{_C}/mul_2", f"{kernel}/Read/Identity"]
+    )
+    second.attr["T"].type = tf.float32.as_datatype_enum
+    cell = graph_from_graph_def(twice.SerializeToString()).cell_at(_C, "lstm")
+    assert cell.cls is None and f"'{_C}/MatMul_1 (MatMul)', 'second (MatMul)'" in cell.problem

@@ -581,16 +581,14 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             pm = [u for u in g.users(proj.name, 0, {"MatMul"}) if g.forward_matmul(u, proj.name)]
             if not pm:
                 raise _Unreadable(f"{proj.name} is not multiplied by a MatMul")
-            mine = [u for u in pm if g.resolve(u.inputs[0]) == boundary["outputs"]["h"]]
-            attrs["proj_clip"], h_name = (
-                _clip_after(g, mine[0].name, "projection")
-                if mine
-                else (
-                    _clip_after(g, pm[0].name, "projection")[0],
-                    None,
-                )
-            )
-            boundary["outputs"]["h"] = (h_name, 0) if h_name else None
+            # The cell's own projection multiplies its h (static_rnn's copies share the kernel)
+            h = boundary["outputs"]["h"]
+            if h is None:
+                raise _Unreadable(f"{proj.name}: no single o · act(c) Mul for it to multiply")
+            mine = [u for u in pm if g.resolve(u.inputs[0]) == h]
+            m = _single(g, mine, f"MatMul of {proj.name}", f"the cell's h {h[0]}:{h[1]}")
+            attrs["proj_clip"], h_name = _clip_after(g, m.name, "projection")
+            boundary["outputs"]["h"] = (h_name, 0)
         return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}", boundary=boundary)
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
