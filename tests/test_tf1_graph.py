@@ -675,3 +675,28 @@ def test_a_projection_multiplies_the_cell_s_own_h():
     second.attr["T"].type = tf.float32.as_datatype_enum
     cell = graph_from_graph_def(twice.SerializeToString()).cell_at(_C, "lstm")
     assert cell.cls is None and f"'{_C}/MatMul_1 (MatMul)', 'second (MatMul)'" in cell.problem
+
+
+def _static_gru():
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    xs = [tf.compat.v1.placeholder(tf.float32, [B, I], name=f"x{t}") for t in range(2)]
+    tf.compat.v1.nn.static_rnn(rci.GRUCell(H), xs, dtype=tf.float32)
+
+
+@pytest.mark.parametrize("node", ["Tanh", "Tanh_1"])
+def test_each_static_rnn_copy_of_a_gru_reads_its_own_candidate(node):
+    """static_rnn's GRU copies share the candidate kernel: each copy's candidate is the MatMul
+    of its own concat(x, r·h). One step's candidate activation made a relu is refused as copies
+    that disagree; before, every copy read the first copy's candidate, and a relu in the
+    second step was ported as tanh."""
+    plain = _graph_def(_static_gru)
+    cell = graph_from_graph_def(plain.SerializeToString()).cell_at("rnn/gru_cell", "gru")
+    assert (cell.cls, cell.attrs, cell.problem) == ("GRUCell", {"activation": "tanh"}, None)
+
+    def relu(n):
+        n.op = "Relu"
+
+    cell = _edited(plain, f"rnn/gru_cell/{node}", relu).cell_at("rnn/gru_cell", "gru")
+    assert cell.cls is None and "the 2 uses of rnn/gru_cell/gates/kernel disagree" in cell.problem
+    assert "{'activation': 'relu'} at ops rnn/gru_cell/MatMul" in cell.problem

@@ -661,9 +661,14 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         cm = [u for u in g.users(cand.name, 0, {"MatMul"}) if g.forward_matmul(u, cand.name)]
         if not cm:
             raise _Unreadable(f"{cand.name} is not multiplied by a MatMul")
-        cb = _single(
-            g, g.users(cm[0].name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd", cm[0].name
-        )
+        # This step's candidate: concat(x, r·h)·candidate/kernel with r from this step's gates
+        # (static_rnn's copies share the kernel; each copy is read, and must agree, on its own)
+        split = _single(g, g.users(gate_act.name, 0, {"Split"}), "Split of r, u", gate_act.name)
+        rh = _single(g, g.users(split.name, 0, {"Mul"}), "r·h", f"{split.name}:0")
+        concat = _single(g, g.users(rh.name, 0, {"ConcatV2"}), "concat(x, r·h)", rh.name)
+        mine = [u for u in cm if g.resolve(u.inputs[0]) == (concat.name, 0)]
+        cmm = _single(g, mine, f"MatMul of {cand.name}", concat.name)
+        cb = _single(g, g.users(cmm.name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd", cmm.name)
         act = _single(g, g.users(cb.name, 0), "candidate activation", cb.name)
         # new_h = u·h + (1 − u)·c: the Add after (1 − u)·act(...)
         c_out = (act.name, 0) if act.op in _UNARY else (cb.name, 0)
@@ -675,7 +680,7 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         return GraphCell(
             "GRUCell",
             {"activation": _activation_of(g, act, "candidate")},
-            where=f"ops {matmul.name}, {cm[0].name}",
+            where=f"ops {matmul.name}, {cmm.name}",
             boundary=boundary,
         )
     except _Unreadable as err:
