@@ -700,3 +700,73 @@ def test_each_static_rnn_copy_of_a_gru_reads_its_own_candidate(node):
     cell = _edited(plain, f"rnn/gru_cell/{node}", relu).cell_at("rnn/gru_cell", "gru")
     assert cell.cls is None and "the 2 uses of rnn/gru_cell/gates/kernel disagree" in cell.problem
     assert "{'activation': 'relu'} at ops rnn/gru_cell/MatMul" in cell.problem
+
+
+def test_a_peephole_is_read_with_its_operands_either_way_round():
+    """`c · w_*_diag` is the peephole `w_*_diag · c` (Mul commutes): read as TF's own order."""
+    peep = _graph_def(_static_peephole_lstm)
+    for n in peep.node:
+        if n.op == "Mul" and any(i.endswith("_diag/Read/Identity") for i in n.input):
+            n.input[:] = list(reversed(n.input))
+    cell = graph_from_graph_def(peep.SerializeToString()).cell_at(_C, "lstm")
+    assert (cell.cls, cell.problem) == ("LSTMCell", None)
+
+
+def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
+    """What verify runs a step between (test_verify runs it): the step's x and h (concat(x, h),
+    also through an Identity), c_prev, the new c and h = o · act(c), with act tanh or linear
+    (tf.identity); a kernel product of no concat gives no inputs at all."""
+    plain = _graph_def(_static_lstm)
+    zeros = "rnn/LSTMCellZeroState/zeros"
+    want = {
+        "inputs": {"x": ("x0", 0), "h": (f"{zeros}_1", 0), "c": (zeros, 0)},
+        "outputs": {"c": (f"{_C}/add_1", 0), "h": (f"{_C}/mul_2", 0)},
+    }
+    assert graph_from_graph_def(plain.SerializeToString()).cell_at(_C, "lstm").boundary == want
+    through = type(plain)()
+    through.CopyFrom(plain)
+    ident = through.node.add(name="through", op="Identity", input=[f"{_C}/concat"])
+    ident.attr["T"].type = tf.float32.as_datatype_enum
+    next(n for n in through.node if n.name == f"{_C}/MatMul").input[0] = "through"
+    cell = graph_from_graph_def(through.SerializeToString()).cell_at(_C, "lstm")
+    assert cell.problem is None and cell.boundary == want
+
+    def of_x(n):
+        n.input[0] = "x0"
+
+    cell = _edited(plain, f"{_C}/MatMul", of_x).cell_at(_C, "lstm")
+    assert cell.boundary["inputs"] == {} and cell.boundary["outputs"] == want["outputs"]
+
+    def linear():
+        from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+        x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x0")
+        tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, activation=tf.identity), [x], dtype=tf.float32)
+
+    g = graph_from_graph_def(_graph_def(linear).SerializeToString())
+    cell = g.cell_at(_C, "lstm")
+    assert cell.attrs["activation"] == "linear"
+    (h,) = [n for n in g.nodes.values() if n.op == "Mul" and {g.resolve(r)[0] for r in n.inputs}
+            == {f"{_C}/Sigmoid_2", f"{_C}/add_1"}]  # fmt: skip
+    assert cell.boundary["outputs"] == {"c": (f"{_C}/add_1", 0), "h": (h.name, 0)}
+
+
+@pytest.mark.parametrize(
+    "op, reads, message",
+    [
+        ("BiasAdd", "MatMul", "one BiasAdd after rnn/gru_cell/MatMul"),
+        ("Tanh", "BiasAdd", "one gate activation after rnn/gru_cell/BiasAdd"),
+        ("BiasAdd", "MatMul_1", "one candidate BiasAdd after rnn/gru_cell/MatMul_1"),
+        ("Sigmoid", "BiasAdd_1", "one candidate activation after rnn/gru_cell/BiasAdd_1"),
+    ],
+)
+def test_a_gru_op_read_twice_is_refused_naming_both(op, reads, message):
+    graph_def = _graph_def(_static_gru)
+    reads = f"rnn/gru_cell/{reads}"
+    extra = graph_def.node.add(
+        name="second", op=op, input=[reads, reads][: 2 if op == "BiasAdd" else 1]
+    )
+    extra.attr["T"].type = tf.float32.as_datatype_enum
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/gru_cell", "gru")
+    assert cell.cls is None and f"expected {message}, found [" in cell.problem
+    assert f"'second ({op})'" in cell.problem
