@@ -277,16 +277,25 @@ def test_lstm_cell_variants(tmp_path, capsys, variant):
     run.compare(outs, state, x_t, _params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
 
 
-def test_gru_cell_relu(tmp_path, capsys):
+def _gru_cell_activation(tmp_path, capsys, activation, act):
     rci = _rci()
-    tf = tf_module()
-    run = _TF1Run(tmp_path / "m", lambda: rci.GRUCell(3, activation=tf.nn.relu), seed=8)
+    run = _TF1Run(tmp_path / "m", lambda: rci.GRUCell(3, activation=act), seed=8)
     mods, log = _convert(run.prefix, tmp_path, capsys)
-    assert "activation      = 'relu'  <- meta graph" in log
+    assert f"activation      = '{activation}'  <- meta graph" in log
     cell = mods["rnn.gru_cell"]
     x_t = torch.from_numpy(run.x).requires_grad_()
     outs, state = _step_gru(cell, x_t, run.lengths)
     run.compare(outs, state, x_t, _params(run, cell, "rnn/gru_cell", _GRU_PARAMS))
+
+
+def test_gru_cell_relu(tmp_path, capsys):
+    _gru_cell_activation(tmp_path, capsys, "relu", tf_module().nn.relu)
+
+
+def test_gru_cell_linear(tmp_path, capsys):
+    """activation=tf.identity: the candidate multiplied by (1 - u) as it is (it was read as an
+    activation "Mul" and refused)."""
+    _gru_cell_activation(tmp_path, capsys, "linear", tf_module().identity)
 
 
 def test_tf1_saved_model(tmp_path, capsys):

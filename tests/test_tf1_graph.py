@@ -751,22 +751,48 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     assert cell.boundary["outputs"] == {"c": (f"{_C}/add_1", 0), "h": (h.name, 0)}
 
 
+_G = "rnn/gru_cell"
+
+
 @pytest.mark.parametrize(
-    "op, reads, message",
+    "op, inputs, message",
     [
-        ("BiasAdd", "MatMul", "one BiasAdd after rnn/gru_cell/MatMul"),
-        ("Tanh", "BiasAdd", "one gate activation after rnn/gru_cell/BiasAdd"),
-        ("BiasAdd", "MatMul_1", "one candidate BiasAdd after rnn/gru_cell/MatMul_1"),
-        ("Sigmoid", "BiasAdd_1", "one candidate activation after rnn/gru_cell/BiasAdd_1"),
+        ("BiasAdd", ["MatMul", "MatMul"], f"one BiasAdd after {_G}/MatMul"),
+        ("Tanh", ["BiasAdd"], f"one gate activation after {_G}/BiasAdd"),
+        ("Split", ["split/split_dim", "Sigmoid"], f"one Split of r, u after {_G}/Sigmoid"),
+        ("Mul", ["split", "split"], f"one r·h after {_G}/split:0"),
+        ("ConcatV2", ["x0", "mul", "concat/axis"], f"one concat(x, r·h) after {_G}/mul"),
+        (
+            "MatMul",
+            ["concat_1", "candidate/kernel/Read/Identity"],
+            f"one MatMul of {_G}/candidate/kernel after {_G}/concat_1",
+        ),
+        ("BiasAdd", ["MatMul_1", "MatMul_1"], f"one candidate BiasAdd after {_G}/MatMul_1"),
+        ("Sigmoid", ["BiasAdd_1"], f"one candidate activation after {_G}/BiasAdd_1"),
     ],
 )
-def test_a_gru_op_read_twice_is_refused_naming_both(op, reads, message):
+def test_a_gru_op_read_twice_is_refused_naming_both(op, inputs, message):
     graph_def = _graph_def(_static_gru)
-    reads = f"rnn/gru_cell/{reads}"
-    extra = graph_def.node.add(
-        name="second", op=op, input=[reads, reads][: 2 if op == "BiasAdd" else 1]
-    )
+    names = [i if i == "x0" else f"{_G}/{i}" for i in inputs]
+    extra = graph_def.node.add(name="second", op=op, input=names)
     extra.attr["T"].type = tf.float32.as_datatype_enum
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/gru_cell", "gru")
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_G, "gru")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
+
+
+@pytest.mark.parametrize("activation", ["tanh", "linear"])
+def test_a_gru_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_h(activation):
+    from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x0")
+        act = tf.identity if activation == "linear" else tf.tanh
+        tf.compat.v1.nn.static_rnn(rci.GRUCell(H, activation=act), [x], dtype=tf.float32)
+
+    cell = graph_from_graph_def(_graph_def(build).SerializeToString()).cell_at(_G, "gru")
+    assert (cell.cls, cell.attrs, cell.problem) == ("GRUCell", {"activation": activation}, None)
+    assert cell.boundary == {
+        "inputs": {"x": ("x0", 0), "h": ("rnn/GRUCellZeroState/zeros", 0)},
+        "outputs": {"h": (f"{_G}/add", 0)},
+    }

@@ -679,7 +679,8 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         }
         return GraphCell(
             "GRUCell",
-            {"activation": _activation_of(g, act, "candidate")},
+            # activation=tf.identity: the candidate is multiplied by (1 − u) as it is
+            {"activation": "linear" if act.op == "Mul" else _activation_of(g, act, "candidate")},
             where=f"ops {matmul.name}, {cmm.name}",
             boundary=boundary,
         )
