@@ -752,6 +752,14 @@ def test_an_entry_without_its_checksum_is_refused_as_tf_refuses_it(tmp_path):
             getattr(TensorBundleReader(without), read)("t")
         again = getattr(TensorBundleReader(without, verify_crc=False), read)("t")
         np.testing.assert_array_equal(np.asarray(again), np.asarray(kept))
+    # Bytes whose masked crc32c is 0 (four, solved from crc32c's linear system) match the
+    # absent field: TF reads them, and so does the reader.
+    zero = b"E\xa3\xe7\x1f"
+    assert masked_crc32c(zero) == 0
+    entry = _entry(shape=(1,), size=4, data=zero)
+    assert entry.endswith(_field(6, 5, bytes(4)))  # the crc32c field, 0, last: cut
+    prefix = _bundle(tmp_path, {b"t": entry[:-5]}, zero)
+    np.testing.assert_array_equal(_opens(prefix, "t"), np.frombuffer(zero, "<f4"))
 
 
 def test_bytes_cut_after_the_index_was_read_are_refused(tmp_path):
