@@ -744,7 +744,10 @@ def test_an_entry_without_its_checksum_is_refused_as_tf_refuses_it(tmp_path):
         (strings, strings_crc, data, "get_strings"),
     ):
         assert entry.count(crc) == 1
-        kept = getattr(TensorBundleReader(_bundle(tmp_path, {b"t": entry}, payload)), read)("t")
+        kept_prefix = _bundle(tmp_path, {b"t": entry}, payload)
+        kept = getattr(TensorBundleReader(kept_prefix), read)("t")  # checksum as TF writes it:
+        theirs = tf.train.load_checkpoint(kept_prefix).get_tensor("t")  # TF reads it too
+        assert np.asarray(theirs).tolist() == np.asarray(kept, dtype=object).tolist()
         without = _bundle(tmp_path, {b"t": entry.replace(crc, b"")}, payload)
         with pytest.raises(Exception, match="Checksum does not match"):
             tf.train.load_checkpoint(without).get_tensor("t")

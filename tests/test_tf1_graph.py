@@ -334,6 +334,14 @@ def _edited(graph_def, name: str, edit):
     return graph_from_graph_def(out.SerializeToString())
 
 
+def _with_node(graph_def, name: str, op: str, inputs: list[str]):
+    """`graph_def` read with one float32 node more."""
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    out.node.add(name=name, op=op, input=inputs).attr["T"].type = tf.float32.as_datatype_enum
+    return graph_from_graph_def(out.SerializeToString())
+
+
 def test_static_rnn_copies_of_a_cell_must_agree():
     """static_rnn computes the step once per time step, each copy with its own constants and
     ops: every copy is read, and one that differs from the first, or that is not a cell the
@@ -572,12 +580,8 @@ def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
     """One op more reading a step's value where TF1's cell has one (a second activation of the
     forget gate, a second clip of c, a second Maximum of the clip): refused, the problem naming
     what was expected after which node and both readers."""
-    graph_def = _graph_def(build)
-    extra = graph_def.node.add(
-        name="second", op=op, input=[reads, reads][: 1 if op in ("Sigmoid", "Tanh") else 2]
-    )
-    extra.attr["T"].type = tf.float32.as_datatype_enum
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    inputs = [reads, reads][: 1 if op in ("Sigmoid", "Tanh") else 2]
+    cell = _with_node(_graph_def(build), "second", op, inputs).cell_at(_C, "lstm")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
 
@@ -667,13 +671,8 @@ def test_a_projection_multiplies_the_cell_s_own_h():
         f"expected one MatMul of {kernel} after the cell's h {_C}/mul_2:0, found none"
         in cell.problem
     )
-    twice = type(plain)()
-    twice.CopyFrom(plain)
-    second = twice.node.add(
-        name="second", op="MatMul", input=[f"{_C}/mul_2", f"{kernel}/Read/Identity"]
-    )
-    second.attr["T"].type = tf.float32.as_datatype_enum
-    cell = graph_from_graph_def(twice.SerializeToString()).cell_at(_C, "lstm")
+    twice = _with_node(plain, "second", "MatMul", [f"{_C}/mul_2", f"{kernel}/Read/Identity"])
+    cell = twice.cell_at(_C, "lstm")
     assert cell.cls is None and f"'{_C}/MatMul_1 (MatMul)', 'second (MatMul)'" in cell.problem
 
 
@@ -772,11 +771,8 @@ _G = "rnn/gru_cell"
     ],
 )
 def test_a_gru_op_read_twice_is_refused_naming_both(op, inputs, message):
-    graph_def = _graph_def(_static_gru)
     names = [i if i == "x0" else f"{_G}/{i}" for i in inputs]
-    extra = graph_def.node.add(name="second", op=op, input=names)
-    extra.attr["T"].type = tf.float32.as_datatype_enum
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_G, "gru")
+    cell = _with_node(_graph_def(_static_gru), "second", op, names).cell_at(_G, "gru")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
 
