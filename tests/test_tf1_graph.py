@@ -587,8 +587,8 @@ def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
 
 
 def test_a_forget_bias_is_a_scalar_constant_added_to_the_gate():
-    """The forget gate's first Add with one input (TF's import refuses it) or adding no scalar
-    constant: no forget bias to read, refused."""
+    """The forget gate's first Add with one input (TF's import refuses it: refused as such) or
+    adding no scalar constant (no forget bias to read): refused."""
     plain = _graph_def(_static_lstm)
     for edit in ("one input", "no constant"):
         edited = type(plain)()
@@ -601,7 +601,15 @@ def test_a_forget_bias_is_a_scalar_constant_added_to_the_gate():
         else:
             add.input[1] = f"{_C}/split:1"
         cell = graph_from_graph_def(edited.SerializeToString()).cell_at(_C, "lstm")
-        assert cell.cls is None and f"no constant forget bias added to {_C}/split:2" in cell.problem
+        assert (
+            cell.cls is None
+            and (
+                f"{_C}/add (AddV2) has 1 inputs, not 2"
+                if edit == "one input"
+                else f"no constant forget bias added to {_C}/split:2"
+            )
+            in cell.problem
+        )
 
 
 @pytest.mark.parametrize("count", [3, 4])
@@ -711,10 +719,86 @@ def test_a_peephole_is_read_with_its_operands_either_way_round():
     assert (cell.cls, cell.problem) == ("LSTMCell", None)
 
 
+def _rewired(graph_def, name: str, edit):
+    """`graph_def` with node `name` edited by `edit(node)`: (the graph, whether TF imports it)."""
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    edit(next(n for n in out.node if n.name == name))
+    try:
+        with tf.Graph().as_default():
+            tf.graph_util.import_graph_def(out, name="")
+    except ValueError:
+        return out, False
+    return out, True
+
+
+def _input(k: int, value: str):
+    def edit(n):
+        n.input[k] = value
+
+    return edit
+
+
+def _third_input(n):
+    n.input.append(n.input[0])
+
+
+_Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
+
+
+@pytest.mark.parametrize(
+    "node, edit, imports, message",
+    [
+        # Graphs TF runs, each computing something the module would not
+        ("BiasAdd", _input(1, f"{_C}/bias/Initializer/zeros"), True,
+         f"{_C}/BiasAdd (BiasAdd) adds {_C}/MatMul, {_C}/bias/Initializer/zeros, not "
+         f"{_C}/bias to {_C}/MatMul"),
+        ("mul_3", _input(0, f"{_C}/Sigmoid"), True,
+         f"{_C}/mul_3 (Mul) reads {_C}/Sigmoid, {_C}/Tanh, not i · act(j) ({_C}/Sigmoid_1, "
+         f"{_C}/Tanh)"),
+        ("mul_1", _input(0, f"{_C}/Sigmoid_1"), True,
+         f"{_C}/mul_1 (Mul) reads {_C}/Sigmoid_1, {_Z}, not the forget gate {_C}/Sigmoid"),
+        ("add_3", _input(0, _Z), True,
+         f"{_C}/add_3 adds {_Z} to i · act(j), not f · c_prev"),
+        ("mul_2", _input(1, f"{_Z}_1"), True,
+         f"the input gate adds {_C}/add_2 (AddV2), which is not the peephole {_C}/w_i_diag · c "
+         f"({_Z})"),
+        ("mul", _input(1, f"{_Z}_1"), True,
+         f"the forget gate adds {_C}/add_1 (AddV2), which is not the peephole {_C}/w_f_diag · c "
+         f"({_Z})"),
+        ("mul_4", _input(1, _Z), True,
+         f"the output gate adds {_C}/add_4 (AddV2), which is not the peephole {_C}/w_o_diag · c "
+         f"({_C}/add_3)"),
+        ("mul_5", _input(1, f"{_C}/add_3"), True,
+         f"expected one o · act(c) Mul of {_C}/Sigmoid_2 after {_C}/Tanh_1, found none"),
+        # Graphs TF refuses to import: refused here too, not read in part
+        ("add_3", _third_input, False, f"{_C}/add_3 (AddV2) has 3 inputs, not 2"),
+        ("add_1", _third_input, False, f"{_C}/add_1 (AddV2) has 3 inputs, not 2"),
+        ("add", _third_input, False, f"{_C}/add (AddV2) has 3 inputs, not 2"),
+        ("split", _input(0, f"{_C}/BiasAdd"), False,
+         f"{_C}/split splits {_C}/BiasAdd in 4 along axis None, not {_C}/BiasAdd in 4 along "
+         "axis 1"),
+        ("concat", _input(2, f"{_C}/split/split_dim"), True, None),  # axis 1 either way
+    ],
+)  # fmt: skip
+def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports, message):
+    """TF1's LSTMCell with peepholes, one step: c = f·c_prev + i·act(j) with f = σ(f + bias +
+    w_f·c_prev), i = σ(i + w_i·c_prev); h = σ(o + w_o·c)·act(c). One operand of one op
+    rewired (TF's node names), the cell is refused naming the op and what it reads; before,
+    each was ported as the cell TF no longer computes."""
+    graph_def, ok = _rewired(_graph_def(_static_peephole_lstm), f"{_C}/{node}", edit)
+    assert ok is imports
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_C, "lstm")
+    if message is None:
+        assert (cell.cls, cell.problem) == ("LSTMCell", None)
+    else:
+        assert cell.cls is None and message in cell.problem
+
+
 def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     """What verify runs a step between (test_verify runs it): the step's x and h (concat(x, h),
     also through an Identity), c_prev, the new c and h = o · act(c), with act tanh or linear
-    (tf.identity); a kernel product of no concat gives no inputs at all."""
+    (tf.identity). A kernel product of no concat is no TF1 cell: refused."""
     plain = _graph_def(_static_lstm)
     zeros = "rnn/LSTMCellZeroState/zeros"
     want = {
@@ -734,7 +818,8 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
         n.input[0] = "x0"
 
     cell = _edited(plain, f"{_C}/MatMul", of_x).cell_at(_C, "lstm")
-    assert cell.boundary["inputs"] == {} and cell.boundary["outputs"] == want["outputs"]
+    assert cell.cls is None
+    assert f"{_C}/MatMul multiplies x0 (Placeholder), not concat([x, h], 1)" in cell.problem
 
     def linear():
         from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
@@ -792,3 +877,42 @@ def test_a_gru_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_h(activation)
         "inputs": {"x": ("x0", 0), "h": ("rnn/GRUCellZeroState/zeros", 0)},
         "outputs": {"h": (f"{_G}/add", 0)},
     }
+
+
+@pytest.mark.parametrize(
+    "node, edit, imports, message",
+    [
+        ("BiasAdd", _input(1, f"{_G}/gates/bias/Initializer/Const"), True,
+         f"{_G}/BiasAdd (BiasAdd) adds {_G}/MatMul, {_G}/gates/bias/Initializer/Const, not "
+         f"{_G}/gates/bias to {_G}/MatMul"),
+        ("mul", _input(1, f"{_G}/split"), True,
+         f"{_G}/mul (Mul) reads {_G}/split, {_G}/split, not r · h ({_G}/split, "
+         "rnn/GRUCellZeroState/zeros)"),
+        ("concat_1", _input(0, "x1"), True,
+         f"{_G}/concat_1 joins x1, {_G}/mul, not the step's x x0 and r · h {_G}/mul"),
+        ("BiasAdd_1", _input(1, f"{_G}/candidate/bias/Initializer/zeros"), True,
+         f"{_G}/BiasAdd_1 (BiasAdd) adds {_G}/MatMul_1, {_G}/candidate/bias/Initializer/zeros, "
+         f"not {_G}/candidate/bias to {_G}/MatMul_1"),
+        ("mul_2", _input(0, f"{_G}/split:1"), True,
+         f"{_G}/mul_2 multiplies the candidate by another value than 1 − u"),
+        ("sub", lambda n: n.input.reverse(), True,
+         f"{_G}/mul_2 multiplies the candidate by another value than 1 − u"),
+        ("mul_1", _input(1, f"{_G}/split:1"), True,
+         f"{_G}/mul_1 (Mul) reads {_G}/split:1, {_G}/split:1, not u · h ({_G}/split:1, "
+         "rnn/GRUCellZeroState/zeros)"),
+        ("add", _input(0, f"{_G}/mul"), True,
+         f"{_G}/mul (Mul) reads {_G}/split, rnn/GRUCellZeroState/zeros, not u · h"),
+        ("add", _third_input, False, f"{_G}/add (AddV2) has 3 inputs, not 2"),
+        ("split", lambda n: n.attr["num_split"].__setattr__("i", 4), False,
+         f"{_G}/split splits {_G}/Sigmoid in 4 along axis 1.0, not {_G}/Sigmoid in 2 along "
+         "axis 1"),
+    ],
+)  # fmt: skip
+def test_each_op_of_a_gru_step_combines_the_cell_s_values(node, edit, imports, message):
+    """TF1's GRUCell, first static_rnn step: r, u = split(σ(concat(x, h)·W + b)); c =
+    tanh(concat(x, r·h)·W_c + b_c); h' = u·h + (1 − u)·c. One operand rewired: refused,
+    naming it (before, ported as the GRU TF no longer computes)."""
+    graph_def, ok = _rewired(_graph_def(_static_gru), f"{_G}/{node}", edit)
+    assert ok is imports
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_G, "gru")
+    assert cell.cls is None and message in cell.problem

@@ -20,7 +20,9 @@ nodes. Both are followed to the variables they read.
   the activation the op applied to j (and to c), a `clip_by_value` (`Minimum`, `Maximum` with
   constants) after the new c is the cell clip, a `MatMul` with `projection/kernel` the
   projection, a clip after it the projection clip. Any op on those paths that is not what the
-  cell classes build makes the cell unreadable, and the converter refuses it by name.
+  cell classes build, or that combines other values than theirs (each op's operands are
+  checked: a graph computing anything else is no such cell), makes the cell unreadable, and
+  the converter refuses it by name.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ _INPUT_ARGS = {
 # in an IndexError). Checked against TF's op registry in test_tf1_graph.
 _ARITY = {
     # (Add and AddV2 are left to the describers, which refuse the layer whose step holds one,
-    # naming it: keras_graph's "has 3 inputs, not 2"; tf1_graph's _const_add reads either.)
+    # naming it: keras_graph's and tf1_graph's own "has 3 inputs, not 2".)
     **dict.fromkeys(("MatMul", "BiasAdd", "Mul", "Minimum", "Maximum", "Split"), 2),
     **{op: len(args) for op, args in _INPUT_ARGS.items()},
 }
@@ -485,13 +487,82 @@ class _Unreadable(Exception):
     pass
 
 
-def _const_add(g: TF1Graph, node: _Node) -> float | None:
-    """The constant of `x + c`, or None when neither input of an Add is a scalar constant."""
-    for pos in (0, 1):
-        c = g.const(node.inputs[pos]) if pos < len(node.inputs) else None
-        if c is not None:
-            return c
-    return None
+def _text(ref: tuple[str, int]) -> str:
+    """A value as TF names it: `node` for output 0, else `node:k`."""
+    return f"{ref[0]}:{ref[1]}" if ref[1] else ref[0]
+
+
+def _operands(g: TF1Graph, node: _Node) -> list[tuple[str, int]]:
+    """The two values a binary op of the cell combines, as `resolve` finds them. An Add of
+    another number of inputs (TF's import refuses one; _ARITY leaves Add to the readers) is
+    refused, not read as its first two."""
+    if len(node.inputs) != 2:
+        raise _Unreadable(f"{node.name} ({node.op}) has {len(node.inputs)} inputs, not 2")
+    return [g.resolve(r) for r in node.inputs]
+
+
+def _other(g: TF1Graph, node: _Node, ref, what: str) -> tuple[str, int]:
+    """The input of the binary op `node` besides `ref` (as stored, for the step's boundary),
+    refused where `node` does not read `ref` (`what`)."""
+    ins, mine = _operands(g, node), g.resolve(ref)
+    if mine not in ins:
+        raise _Unreadable(
+            f"{node.name} ({node.op}) reads {', '.join(map(_text, ins))}, not {what} {_text(mine)}"
+        )
+    return node.inputs[1] if ins[0] == mine else node.inputs[0]
+
+
+def _combines(g: TF1Graph, node: _Node, want: list, what: str) -> None:
+    """`node` (an Add or a Mul: either order) combines exactly the values `want`: another
+    operand would be a value the module never reads."""
+    got, want = _operands(g, node), [g.resolve(r) for r in want]
+    if sorted(got) != sorted(want):
+        raise _Unreadable(
+            f"{node.name} ({node.op}) reads {', '.join(map(_text, got))}, not {what} "
+            f"({', '.join(map(_text, want))})"
+        )
+
+
+def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
+    """x and h of a TF1 Python cell's step: the kernel multiplies `concat([x, h], 1)` (stored
+    as the concat reads them: verify feeds its copy of the step there)."""
+    ref = g.resolve(matmul.inputs[0])
+    concat = g.nodes.get(ref[0])
+    if (
+        concat is None
+        or concat.op != "ConcatV2"
+        or len(concat.inputs) != 3
+        or g.const(concat.inputs[2]) not in (1.0, -1.0)
+    ):
+        raise _Unreadable(
+            f"{matmul.name} multiplies {_text(ref)} "
+            f"({concat.op if concat else 'not in the graph'}), not concat([x, h], 1)"
+        )
+    return {"x": concat.inputs[0], "h": concat.inputs[1]}
+
+
+def _bias_add(g: TF1Graph, matmul: _Node, var: str, what: str = "BiasAdd") -> _Node:
+    """`bias_add(x · kernel, bias)` as TF1's cells compute it (an Add of the two either way
+    round also): any other addend is a bias the module would not add."""
+    add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), what, matmul.name)
+    got, want = _operands(g, add), [(matmul.name, 0), (var, 0)]
+    if got != want and (add.op == "BiasAdd" or got[::-1] != want):
+        raise _Unreadable(
+            f"{add.name} ({add.op}) adds {', '.join(map(_text, got))}, not {var} to {matmul.name}"
+        )
+    return add
+
+
+def _split(g: TF1Graph, value: _Node, parts: int, what: str) -> _Node:
+    """`split(value, parts, axis=1)`: the gates side by side in TF1's cells."""
+    split = _single(g, g.users(value.name, 0, {"Split"}), what, value.name)
+    axis, num = g.const(split.inputs[0]), split.attrs.get("num_split")
+    if g.resolve(split.inputs[1]) != (value.name, 0) or axis not in (1.0, -1.0) or num != parts:
+        raise _Unreadable(
+            f"{split.name} splits {_text(g.resolve(split.inputs[1]))} in {num} along axis "
+            f"{axis}, not {value.name} in {parts} along axis 1"
+        )
+    return split
 
 
 def _clip_after(g: TF1Graph, name: str, what: str) -> tuple[float | None, str]:
@@ -514,53 +585,63 @@ def _activation_of(g: TF1Graph, node: _Node | None, what: str) -> str:
     return _ACTIVATION_OPS.get(node.op, node.op)
 
 
-def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list[_Node]]:
+def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list]:
     """Follows a gate's pre-activation through additions (bias, peephole) to its activation:
-    `(activation node, the Add nodes passed)`. Each value on the way has one reader in TF1's
-    cells (the training graph's aside); another, even one the outputs do not use, is refused
-    rather than passed by."""
+    `(activation node, [(Add node, the term it adds)])`. Each value on the way has one reader
+    in TF1's cells (the training graph's aside); another, even one the outputs do not use, is
+    refused rather than passed by."""
     adds, ref = [], start
     for _ in range(4):
-        at = f"{ref[0]}:{ref[1]}" if ref[1] else ref[0]
-        step = _single(g, g.users(*ref), f"{what} gate's addition or activation", at)
+        step = _single(g, g.users(*ref), f"{what} gate's addition or activation", _text(ref))
         if step.op not in _ADDS:
             return step, adds
-        adds.append(step)
+        adds.append((step, _other(g, step, ref, f"the {what} gate")))
         ref = (step.name, 0)
     raise _Unreadable(f"the {what} gate at {start[0]}: too many additions")
 
 
 def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
-    """TF1 `LSTMCell` / `BasicLSTMCell` (rnn_cell_impl.py) around one `MatMul` of the kernel."""
+    """TF1 `LSTMCell` / `BasicLSTMCell` (rnn_cell_impl.py) around one `MatMul` of the kernel:
+    every op's operands are the cell's (c = f·c_prev + i·act(j), h = o·act(c)), so that a
+    graph computing anything else is refused, not ported as the cell."""
     try:
-        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd", matmul.name)
-        split = _single(g, g.users(bias_add.name, 0, {"Split"}), "Split", bias_add.name)
+        inputs = _step_inputs(g, matmul)
+        bias_add = _bias_add(g, matmul, f"{scope}/bias")
+        split = _split(g, bias_add, 4, "Split")
         f_act, f_adds = _gate(g, (split.name, 2), "forget")
         i_act, i_adds = _gate(g, (split.name, 0), "input")
         o_act, o_adds = _gate(g, (split.name, 3), "output")
-        # Every other addition is a peephole: a term the module would otherwise drop
-        for gate, adds, leaf in (("input", i_adds, "w_i_diag"), ("forget", f_adds[1:], "w_f_diag"),
-                                 ("output", o_adds, "w_o_diag")):  # fmt: skip
-            _peephole(g, adds, f"{scope}/{leaf}", gate)
         for name, act in (("input", i_act), ("forget", f_act), ("output", o_act)):
             if act.op != "Sigmoid":
                 raise _Unreadable(
                     f"the {name} gate's activation {act.name} is {act.op}, not the "
                     "Sigmoid TF1's LSTM cells apply"
                 )
-        forget_bias = _const_add(g, f_adds[0]) if f_adds else None
+        forget_bias = g.const(f_adds[0][1]) if f_adds else None
         if forget_bias is None:
             raise _Unreadable(f"no constant forget bias added to {split.name}:2")
         j_node = _single(g, g.users(split.name, 1), "use of j", f"{split.name}:1")
         if j_node.op == "Mul":  # activation=tf.identity: j is multiplied as it is
-            activation, i_mul = "linear", j_node
+            activation, i_mul, j_out = "linear", j_node, (split.name, 1)
         else:
             activation = _activation_of(g, j_node, "activation of j")
             i_mul = _single(g, g.users(j_node.name, 0, {"Mul"}), "i·act(j)", j_node.name)
-        # c = f·c_prev + i·act(j): the Add after i·act(j), then the optional clip
+            j_out = (j_node.name, 0)
+        _combines(g, i_mul, [(i_act.name, 0), j_out], "i · act(j)")
+        # c = f·c_prev + i·act(j), then the optional clip
         c_add = _single(g, g.users(i_mul.name, 0, _ADDS), "new c", i_mul.name)
+        f_ref = g.resolve(_other(g, c_add, (i_mul.name, 0), "i · act(j)"))
+        f_mul = g.nodes.get(f_ref[0])
+        if f_mul is None or f_mul.op != "Mul":
+            raise _Unreadable(f"{c_add.name} adds {_text(f_ref)} to i · act(j), not f · c_prev")
+        inputs["c"] = _other(g, f_mul, (f_act.name, 0), "the forget gate")
         cell_clip, c_name = _clip_after(g, c_add.name, "cell")
-        # m = o·act(c): act(c) must be the same function as act(j)
+        # Every other addition to a gate is a peephole: a term the module would otherwise drop
+        for gate, adds, leaf, c in (("input", i_adds, "w_i_diag", inputs["c"]),
+                                    ("forget", f_adds[1:], "w_f_diag", inputs["c"]),
+                                    ("output", o_adds, "w_o_diag", (c_name, 0))):  # fmt: skip
+            _peephole(g, adds, f"{scope}/{leaf}", gate, c)
+        # h = o·act(c): act(c) must be the same function as act(j)
         c_acts = [u for u in g.users(c_name, 0) if u.op in _UNARY]
         if activation != "linear" and [_ACTIVATION_OPS.get(u.op, u.op) for u in c_acts] != [
             activation
@@ -569,8 +650,12 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
                 f"act(j) is {activation} but the new c at {c_name} feeds "
                 f"{[f'{u.name} ({u.op})' for u in c_acts]}"
             )
+        act_c = (c_acts[0].name, 0) if c_acts else (c_name, 0)
+        want = sorted([act_c, (o_act.name, 0)])
+        h = [u for u in g.users(*act_c, {"Mul"}) if sorted(_operands(g, u)) == want]
+        h = _single(g, h, f"o · act(c) Mul of {o_act.name}", _text(act_c))
+        boundary = {"inputs": inputs, "outputs": {"c": (c_name, 0), "h": (h.name, 0)}}
         attrs = {"forget_bias": forget_bias, "activation": activation, "cell_clip": cell_clip}
-        boundary = _lstm_boundary(g, matmul, c_add, i_mul, f_act, o_act, c_name, c_acts)
         proj = g.variable(f"{scope}/projection/kernel")
         cls = (
             "BasicLSTMCell"
@@ -582,11 +667,8 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             if not pm:
                 raise _Unreadable(f"{proj.name} is not multiplied by a MatMul")
             # The cell's own projection multiplies its h (static_rnn's copies share the kernel)
-            h = boundary["outputs"]["h"]
-            if h is None:
-                raise _Unreadable(f"{proj.name}: no single o · act(c) Mul for it to multiply")
-            mine = [u for u in pm if g.resolve(u.inputs[0]) == h]
-            m = _single(g, mine, f"MatMul of {proj.name}", f"the cell's h {h[0]}:{h[1]}")
+            mine = [u for u in pm if g.resolve(u.inputs[0]) == (h.name, 0)]
+            m = _single(g, mine, f"MatMul of {proj.name}", f"the cell's h {h.name}:0")
             attrs["proj_clip"], h_name = _clip_after(g, m.name, "projection")
             boundary["outputs"]["h"] = (h_name, 0)
         return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}", boundary=boundary)
@@ -594,20 +676,19 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         return GraphCell(None, where=matmul.name, problem=str(err))
 
 
-def _peephole(g: TF1Graph, adds: list[_Node], var: str, gate: str) -> None:
-    """A gate's additions besides the forget bias: TF1 LSTMCell's peephole `var · c` where the
-    graph holds `var` (use_peepholes, which the port takes from the variables), none where it
-    does not. Anything else added is refused: the module would compute without it."""
+def _peephole(g: TF1Graph, adds: list, var: str, gate: str, c) -> None:
+    """A gate's additions besides the forget bias: TF1 LSTMCell's peephole `var · c` (c_prev
+    for the input and forget gates, the new c for the output gate) where the graph holds `var`
+    (use_peepholes, which the port takes from the variables), none where it does not. Anything
+    else added is refused: the module would compute without it."""
     peephole = g.variable(var) is not None
-    for a in adds:
-        terms = [g.nodes.get(g.resolve(r)[0]) for r in a.inputs[:2]]
-        if not any(
-            t is not None and t.op == "Mul" and (g.reads(t, 0, var) or g.reads(t, 1, var))
-            for t in terms
-        ):
+    want = sorted([(var, 0), g.resolve(c)])
+    for add, term in adds:
+        t = g.nodes.get(g.resolve(term)[0])
+        if t is None or t.op != "Mul" or sorted(_operands(g, t)) != want:
             raise _Unreadable(
-                f"the {gate} gate adds {a.name} ({a.op}), which is not the peephole {var} · c "
-                "of TF1's LSTMCell"
+                f"the {gate} gate adds {add.name} ({add.op}), which is not the peephole {var} "
+                f"· c ({_text(g.resolve(c))}) of TF1's LSTMCell"
             )
     if len(adds) != int(peephole):
         raise _Unreadable(
@@ -616,40 +697,13 @@ def _peephole(g: TF1Graph, adds: list[_Node], var: str, gate: str) -> None:
         )
 
 
-def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
-    """x and h of a TF1 Python cell's step: `concat([x, h], 1)` multiplied by the kernel."""
-    concat = g.nodes.get(matmul.inputs[0][0])
-    while concat is not None and concat.op in ("Identity", "Snapshot"):
-        concat = g.nodes.get(concat.inputs[0][0])
-    if concat is None or concat.op != "ConcatV2" or len(concat.inputs) != 3:
-        return {}
-    return {"x": concat.inputs[0], "h": concat.inputs[1]}
-
-
-def _lstm_boundary(g, matmul, c_add, i_mul, f_act, o_act, c_name, c_acts) -> dict:
-    """The step's x, h, c_prev and its new c (after the clip) and m = o·act(c)."""
-    inputs = _step_inputs(g, matmul)
-    f_mul = [g.nodes[r[0]] for r in c_add.inputs[:2] if g.resolve(r) != (i_mul.name, 0)]
-    if inputs and len(f_mul) == 1:
-        f_out = (f_act.name, 0)
-        c_prev = [r for r in f_mul[0].inputs[:2] if g.resolve(r) != f_out]
-        if len(c_prev) == 1:
-            inputs["c"] = c_prev[0]
-    act_c = (c_acts[0].name, 0) if c_acts else (c_name, 0)
-    m = [
-        u
-        for u in g.users(*act_c, {"Mul"})
-        if {g.resolve(r) for r in u.inputs[:2]} == {act_c, (o_act.name, 0)}
-    ]
-    outputs = {"c": (c_name, 0), "h": (m[0].name, 0) if len(m) == 1 else None}
-    return {"inputs": inputs, "outputs": outputs}
-
-
 def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
     """TF1 `GRUCell`: `sigmoid(concat(x, h)·gates/kernel + b)` split into r, u; the candidate
-    `act(concat(x, r·h)·candidate/kernel + b)`."""
+    `c = act(concat(x, r·h)·candidate/kernel + b)`; the new h `u·h + (1 − u)·c`, every op's
+    operands checked as in `_python_lstm`."""
     try:
-        bias_add = _single(g, g.users(matmul.name, 0, {"BiasAdd"} | _ADDS), "BiasAdd", matmul.name)
+        inputs = _step_inputs(g, matmul)
+        bias_add = _bias_add(g, matmul, f"{scope}/gates/bias")
         gate_act = _single(g, g.users(bias_add.name, 0), "gate activation", bias_add.name)
         if gate_act.op != "Sigmoid":
             raise _Unreadable(
@@ -663,26 +717,43 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             raise _Unreadable(f"{cand.name} is not multiplied by a MatMul")
         # This step's candidate: concat(x, r·h)·candidate/kernel with r from this step's gates
         # (static_rnn's copies share the kernel; each copy is read, and must agree, on its own)
-        split = _single(g, g.users(gate_act.name, 0, {"Split"}), "Split of r, u", gate_act.name)
+        split = _split(g, gate_act, 2, "Split of r, u")
+        update = (split.name, 1)  # u
         rh = _single(g, g.users(split.name, 0, {"Mul"}), "r·h", f"{split.name}:0")
+        _combines(g, rh, [(split.name, 0), inputs["h"]], "r · h")
         concat = _single(g, g.users(rh.name, 0, {"ConcatV2"}), "concat(x, r·h)", rh.name)
         mine = [u for u in cm if g.resolve(u.inputs[0]) == (concat.name, 0)]
         cmm = _single(g, mine, f"MatMul of {cand.name}", concat.name)
-        cb = _single(g, g.users(cmm.name, 0, {"BiasAdd"} | _ADDS), "candidate BiasAdd", cmm.name)
+        joined = [g.resolve(r) for r in _step_inputs(g, cmm).values()]
+        if joined != [g.resolve(inputs["x"]), (rh.name, 0)]:
+            raise _Unreadable(
+                f"{concat.name} joins {', '.join(map(_text, joined))}, not the step's x "
+                f"{_text(g.resolve(inputs['x']))} and r · h {rh.name}"
+            )
+        cb = _bias_add(g, cmm, f"{scope}/candidate/bias", "candidate BiasAdd")
         act = _single(g, g.users(cb.name, 0), "candidate activation", cb.name)
-        # new_h = u·h + (1 − u)·c: the Add after (1 − u)·act(...)
+        # new_h = u·h + (1 − u)·c
         c_out = (act.name, 0) if act.op in _UNARY else (cb.name, 0)
-        adds = [a for mul in g.users(*c_out, {"Mul"}) for a in g.users(mul.name, 0, _ADDS)]
-        boundary = {
-            "inputs": _step_inputs(g, matmul),
-            "outputs": {"h": (adds[0].name, 0) if len(adds) == 1 else None},
-        }
+        keep = _single(g, g.users(*c_out, {"Mul"}), "(1 − u)·c", _text(c_out))
+        sub = g.nodes.get(g.resolve(_other(g, keep, c_out, "the candidate"))[0])
+        if (
+            sub is None
+            or sub.op != "Sub"
+            or _operands(g, sub)[1] != update
+            or g.const(sub.inputs[0]) != 1.0
+        ):
+            raise _Unreadable(f"{keep.name} multiplies the candidate by another value than 1 − u")
+        new_h = _single(g, g.users(keep.name, 0, _ADDS), "new h", keep.name)
+        carry = g.nodes.get(g.resolve(_other(g, new_h, (keep.name, 0), "(1 − u)·c"))[0])
+        if carry is None or carry.op != "Mul":
+            raise _Unreadable(f"{new_h.name} adds another value than u · h to (1 − u)·c")
+        _combines(g, carry, [update, inputs["h"]], "u · h")
         return GraphCell(
             "GRUCell",
             # activation=tf.identity: the candidate is multiplied by (1 − u) as it is
             {"activation": "linear" if act.op == "Mul" else _activation_of(g, act, "candidate")},
             where=f"ops {matmul.name}, {cmm.name}",
-            boundary=boundary,
+            boundary={"inputs": inputs, "outputs": {"h": (new_h.name, 0)}},
         )
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
