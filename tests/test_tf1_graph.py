@@ -537,6 +537,7 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
 
 
 _C = "rnn/lstm_cell"
+_G = "rnn/gru_cell"
 
 
 @pytest.mark.parametrize(
@@ -779,6 +780,10 @@ _Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
          f"{_C}/split splits {_C}/BiasAdd in 4 along axis None, not {_C}/BiasAdd in 4 along "
          "axis 1"),
         ("concat", _input(2, f"{_C}/split/split_dim"), True, None),  # axis 1 either way
+        # A step input computed by the step (h the forget peephole's product)
+        ("concat", _input(1, f"{_C}/mul"), True,
+         f"{_C}/mul is read by ['{_C}/add_1', '{_C}/concat']; in TF1's cell by ['{_C}/add_1'] "
+         "alone"),
     ],
 )  # fmt: skip
 def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports, message):
@@ -793,6 +798,31 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
         assert (cell.cls, cell.problem) == ("LSTMCell", None)
     else:
         assert cell.cls is None and message in cell.problem
+
+
+@pytest.mark.parametrize(
+    "build, scope, kind, node, edit, message",
+    [
+        # c = f·f + i·act(j): c_prev is the step's own forget gate
+        (_static_lstm, _C, "lstm", "mul", _input(1, f"{_C}/Sigmoid"),
+         f"the step's c is {_C}/Sigmoid, a value of the step"),
+        # c = f·o + i·act(j): the output gate read twice
+        (_static_lstm, _C, "lstm", "mul", _input(1, f"{_C}/Sigmoid_2"),
+         f"{_C}/Sigmoid_2 is read by ['{_C}/mul', '{_C}/mul_2']; in TF1's cell by ['{_C}/mul_2'] "
+         "alone"),
+        # the second step's r·h multiplies the first step's u·h, not its h
+        (_static_gru, _G, "gru", "mul_3", _input(1, f"{_G}/mul_1"),
+         f"{_G}/mul_1 is read by ['{_G}/add', '{_G}/mul_3']; in TF1's cell by ['{_G}/add'] alone"),
+    ],
+)  # fmt: skip
+def test_a_step_is_closed(build, scope, kind, node, edit, message):
+    """Each value inside a step is read by the one op of the cell that reads it in TF1's
+    cells, and x, h, c_prev come from outside the step: graphs TF runs that break either
+    (each ported before as the cell) are refused, naming the value and its readers."""
+    graph_def, ok = _rewired(_graph_def(build), f"{scope}/{node}", edit)
+    assert ok
+    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(scope, kind)
+    assert cell.cls is None and message in cell.problem
 
 
 def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
@@ -833,9 +863,6 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     (h,) = [n for n in g.nodes.values() if n.op == "Mul" and {g.resolve(r)[0] for r in n.inputs}
             == {f"{_C}/Sigmoid_2", f"{_C}/add_1"}]  # fmt: skip
     assert cell.boundary["outputs"] == {"c": (f"{_C}/add_1", 0), "h": (h.name, 0)}
-
-
-_G = "rnn/gru_cell"
 
 
 @pytest.mark.parametrize(

@@ -181,8 +181,8 @@ def test_verify_published_frozen_graph(tmp_path, capsys):
 
 def test_verify_says_what_it_cannot(tmp_path, capsys):
     """A weights-only file without --config, stacked canonical cuDNN layers, a TF1 checkpoint
-    without its graph: exit 0, each layer 'not verified' with the reason; cuDNN layers on a
-    machine without a GPU: TF's missing kernel named."""
+    without its graph, a step whose c and h are one tensor: exit 0, each layer 'not verified'
+    with the reason; cuDNN layers on a machine without a GPU: TF's missing kernel named."""
     out, _ = _verify_cli(os.path.join(DATA, "chars2vec_eng_50", "weights.h5"), tmp_path, capsys,
                          "--set", "lstm_1:return_sequences=true")  # fmt: skip
     assert "not verified: the file stores no model config" in out and "give --config" in out
@@ -194,6 +194,17 @@ def test_verify_says_what_it_cannot(tmp_path, capsys):
     run = _TF1Run(tmp_path / "n", lambda: _rci().GRUCell(2), seed=47, meta=False)
     out, _ = _verify_cli(run.prefix, tmp_path, capsys, "--assume-defaults")
     assert "not verified: the file stores no graph of the computation" in out
+
+    def one_state(tf, xs):  # static_rnn's first step: c and h one zeros tensor
+        rci, z = _rci(), tf.zeros([xs.shape[1], 3], name="z")
+        outs, state = tf.compat.v1.nn.static_rnn(
+            rci.LSTMCell(3), tf.unstack(xs), initial_state=rci.LSTMStateTuple(z, z)
+        )
+        return tf.stack(outs), state
+
+    run = _TF1Run(tmp_path / "z", None, driver=one_state, lengths=False, seed=49)
+    out, _ = _verify_cli(run.prefix, tmp_path, capsys)
+    assert "not verified: the step's h and c are one tensor, z: its copy cannot be fed" in out
     out, _ = _verify_cli(os.path.join(DATA, "keras2", "cudnn.h5"), tmp_path, capsys)
     assert any(
         why in out

@@ -565,24 +565,40 @@ def _split(g: TF1Graph, value: _Node, parts: int, what: str) -> _Node:
     return split
 
 
-def _clip_after(g: TF1Graph, name: str, what: str) -> tuple[float | None, str]:
-    """`clip_by_value(x, -c, c)` applied to `name`'s output: `(c or None, op name)`."""
+def _clip_after(g: TF1Graph, name: str, what: str) -> tuple[float | None, str, list]:
+    """`clip_by_value(x, -c, c)` applied to `name`'s output: `(c or None, op name, the step's
+    values in it and their readers, for _closed)`."""
     mins = g.users(name, 0, {"Minimum"})
     if not mins:
-        return None, name
+        return None, name, []
     m = _single(g, mins, f"{what} clip", name)
     hi = g.const(m.inputs[1])
     mx = _single(g, g.users(m.name, 0, {"Maximum"}), f"{what} clip's Maximum", m.name)
     lo = g.const(mx.inputs[1])
     if hi is None or lo is None or lo != -hi:
         raise _Unreadable(f"{m.name}/{mx.name} clip to [{lo}, {hi}], not clip_by_value(x, -c, c)")
-    return hi, mx.name
+    return hi, mx.name, [((name, 0), [m]), ((m.name, 0), [mx])]
 
 
 def _activation_of(g: TF1Graph, node: _Node | None, what: str) -> str:
     if node is None:
         raise _Unreadable(f"no op computes the {what}")
     return _ACTIVATION_OPS.get(node.op, node.op)
+
+
+def _closed(g: TF1Graph, inner: list, inputs: dict) -> None:
+    """A step of TF1's cell is closed: each value inside it (`inner`: `(value, [its readers])`)
+    is read by those ops of the cell alone (the training graph's aside), and x, h, c_prev come
+    from outside it. A value of the step read elsewhere too, or a step input the step computes,
+    is a cell TF1 does not build."""
+    own = {ref[0] for ref, _ in inner} | {r.name for _, readers in inner for r in readers}
+    for ref, readers in inner:
+        got, want = (sorted({u.name for u in us}) for us in (g.users(*ref), readers))
+        if got != want:
+            raise _Unreadable(f"{_text(ref)} is read by {got}; in TF1's cell by {want} alone")
+    for role, ref in inputs.items():
+        if g.resolve(ref)[0] in own:
+            raise _Unreadable(f"the step's {role} is {_text(g.resolve(ref))}, a value of the step")
 
 
 def _gate(g: TF1Graph, start: tuple[str, int], what: str) -> tuple[_Node, list]:
@@ -635,7 +651,7 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         if f_mul is None or f_mul.op != "Mul":
             raise _Unreadable(f"{c_add.name} adds {_text(f_ref)} to i · act(j), not f · c_prev")
         inputs["c"] = _other(g, f_mul, (f_act.name, 0), "the forget gate")
-        cell_clip, c_name = _clip_after(g, c_add.name, "cell")
+        cell_clip, c_name, inner = _clip_after(g, c_add.name, "cell")
         # Every other addition to a gate is a peephole: a term the module would otherwise drop
         for gate, adds, leaf, c in (("input", i_adds, "w_i_diag", inputs["c"]),
                                     ("forget", f_adds[1:], "w_f_diag", inputs["c"]),
@@ -669,8 +685,18 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
             # The cell's own projection multiplies its h (static_rnn's copies share the kernel)
             mine = [u for u in pm if g.resolve(u.inputs[0]) == (h.name, 0)]
             m = _single(g, mine, f"MatMul of {proj.name}", f"the cell's h {h.name}:0")
-            attrs["proj_clip"], h_name = _clip_after(g, m.name, "projection")
+            attrs["proj_clip"], h_name, clip = _clip_after(g, m.name, "projection")
             boundary["outputs"]["h"] = (h_name, 0)
+            inner += [((h.name, 0), [m]), *clip]
+        pairs = [(matmul, bias_add), (bias_add, split), (i_act, i_mul), (f_act, f_mul)]
+        pairs += [(o_act, h), (i_mul, c_add), (f_mul, c_add)]
+        inner += [((n.name, 0), [r]) for n, r in pairs]
+        inner += [(g.resolve(term), [add]) for add, term in i_adds + f_adds[1:] + o_adds]
+        if j_out != (split.name, 1):
+            inner.append((j_out, [i_mul]))
+        if c_acts:
+            inner.append((act_c, [h]))
+        _closed(g, inner, inputs)
         return GraphCell(cls, attrs, where=f"ops {matmul.name} .. {c_name}", boundary=boundary)
     except _Unreadable as err:
         return GraphCell(None, where=matmul.name, problem=str(err))
@@ -748,6 +774,13 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         if carry is None or carry.op != "Mul":
             raise _Unreadable(f"{new_h.name} adds another value than u · h to (1 − u)·c")
         _combines(g, carry, [update, inputs["h"]], "u · h")
+        pairs = [(matmul, bias_add), (bias_add, gate_act), (gate_act, split), (rh, concat)]
+        pairs += [(concat, cmm), (cmm, cb), (sub, keep), (keep, new_h), (carry, new_h)]
+        inner = [((n.name, 0), [r]) for n, r in pairs]
+        inner += [((split.name, 0), [rh]), (update, [sub, carry]), (c_out, [keep])]
+        if c_out != (cb.name, 0):
+            inner.append(((cb.name, 0), [act]))
+        _closed(g, inner, inputs)
         return GraphCell(
             "GRUCell",
             # activation=tf.identity: the candidate is multiplied by (1 − u) as it is

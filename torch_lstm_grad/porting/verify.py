@@ -365,11 +365,7 @@ class _TF1Cells:
         cell = self.g.cell_at(scope, kind)
         if cell is None or cell.boundary is None:
             raise _Unverifiable(f"the {self.g.label} does not run {scope}")
-        b = cell.boundary
-        need = {"x", "h"} | ({"c"} if kind == "lstm" else set())
-        if not need <= set(b["inputs"]) or any(v is None for v in b["outputs"].values()):
-            raise _Unverifiable(f"the step's inputs and outputs around {scope} were not found")
-        return cell
+        return cell  # its boundary complete: tf1_graph refuses a step without its x, h (c)
 
     def _graph_def(self, cell, d):
         """The cell's ops as a GraphDef: placeholders `in_<role>`, constants `w_<k>`."""
@@ -378,11 +374,15 @@ class _TF1Cells:
         tf, g = self.tf, self.g
         b = cell.boundary
 
-        entry = (
-            {through_identities(g.nodes, r): role for role, r in b["inputs"].items()}
-            if "at" not in b
-            else {}
-        )
+        entry = {}  # (a fused op's inputs are fed by position: "at")
+        for role, r in b["inputs"].items() if "at" not in b else ():
+            ref = through_identities(g.nodes, r)
+            if ref in entry:  # one initial state for both, as static_rnn's first step may
+                raise _Unverifiable(
+                    f"the step's {entry[ref]} and {role} are one tensor, {ref[0]}: its copy "
+                    "cannot be fed them apart"
+                )
+            entry[ref] = role
         at = {where: role for role, where in b.get("at", {}).items()}
         var_names = set(d.weights.values())
         nodes, names, weights = [], {}, {}
