@@ -534,9 +534,26 @@ def _one_minus_as(value):
     return edit
 
 
+def _bias_rows(first, second):
+    """The GRU's [2, 3U] bias split in rows, `Squeeze` (added to x·K) reading row `first` and
+    `Squeeze_1` (added to h·R) row `second` (Keras 3: 0 and 1)."""
+
+    def edit(nodes, node_def):
+        rows = [_node(node_def, "Squeeze"), _node(node_def, "Squeeze_1")]
+        if None not in rows:
+            split = rows[0].input[0].rpartition(":")[0]
+            rows[0].input[0], rows[1].input[0] = f"{split}:{first}", f"{split}:{second}"
+
+    return edit
+
+
 @pytest.mark.parametrize(
     "edit, why",
     [
+        # the input bias added to h·R, the recurrent one to x·K (before: ported as the GRU)
+        (_bias_rows(1, 0), "no bias row 1 added to h·R at "),
+        (_bias_rows(0, 0), "no bias row 1 added to h·R at "),
+        (_bias_rows(1, 1), "no bias row 0 added to x·K at "),
         # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
         (_slice_bound("strided_slice", "stack_1", [0, 4]),
          "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
@@ -548,8 +565,8 @@ def _one_minus_as(value):
         # r = tanh(..) where z = sigmoid(..)
         (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
     ],
-    ids=["overlapping_blocks", "empty_blocks", "computed_bound", "fourth_reader", "two_minus_z",
-         "r_tanh"],
+    ids=["bias_rows_swapped", "input_bias_twice", "recurrent_bias_twice", "overlapping_blocks",
+         "empty_blocks", "computed_bound", "fourth_reader", "two_minus_z", "r_tanh"],
 )  # fmt: skip
 def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
     refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))

@@ -186,28 +186,50 @@ def _add_of(b: _Body, left: tuple[str, int], right_check, what: str) -> _Node:
     )
 
 
-def _bias_after(b: _Body, ref, has_bias: bool, what: str):
-    """The BiasAdd/Add of the bias after `ref` (the output after it), or `ref` without one."""
+def _bias_after(b: _Body, ref, has_bias: bool, what: str, row: int | None = None):
+    """The BiasAdd/Add of the bias (of its row `row`: _reads_bias) after `ref` (the output
+    after it), or `ref` without one."""
     if not has_bias:
         return ref
     for u in b.users(ref):
-        if u.op in _ADDS | {"BiasAdd"} and _reads_bias(b, b.other_input(u, ref)):
+        if u.op in _ADDS | {"BiasAdd"} and _reads_bias(b, b.other_input(u, ref), row):
             b.seen.add(u.name)
             return (u.name, 0)
-    raise _Unreadable(f"no bias added to {what} at {ref[0]}")
+    raise _Unreadable(f"no bias{'' if row is None else f' row {row}'} added to {what} at {ref[0]}")
 
 
-def _reads_bias(b: _Body, ref) -> bool:
-    """The bias, or a row of a GRU's [2, 3U] bias (Split/Unpack/StridedSlice, Squeeze)."""
+def _reads_bias(b: _Body, ref, row: int | None = None) -> bool:
+    """The bias (`row` None), or its row `row` of a GRU's [2, 3U] bias (reset_after: row 0 is
+    added to x·K, row 1 to h·R; the other row in its place is another GRU): Keras 3 splits it
+    along axis 0 and squeezes (Split, Squeeze), a row may also be taken by Unpack, a
+    StridedSlice [k] or a GatherV2 of k."""
+    taken = None
     for _ in range(4):
         if b.is_var(ref, "bias"):
-            return True
+            return taken == row
         n = b.node(ref)
-        if n.op not in {"Squeeze", "Split", "Unpack", "StridedSlice", "GatherV2"}:
+        k = _row_taken(b, n, b.local(ref)[1])
+        if n.op != "Squeeze" and (k is None or taken is not None):
             return False
+        taken = k if n.op != "Squeeze" else taken
         b.seen.add(n.name)
         ref = n.inputs[1] if n.op == "Split" else n.inputs[0]
     return False
+
+
+def _row_taken(b: _Body, n: _Node, output: int) -> int | None:
+    """The row of its input (along axis 0) that `n`'s output `output` is, or None."""
+    if n.op == "Split" and b.const(n.inputs[0]) == 0.0:
+        return output
+    if n.op == "Unpack" and n.attrs.get("axis", 0) == 0:
+        return output
+    if n.op == "GatherV2" and b.const(n.inputs[2]) == 0.0 and b.const(n.inputs[1]) is not None:
+        return int(b.const(n.inputs[1]))
+    if n.op == "StridedSlice" and n.attrs.get("shrink_axis_mask", 0) & 1:
+        begin, end, strides = (_ints(b.g, r) for r in n.inputs[1:4])
+        if begin and end and strides and len(begin) == 1 and strides == [1]:
+            return begin[0] if end[0] == begin[0] + 1 else None
+    return None
 
 
 def _mul(b: _Body, a, other_check, what: str) -> _Node:
@@ -300,10 +322,10 @@ def _slices(b: _Body, ref, what: str) -> list[tuple[str, int]]:
 
 def _gru(b: _Body, mh: _Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
-    inner = _bias_after(b, (mh.name, 0), has_bias, "h·R")
+    inner = _bias_after(b, (mh.name, 0), has_bias, "h·R", row=1)
     r_z, r_r, r_h = _slices(b, inner, "h·R")
     mx = _x_product(b)  # the input side: x·K (+ b0), split in three
-    x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K"), "x·K")
+    x_z, x_r, x_h = _slices(b, _bias_after(b, (mx.name, 0), has_bias, "x·K", row=0), "x·K")
     ra, z, r = _gru_gates(b, x_z, x_r, b.local(r_z), b.local(r_r))
     rh = _mul(b, r, lambda q: b.local(q) == b.local(r_h), "r·r_h")
     hh_pre = _add_of(b, x_h, lambda q: b.local(q) == (rh.name, 0), "x_h + r·r_h")
