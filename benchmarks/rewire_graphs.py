@@ -8,8 +8,10 @@ computes.
 
 Artifacts (written at the start by TF 2.21 and Keras 3): TF1 cells frozen by
 `convert_variables_to_constants` (one static_rnn step: LSTMCell with peepholes and a cell clip,
-LSTMCell with a projection and its clip, BasicLSTMCell, GRUCell) and Keras 3 exports (LSTM, LSTM
-without bias, GRU, GRU reset_after=False, GRU go_backwards, SimpleRNN, a Bidirectional LSTM).
+LSTMCell with a projection and its clip, BasicLSTMCell, GRUCell; dynamic_rnn's loop body:
+LSTMCell with peepholes and a clip, GRUCell) and Keras 3 exports (LSTM, LSTM without bias, GRU,
+GRU reset_after=False, GRU go_backwards, SimpleRNN, a Bidirectional LSTM, an LSTM after a
+Masking layer).
 
 A rewire is one data input of one of the step's ops (the cell's scope in a frozen graph, a loop
 body of a SavedModel) read from another tensor of the step's graph of the same dtype and static
@@ -60,6 +62,8 @@ def _tf1_cells():
         "tf1_lstm_projection": (lstm, lambda: rci.LSTMCell(H, num_proj=2, proj_clip=0.3)),
         "tf1_basic_lstm": ("rnn/basic_lstm_cell", lambda: rci.BasicLSTMCell(H, forget_bias=0.25)),
         "tf1_gru": ("rnn/gru_cell", lambda: rci.GRUCell(H)),
+        "tf1_dynamic_lstm": ("", lambda: rci.LSTMCell(H, use_peepholes=True, cell_clip=1.0)),
+        "tf1_dynamic_gru": ("", lambda: rci.GRUCell(H)),
     }
 
 
@@ -73,6 +77,7 @@ def _keras_layers(keras):
         "k3_gru_backwards": lambda: L.GRU(H, go_backwards=True, return_sequences=True),
         "k3_simple_rnn": lambda: L.SimpleRNN(H, return_sequences=True),
         "k3_bidirectional_lstm": lambda: L.Bidirectional(L.LSTM(3, return_sequences=True)),
+        "k3_masked_lstm": lambda: L.LSTM(H, return_sequences=True),
     }
 
 
@@ -81,6 +86,8 @@ ARTIFACTS = [
     "tf1_lstm_projection",
     "tf1_basic_lstm",
     "tf1_gru",
+    "tf1_dynamic_lstm",
+    "tf1_dynamic_gru",
     "k3_lstm",
     "k3_lstm_no_bias",
     "k3_gru",
@@ -88,6 +95,7 @@ ARTIFACTS = [
     "k3_gru_backwards",
     "k3_simple_rnn",
     "k3_bidirectional_lstm",
+    "k3_masked_lstm",
 ]
 
 
@@ -98,15 +106,22 @@ def _uniform(rng, shape):
 
 
 def _frozen_tf1(name: str, path: str) -> str:
-    """One static_rnn step of the cell, its variables drawn and frozen to Consts."""
+    """The cell run by static_rnn for one step (by dynamic_rnn for T: its step a While body),
+    its variables drawn and frozen to Consts."""
     import numpy as np
     import tensorflow as tf
 
     g = tf.Graph()
     with g.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x0")
-        outs, state = tf.compat.v1.nn.static_rnn(_tf1_cells()[name][1](), [x], dtype=tf.float32)
-        fetch = sorted({t.op.name for t in [outs[0], *tf.nest.flatten(state)]})
+        cell = _tf1_cells()[name][1]()
+        if "dynamic" in name:
+            xs = tf.compat.v1.placeholder(tf.float32, [T, B, I], name="x")
+            out, state = tf.compat.v1.nn.dynamic_rnn(cell, xs, time_major=True, dtype=tf.float32)
+        else:
+            x = tf.compat.v1.placeholder(tf.float32, [B, I], name="x0")
+            outs, state = tf.compat.v1.nn.static_rnn(cell, [x], dtype=tf.float32)
+            out = outs[0]
+        fetch = sorted({t.op.name for t in [out, *tf.nest.flatten(state)]})
         rng = np.random.default_rng(0)
         with tf.compat.v1.Session(graph=g) as sess:
             sess.run(tf.compat.v1.global_variables_initializer())
@@ -124,7 +139,8 @@ def _keras_export(name: str, path: str) -> str:
     import keras
     import numpy as np
 
-    model = keras.Sequential([keras.Input((T, I)), _keras_layers(keras)[name]()])
+    masking = [keras.layers.Masking(0.0)] if "masked" in name else []
+    model = keras.Sequential([keras.Input((T, I)), *masking, _keras_layers(keras)[name]()])
     rng = np.random.default_rng(0)
     for w in model.trainable_weights:
         w.assign(_uniform(rng, w.shape))
@@ -184,32 +200,60 @@ def _rewires(graph, node_defs, targets, ref_of) -> list[tuple[str, int, str]]:
     return out
 
 
+def _edits_of(graph_def, scope: str) -> list[tuple[str, int, str]]:
+    """The rewires of the main graph's ops under `scope` (none: "") and of the loop bodies'
+    ops (a body's op keyed "function::node")."""
+    import tensorflow as tf
+    from tensorflow.python.framework import function_def_to_graph
+
+    edits = []
+    if scope:
+        g = tf.Graph()
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        targets = {
+            n.name
+            for n in graph_def.node
+            if n.name.startswith(scope + "/") and n.op not in ("Const", "Identity")
+        }
+        main = lambda op: [t.name.removesuffix(":0") for t in op.outputs]  # noqa: E731
+        edits += _rewires(g, graph_def.node, targets, main)
+    for f in graph_def.library.function:
+        if "while_body" not in f.signature.name:
+            continue
+        args = {a.name for a in f.signature.input_arg}
+        body = function_def_to_graph.function_def_to_graph(f)
+        targets = {n.name for n in f.node_def if n.op != "Const"}
+        found = _rewires(body, f.node_def, targets, lambda op, a=args: _output_refs(op, a))
+        edits += [(f"{f.signature.name}::{n}", k, new) for n, k, new in found]
+    return edits
+
+
+def _apply(graph_def, edit) -> None:
+    key, k, new = edit
+    fn, sep, node = key.rpartition("::")
+    nodes = graph_def.node
+    if sep:
+        (f,) = [f for f in graph_def.library.function if f.signature.name == fn]
+        nodes = f.node_def
+    next(n for n in nodes if n.name == node).input[k] = new
+
+
 class _Frozen:
-    """A frozen TF1 GraphDef: rewires of the cell scope's ops."""
+    """A frozen TF1 GraphDef: rewires of the cell scope's ops (static_rnn) or of its loop body
+    (dynamic_rnn)."""
 
     def __init__(self, name, workdir):
         import tensorflow as tf
 
         self.path = _frozen_tf1(name, os.path.join(workdir, f"{name}.pb"))
         self.gd = tf.compat.v1.GraphDef.FromString(open(self.path, "rb").read())
-        scope = _tf1_cells()[name][0]
-        g = tf.Graph()
-        with g.as_default():
-            tf.graph_util.import_graph_def(self.gd, name="")
-        targets = {
-            n.name
-            for n in self.gd.node
-            if n.name.startswith(scope + "/") and n.op not in ("Const", "Identity")
-        }
-        self.edits = _rewires(
-            g, self.gd.node, targets, lambda op: [t.name.removesuffix(":0") for t in op.outputs]
-        )
+        self.edits = _edits_of(self.gd, _tf1_cells()[name][0])
 
     def write(self, edit, workdir) -> str:
-        node, k, new = edit
         gd = type(self.gd)()
         gd.CopyFrom(self.gd)
-        next(n for n in gd.node if n.name == node).input[k] = new
+        _apply(gd, edit)
         path = os.path.join(workdir, "rewired.pb")
         with open(path, "wb") as fh:
             fh.write(gd.SerializeToString())
@@ -221,31 +265,19 @@ class _SavedModel:
 
     def __init__(self, name, workdir):
         from tensorflow.core.protobuf import saved_model_pb2
-        from tensorflow.python.framework import function_def_to_graph
 
         self.path = _keras_export(name, os.path.join(workdir, name))
         self.sm = saved_model_pb2.SavedModel.FromString(
             open(os.path.join(self.path, "saved_model.pb"), "rb").read()
         )
-        self.edits = []
-        for f in self.sm.meta_graphs[0].graph_def.library.function:
-            if "while_body" not in f.signature.name:
-                continue
-            args = {a.name for a in f.signature.input_arg}
-            body = function_def_to_graph.function_def_to_graph(f)
-            targets = {n.name for n in f.node_def}
-            edits = _rewires(body, f.node_def, targets, lambda op, a=args: _output_refs(op, a))
-            self.edits += [(f"{f.signature.name}::{n}", k, new) for n, k, new in edits]
+        self.edits = _edits_of(self.sm.meta_graphs[0].graph_def, "")
 
     def write(self, edit, workdir) -> str:
         from tensorflow.core.protobuf import saved_model_pb2
 
-        key, k, new = edit
-        fn, _, node = key.partition("::")
         sm = saved_model_pb2.SavedModel()
         sm.CopyFrom(self.sm)
-        (f,) = [f for f in sm.meta_graphs[0].graph_def.library.function if f.signature.name == fn]
-        next(n for n in f.node_def if n.name == node).input[k] = new
+        _apply(sm.meta_graphs[0].graph_def, edit)
         path = os.path.join(workdir, "rewired")
         shutil.rmtree(path, ignore_errors=True)
         shutil.copytree(self.path, path)

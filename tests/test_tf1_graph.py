@@ -825,6 +825,28 @@ def test_a_step_is_closed(build, scope, kind, node, edit, message):
     assert cell.cls is None and message in cell.problem
 
 
+@pytest.mark.parametrize("v1_loops", [False, True])
+def test_one_loop_variable_read_as_c_and_h_is_refused(v1_loops):
+    """dynamic_rnn's step reading its c loop variable where LSTMCell reads h (concat(x, c)):
+    no LSTM, refused (the same zeros tensor read as both by static_rnn's first step is the
+    caller's initial state: test_each_op_of_an_lstm_step_combines_the_cell_s_values)."""
+    graph_def = _graph_def(_cells_v1 if v1_loops else _cells_v2)
+    out = type(graph_def)()
+    out.CopyFrom(graph_def)
+    if v1_loops:
+        nodes = list(out.node)
+    else:
+        (body,) = [f for f in out.library.function
+                   if any(n.name == "lstm_cell/concat" for n in f.node_def)]  # fmt: skip
+        nodes = list(body.node_def)
+    by_name = {n.name.rpartition("while/")[2] if v1_loops else n.name: n for n in nodes}
+    c_prev = by_name["lstm_cell/mul_1"].input[1]  # f · c_prev
+    by_name["lstm_cell/concat"].input[1] = c_prev
+    cell = graph_from_graph_def(out.SerializeToString()).cell_at("lstm/lstm_cell", "lstm")
+    assert cell.cls is None and "the step reads one loop variable, " in cell.problem
+    assert cell.problem.endswith(", as c and h")
+
+
 def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     """What verify runs a step between (test_verify runs it): the step's x and h (concat(x, h),
     also through an Identity), c_prev, the new c and h = o · act(c), with act tanh or linear

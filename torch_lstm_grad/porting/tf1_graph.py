@@ -54,6 +54,9 @@ _UNARY = {
     "Exp",
 }  # elementwise ops a cell's activation may be
 _ACCUMULATORS = {"TensorListPushBack", "StackPushV2", "StackPush"}
+# What a loop's state is read from in its body: TF 2's While body arguments, TF 1's loops'
+# Merge/Switch (resolve stops there).
+_LOOP_VARIABLES = {"_Arg", "Switch", "Merge"}
 # The fused ops' input arguments, in order (tensorflow/core/ops/rnn_ops.cc): each one tensor.
 _LSTM_WEIGHTS = ("w", "wci", "wcf", "wco", "b")
 _INPUT_ARGS = {
@@ -651,6 +654,11 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         if f_mul is None or f_mul.op != "Mul":
             raise _Unreadable(f"{c_add.name} adds {_text(f_ref)} to i · act(j), not f · c_prev")
         inputs["c"] = _other(g, f_mul, (f_act.name, 0), "the forget gate")
+        # One tensor for both is a caller's choice of initial state (static_rnn given
+        # LSTMStateTuple(z, z)); one loop variable for both is no LSTM: c_prev read as h_prev.
+        shared = g.resolve(inputs["c"])
+        if shared == g.resolve(inputs["h"]) and g.nodes[shared[0]].op in _LOOP_VARIABLES:
+            raise _Unreadable(f"the step reads one loop variable, {_text(shared)}, as c and h")
         cell_clip, c_name, inner = _clip_after(g, c_add.name, "cell")
         # Every other addition to a gate is a peephole: a term the module would otherwise drop
         for gate, adds, leaf, c in (("input", i_adds, "w_i_diag", inputs["c"]),
