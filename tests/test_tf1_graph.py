@@ -744,6 +744,21 @@ def _third_input(n):
     n.input.append(n.input[0])
 
 
+def _int_value(value: int):
+    """A Const (an axis) holding `value` instead."""
+
+    def edit(n):
+        n.attr["value"].tensor.int_val[:] = [value]
+
+    return edit
+
+
+def _add_v2(n):
+    n.op = "AddV2"
+    n.input[:] = list(reversed(n.input))
+    del n.attr["data_format"]
+
+
 _Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
 
 
@@ -780,6 +795,15 @@ _Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
          f"{_C}/split splits {_C}/BiasAdd in 4 along axis None, not {_C}/BiasAdd in 4 along "
          "axis 1"),
         ("concat", _input(2, f"{_C}/split/split_dim"), True, None),  # axis 1 either way
+        # The same step written otherwise: read as the cell
+        ("concat/axis", _int_value(-1), True, None),
+        ("split/split_dim", _int_value(-1), True, None),
+        ("BiasAdd", _add_v2, True, None),  # bias + x·W
+        # bias_add(bias, x·W): not the bias added to the product (nor a graph TF runs)
+        ("BiasAdd", lambda n: n.input.reverse(), False,
+         f"{_C}/BiasAdd (BiasAdd) adds {_C}/bias, {_C}/MatMul, not {_C}/bias to {_C}/MatMul"),
+        ("concat/axis", _int_value(0), False,
+         f"{_C}/MatMul multiplies {_C}/concat (ConcatV2), not concat([x, h], 1)"),
         # A step input computed by the step (h the forget peephole's product)
         ("concat", _input(1, f"{_C}/mul"), True,
          f"{_C}/mul is read by ['{_C}/add_1', '{_C}/concat']; in TF1's cell by ['{_C}/add_1'] "
@@ -952,6 +976,11 @@ def test_a_gru_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_h(activation)
         ("add", _input(0, f"{_G}/mul"), True,
          f"{_G}/mul (Mul) reads {_G}/split, rnn/GRUCellZeroState/zeros, not u · h"),
         ("add", _third_input, False, f"{_G}/add (AddV2) has 3 inputs, not 2"),
+        # z·h + (2 − z)·c; h + (1 − z)·c
+        ("sub/x", lambda n: n.attr["value"].tensor.float_val.__setitem__(slice(None), [2.0]),
+         True, f"{_G}/mul_2 multiplies the candidate by another value than 1 − u"),
+        ("add", _input(0, "rnn/GRUCellZeroState/zeros"), True,
+         f"{_G}/add adds another value than u · h to (1 − u)·c"),
         ("split", lambda n: n.attr["num_split"].__setattr__("i", 4), False,
          f"{_G}/split splits {_G}/Sigmoid in 4 along axis 1.0, not {_G}/Sigmoid in 2 along "
          "axis 1"),
