@@ -834,6 +834,13 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
         (_static_lstm, _C, "lstm", "mul", _input(1, f"{_C}/Sigmoid_2"),
          f"{_C}/Sigmoid_2 is read by ['{_C}/mul', '{_C}/mul_2']; in TF1's cell by ['{_C}/mul_2'] "
          "alone"),
+        # the second step's c_prev the first step's c before its clip, or half-way through it
+        (_static_clipped_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/add_1"),
+         f"{_C}/add_1 is read by ['{_C}/clip_by_value/Minimum', '{_C}/mul_3']; in TF1's cell "
+         f"by ['{_C}/clip_by_value/Minimum'] alone"),
+        (_static_clipped_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/clip_by_value/Minimum"),
+         f"{_C}/clip_by_value/Minimum is read by ['{_C}/clip_by_value', '{_C}/mul_3']; in TF1's "
+         f"cell by ['{_C}/clip_by_value'] alone"),
         # the second step's r·h multiplies the first step's u·h, not its h
         (_static_gru, _G, "gru", "mul_3", _input(1, f"{_G}/mul_1"),
          f"{_G}/mul_1 is read by ['{_G}/add', '{_G}/mul_3']; in TF1's cell by ['{_G}/add'] alone"),
