@@ -98,6 +98,36 @@ def test_verify_keras3_saved_model_directions_apart(tmp_path, capsys):
     assert "  apart:\n    output 0" in out and "output 1" in out
 
 
+def test_verify_nested_dropout_and_stateful_keras_layers(tmp_path, capsys):
+    """Keras 3 layers verify finds and runs as Keras does: one inside a nested model, one with
+    dropout (Keras' inference function, training=False, which the port computes), a stateful
+    one at the batch its states fix (reset before each case, in Keras and in the port)."""
+    keras = _keras()
+    inner = keras.Sequential(
+        [keras.Input((T, I)), keras.layers.LSTM(3, return_sequences=True, name="deep")],
+        name="inner",
+    )
+    x = keras.Input((T, I))
+    dropped = keras.layers.LSTM(2, dropout=0.5, recurrent_dropout=0.5, name="dropped")
+    models = {
+        "nested": keras.Model(x, dropped(inner(x))),
+        "stateful": keras.Sequential([
+            keras.Input((T, I), batch_size=3),
+            keras.layers.GRU(4, stateful=True, return_sequences=True, name="kept"),
+            keras.layers.Bidirectional(keras.layers.LSTM(2, stateful=True), name="both"),
+        ]),
+    }  # fmt: skip
+    for label, model in models.items():
+        randomize(model.trainable_weights, 3)
+        src = tmp_path / f"{label}.keras"
+        model.save(src)
+        out, _ = _verify_cli(src, tmp_path, capsys)
+        layers = "deep, dropped" if label == "nested" else "both, kept"
+        assert f"verified: every tensor of {layers} within the tolerance" in out, out
+        if label == "stateful":
+            assert "over 6 cases (B=3 T=1;" in out and "B=1" not in out
+
+
 def test_verify_keras2_files(tmp_path, capsys):
     """tf_keras' SavedModel fixture verifies (through tf_keras where it is installed, else its
     saved functions); its legacy .h5 runs as Keras 2 only in tf_keras: without it, said so."""

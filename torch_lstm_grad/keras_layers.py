@@ -366,6 +366,11 @@ class KerasBidirectional(nn.Module):
             raise ValueError("forward, backward: return_sequences and return_state must agree")
         self.forward_layer, self.backward_layer, self.merge_mode = forward, backward, merge_mode
 
+    def reset_states(self) -> None:
+        """Forget the states stateful halves kept from their last call (Keras' reset_states)."""
+        self.forward_layer.reset_states()
+        self.backward_layer.reset_states()
+
     def forward(self, inputs: torch.Tensor, mask=None, initial_state=None):
         fw, bw = self.forward_layer, self.backward_layer
         init_f = init_b = None

@@ -181,6 +181,14 @@ class _KerasModel:
     def time_steps(self, name: str) -> None:
         return None  # a Keras layer runs any length
 
+    def batch_size(self, name: str) -> int:
+        """A stateful layer's batch, which its state variables fix (Keras refuses another)."""
+        layer = self.layer(name)
+        for rnn in (layer, getattr(layer, "forward_layer", None)):
+            if getattr(rnn, "stateful", False) and getattr(rnn, "states", None):
+                return int(rnn.states[0].shape[0])
+        raise _Unverifiable(f"the loaded {name!r} is not a built stateful layer")
+
     def layer(self, name: str):
         todo = [self.model]
         while todo:
@@ -642,6 +650,10 @@ def _shapes(module) -> tuple[int, list[int], str]:
     raise _Unverifiable(f"a {type(module).__name__} is not verified yet")
 
 
+def _halves(module) -> list:
+    return [getattr(module, h) for h in ("forward_layer", "backward_layer") if hasattr(module, h)]
+
+
 def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
     I, widths, call = _shapes(module)  # noqa: E741
     time_major = call in ("sequence", "cudnn") or getattr(module, "time_major", False)
@@ -743,10 +755,13 @@ def verify(
         )
         takes_initial = io is None or len(io["initial"]) > 0
         fixed_T = oracle.time_steps(layer) if io is not None else None
-        if getattr(module, "stateful", False):
-            takes_initial = False
+        sizes = batches
         try:
-            cases = _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial)
+            # a Keras file's (SavedModels' are refused); a Bidirectional's halves are
+            if any(getattr(m, "stateful", False) for m in (module, *_halves(module))):
+                takes_initial = False
+                sizes = (oracle.batch_size(layer),)
+            cases = _cases(module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial)
             for label, case in cases:
                 if label not in report.cases:
                     report.cases.append(label)
