@@ -834,6 +834,20 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
         (_static_lstm, _C, "lstm", "mul", _input(1, f"{_C}/Sigmoid_2"),
          f"{_C}/Sigmoid_2 is read by ['{_C}/mul', '{_C}/mul_2']; in TF1's cell by ['{_C}/mul_2'] "
          "alone"),
+        # the second step's c_prev the first step's i·act(j), f·c_prev or unprojected h
+        (_static_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/mul_1"),
+         f"{_C}/mul_1 is read by ['{_C}/add_1', '{_C}/mul_3']; in TF1's cell by ['{_C}/add_1'] "
+         "alone"),
+        (_static_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/mul"),
+         f"{_C}/mul is read by ['{_C}/add_1', '{_C}/mul_3']; in TF1's cell by ['{_C}/add_1'] "
+         "alone"),
+        (_static_lstmp, _C, "lstm", "mul_3", _input(1, f"{_C}/mul_2"),
+         f"{_C}/mul_2 is read by ['{_C}/MatMul_1', '{_C}/mul_3']; in TF1's cell by "
+         f"['{_C}/MatMul_1'] alone"),
+        # h the input gate's peephole product
+        (_static_peephole_lstm, _C, "lstm", "concat", _input(1, f"{_C}/mul_2"),
+         f"{_C}/mul_2 is read by ['{_C}/add_2', '{_C}/concat']; in TF1's cell by ['{_C}/add_2'] "
+         "alone"),
         # the second step's c_prev the first step's c before its clip, or half-way through it
         (_static_clipped_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/add_1"),
          f"{_C}/add_1 is read by ['{_C}/clip_by_value/Minimum', '{_C}/mul_3']; in TF1's cell "
