@@ -892,6 +892,16 @@ def test_one_loop_variable_read_as_c_and_h_is_refused(v1_loops):
     assert cell.problem.endswith(", as c and h")
 
 
+@pytest.mark.parametrize("value", ["mul_4", "Tanh", "Tanh_1", "Sigmoid_2"])
+def test_a_value_of_the_step_read_by_another_op_is_refused(value):
+    """The output gate's peephole product, act(j), act(c), the output gate: each read by one op
+    of TF1's cell; one more reader (a Neg nothing uses) is refused, naming both."""
+    graph = _with_node(_graph_def(_static_peephole_lstm), "second", "Neg", [f"{_C}/{value}"])
+    cell = graph.cell_at(_C, "lstm")
+    assert cell.cls is None and f"{_C}/{value} is read by [" in cell.problem
+    assert "'second']; in TF1's cell by [" in cell.problem
+
+
 def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     """What verify runs a step between (test_verify runs it): the step's x and h (concat(x, h),
     also through an Identity), c_prev, the new c and h = o · act(c), with act tanh or linear
