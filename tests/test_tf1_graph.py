@@ -902,6 +902,23 @@ def test_a_value_of_the_step_read_by_another_op_is_refused(value):
     assert "'second']; in TF1's cell by [" in cell.problem
 
 
+@pytest.mark.parametrize(
+    "op, inputs, message",
+    [
+        ("Neg", ["split"], f"{_G}/split is read by ['{_G}/mul', 'second']"),  # r
+        ("Neg", ["split:1"], f"{_G}/split:1 is read by ['{_G}/mul_1', '{_G}/sub', 'second']"),
+        ("Neg", ["Tanh"], f"{_G}/Tanh is read by ['{_G}/mul_2', 'second']"),  # the candidate
+        ("Mul", ["Tanh", "Tanh"], f"expected one (1 − u)·c after {_G}/Tanh, found ["),
+        ("AddV2", ["mul_2", "mul_2"], f"expected one new h after {_G}/mul_2, found ["),
+    ],
+)
+def test_a_gru_step_s_value_read_by_another_op_is_refused(op, inputs, message):
+    """r, u, the candidate, (1 − u)·c: each read by its ops of TF1's GRUCell alone."""
+    names = [f"{_G}/{i}" for i in inputs]
+    cell = _with_node(_graph_def(_static_gru), "second", op, names).cell_at(_G, "gru")
+    assert cell.cls is None and message in cell.problem
+
+
 def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
     """What verify runs a step between (test_verify runs it): the step's x and h (concat(x, h),
     also through an Identity), c_prev, the new c and h = o · act(c), with act tanh or linear
