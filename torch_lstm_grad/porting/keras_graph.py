@@ -208,10 +208,11 @@ def _reads_bias(b: _Body, ref, row: int | None = None) -> bool:
         if b.is_var(ref, "bias"):
             return taken == row
         n = b.node(ref)
-        k = _row_taken(b, n, b.local(ref)[1])
-        if n.op != "Squeeze" and (k is None or taken is not None):
-            return False
-        taken = k if n.op != "Squeeze" else taken
+        if n.op != "Squeeze":  # a Squeeze passes its row on; any other op takes one, once
+            k = _row_taken(b, n, b.local(ref)[1])
+            if k is None or taken is not None:
+                return False
+            taken = k
         b.seen.add(n.name)
         ref = n.inputs[1] if n.op == "Split" else n.inputs[0]
     return False

@@ -183,11 +183,10 @@ class _KerasModel:
 
     def batch_size(self, name: str) -> int:
         """A stateful layer's batch, which its state variables fix (Keras refuses another)."""
-        layer = self.layer(name)
-        for rnn in (layer, getattr(layer, "forward_layer", None)):
-            if getattr(rnn, "stateful", False) and getattr(rnn, "states", None):
-                return int(rnn.states[0].shape[0])
-        raise _Unverifiable(f"the loaded {name!r} is not a built stateful layer")
+        rnn = _stateful(self.layer(name))
+        if rnn is None or not getattr(rnn, "states", None):
+            raise _Unverifiable(f"the loaded {name!r} is not a built stateful layer")
+        return int(rnn.states[0].shape[0])
 
     def layer(self, name: str):
         todo = [self.model]
@@ -202,9 +201,7 @@ class _KerasModel:
     def run(self, name: str, module, case: _Case, rng) -> _TFResult:
         tf = self.tf
         layer = self.layer(name)
-        if getattr(layer, "stateful", False) or getattr(
-            getattr(layer, "forward_layer", None), "stateful", False
-        ):
+        if _stateful(layer) is not None:
             layer.reset_states()
         xt = tf.constant(case.x)
         inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
@@ -650,8 +647,13 @@ def _shapes(module) -> tuple[int, list[int], str]:
     raise _Unverifiable(f"a {type(module).__name__} is not verified yet")
 
 
-def _halves(module) -> list:
-    return [getattr(module, h) for h in ("forward_layer", "backward_layer") if hasattr(module, h)]
+def _stateful(layer):
+    """The stateful RNN of a Keras layer or of its port: the layer itself or a Bidirectional's
+    forward half (both halves are built from one config), else None."""
+    for rnn in (layer, getattr(layer, "forward_layer", None)):
+        if getattr(rnn, "stateful", False):
+            return rnn
+    return None
 
 
 def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
@@ -757,8 +759,7 @@ def verify(
         fixed_T = oracle.time_steps(layer) if io is not None else None
         sizes = batches
         try:
-            # a Keras file's (SavedModels' are refused); a Bidirectional's halves are
-            if any(getattr(m, "stateful", False) for m in (module, *_halves(module))):
+            if _stateful(module) is not None:  # a Keras file's (SavedModels' are refused)
                 takes_initial = False
                 sizes = (oracle.batch_size(layer),)
             cases = _cases(module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial)
