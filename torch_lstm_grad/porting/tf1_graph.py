@@ -304,13 +304,10 @@ class TF1Graph:
         transpose, and lives under a `gradients` scope)."""
         return (
             n.op == "MatMul"
-            and self.reads(n, 1, variable)
+            and self.resolve(n.inputs[1])[0] == variable  # _ARITY: a MatMul has 2 inputs
             and not n.attrs.get("transpose_a")
             and not n.attrs.get("transpose_b")
         )
-
-    def reads(self, n: _Node, pos: int, variable: str) -> bool:
-        return self.resolve(n.inputs[pos])[0] == variable  # pos < 2: _ARITY's MatMul, Mul
 
     # -- cells ---------------------------------------------------------------------------------
 
@@ -530,16 +527,15 @@ def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
     """x and h of a TF1 Python cell's step: the kernel multiplies `concat([x, h], 1)` (stored
     as the concat reads them: verify feeds its copy of the step there)."""
     ref = g.resolve(matmul.inputs[0])
-    concat = g.nodes.get(ref[0])
+    concat = g.nodes[ref[0]]  # every input names a node: graph_from_graph_def checks it
     if (
-        concat is None
-        or concat.op != "ConcatV2"
+        concat.op != "ConcatV2"
         or len(concat.inputs) != 3
         or g.const(concat.inputs[2]) not in (1.0, -1.0)
     ):
         raise _Unreadable(
             f"{matmul.name} multiplies {_text(ref)} "
-            f"({concat.op if concat else 'not in the graph'}), not concat([x, h], 1)"
+            f"({concat.op}), not concat([x, h], 1)"
         )
     return {"x": concat.inputs[0], "h": concat.inputs[1]}
 
@@ -650,8 +646,8 @@ def _python_lstm(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         # c = f·c_prev + i·act(j), then the optional clip
         c_add = _single(g, g.users(i_mul.name, 0, _ADDS), "new c", i_mul.name)
         f_ref = g.resolve(_other(g, c_add, (i_mul.name, 0), "i · act(j)"))
-        f_mul = g.nodes.get(f_ref[0])
-        if f_mul is None or f_mul.op != "Mul":
+        f_mul = g.nodes[f_ref[0]]
+        if f_mul.op != "Mul":
             raise _Unreadable(f"{c_add.name} adds {_text(f_ref)} to i · act(j), not f · c_prev")
         inputs["c"] = _other(g, f_mul, (f_act.name, 0), "the forget gate")
         # One tensor for both is a caller's choice of initial state (static_rnn given
@@ -718,8 +714,8 @@ def _peephole(g: TF1Graph, adds: list, var: str, gate: str, c) -> None:
     peephole = g.variable(var) is not None
     want = sorted([(var, 0), g.resolve(c)])
     for add, term in adds:
-        t = g.nodes.get(g.resolve(term)[0])
-        if t is None or t.op != "Mul" or sorted(_operands(g, t)) != want:
+        t = g.nodes[g.resolve(term)[0]]
+        if t.op != "Mul" or sorted(_operands(g, t)) != want:
             raise _Unreadable(
                 f"the {gate} gate adds {add.name} ({add.op}), which is not the peephole {var} "
                 f"· c ({_text(g.resolve(c))}) of TF1's LSTMCell"
@@ -769,17 +765,16 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         # new_h = u·h + (1 − u)·c
         c_out = (act.name, 0) if act.op in _UNARY else (cb.name, 0)
         keep = _single(g, g.users(*c_out, {"Mul"}), "(1 − u)·c", _text(c_out))
-        sub = g.nodes.get(g.resolve(_other(g, keep, c_out, "the candidate"))[0])
+        sub = g.nodes[g.resolve(_other(g, keep, c_out, "the candidate"))[0]]
         if (
-            sub is None
-            or sub.op != "Sub"
+            sub.op != "Sub"
             or _operands(g, sub)[1] != update
             or g.const(sub.inputs[0]) != 1.0
         ):
             raise _Unreadable(f"{keep.name} multiplies the candidate by another value than 1 − u")
         new_h = _single(g, g.users(keep.name, 0, _ADDS), "new h", keep.name)
-        carry = g.nodes.get(g.resolve(_other(g, new_h, (keep.name, 0), "(1 − u)·c"))[0])
-        if carry is None or carry.op != "Mul":
+        carry = g.nodes[g.resolve(_other(g, new_h, (keep.name, 0), "(1 − u)·c"))[0]]
+        if carry.op != "Mul":
             raise _Unreadable(f"{new_h.name} adds another value than u · h to (1 − u)·c")
         _combines(g, carry, [update, inputs["h"]], "u · h")
         pairs = [(matmul, bias_add), (bias_add, gate_act), (gate_act, split), (rh, concat)]
