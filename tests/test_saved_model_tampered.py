@@ -574,6 +574,79 @@ def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, w
     assert why in refusals[0], refusals[0]
 
 
+def _bias_rows_taken_by(op, first, second):
+    """The GRU's bias rows taken by `op` (Unpack, StridedSlice `bias[k]` or GatherV2 of k; the
+    forms `keras_graph._row_taken` reads besides Keras 3's Split and Squeeze), row `first` added
+    to x·K and row `second` to h·R; the Split goes."""
+
+    def edit(nodes, node_def):
+        tf = tf_module()
+        rows = [_node(node_def, "Squeeze"), _node(node_def, "Squeeze_1")]
+        if None in rows:
+            return
+        split = nodes[rows[0].input[0].split(":")[0]]
+        bias, dim = split.input[1], split.input[0].split(":")[0]
+
+        def const(name, value):
+            c = node_def.add(name=f"{split.name}/{name}", op="Const")
+            c.attr["dtype"].type = tf.int32.as_datatype_enum
+            c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.int32(value)))
+            return f"{c.name}:output:0"
+
+        for n, row in zip(rows, (first, second), strict=True):
+            n.attr.clear()
+            n.attr["T" if op != "GatherV2" else "Tparams"].type = tf.float32.as_datatype_enum
+            n.op = op
+            if op == "StridedSlice":
+                n.attr["Index"].type = tf.int32.as_datatype_enum
+                for mask in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask"):
+                    n.attr[mask].i = 0
+                n.attr["shrink_axis_mask"].i = 1
+                n.input[:] = [bias, const(f"begin{row}", [row]), const(f"end{row}", [row + 1]),
+                              const(f"strides{row}", [1])]  # fmt: skip
+            elif op == "GatherV2":
+                for t in ("Tindices", "Taxis"):
+                    n.attr[t].type = tf.int32.as_datatype_enum
+                n.attr["batch_dims"].i = 0
+                n.input[:] = [bias, const(f"row{row}", row), const(f"axis{row}", 0)]
+            else:  # Unpack: the first row node unstacks both rows, the second goes
+                n.attr["num"].i, n.attr["axis"].i = 2, 0
+                n.input[:] = [bias]
+        if op == "Unpack":
+            unpack, gone = rows[0].name, rows[1].name
+            row_of = {unpack: first, gone: second}
+            for n in node_def:
+                for k, ref in enumerate(n.input):
+                    if ref.split(":")[0] in row_of and n.name != unpack:
+                        n.input[k] = f"{unpack}:output:{row_of[ref.split(':')[0]]}"
+            dropped = {gone}
+        else:
+            dropped = set()
+        dropped |= {split.name, dim}
+        keep = [n for n in node_def if n.name not in dropped]
+        del node_def[:]
+        node_def.extend(keep)
+
+    return edit
+
+
+@pytest.mark.parametrize("op", ["Unpack", "StridedSlice", "GatherV2"])
+def test_keras3_gru_bias_rows_taken_by_other_ops(keras3_gru_export, tmp_path, op):
+    """Rows 0 and 1 of the bias taken by another op than Split: read, ported, and equal to
+    TF running the altered file (forward and gradients, `verify`); the rows the other way round
+    refused as Keras 3's swapped Split outputs are."""
+    from torch_lstm_grad.porting.convert import convert
+    from torch_lstm_grad.porting.verify import verify
+
+    path = _tampered(keras3_gru_export, tmp_path / "sm", _bias_rows_taken_by(op, 0, 1))
+    assert _problem(path) == []
+    convert(path, tmp_path / "port.pt", log=lambda *a: None, warn=lambda *a: None)
+    report = verify(path, tmp_path / "port.pt", batches=(2,), lengths=(5,))
+    assert report.errors and report.ok, str(report)
+    swapped = _problem(_tampered(keras3_gru_export, tmp_path / "sw", _bias_rows_taken_by(op, 1, 0)))
+    assert len(swapped) == 1 and "no bias row 1 added to h·R at " in swapped[0], swapped
+
+
 def test_keras3_gru_body_in_another_node_order_is_read(keras3_gru_export, tmp_path):
     """A FunctionDef's nodes in any order and under any names: reversed, and the first column
     slice of h·R renamed to sort last, the slices are still read as the blocks z, r, h, by
