@@ -547,52 +547,12 @@ def _bias_rows(first, second):
     return edit
 
 
-def _bias_split_along(axis):
-    """The GRU's [2, 3U] bias split along `axis` (Keras 3: 0, its rows)."""
-
-    def edit(nodes, node_def):
-        dim = _node(node_def, "split/split_dim")
-        if dim is not None:
-            dim.attr["value"].tensor.CopyFrom(tf_module().make_tensor_proto(np.int32(axis)))
-
-    return edit
-
-
-@pytest.mark.parametrize(
-    "edit, why",
-    [
-        # the input bias added to h·R, the recurrent one to x·K (before: ported as the GRU)
-        (_bias_rows(1, 0), "no bias row 1 added to h·R at "),
-        (_bias_rows(0, 0), "no bias row 1 added to h·R at "),
-        (_bias_rows(1, 1), "no bias row 0 added to x·K at "),
-        # columns, not rows (TF cannot run it: Squeeze of a dimension of 2)
-        (_bias_split_along(1), "no bias row 1 added to h·R at "),
-        # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
-        (_slice_bound("strided_slice", "stack_1", [0, 4]),
-         "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
-        (_empty_blocks, "h·R is sliced at [(0, 0), (0, 0), (0, None)]"),
-        (_begin_computed("strided_slice_1"), "a slice of h·R whose bounds are not constants"),
-        (_fourth_reader, "is not split in three (it feeds ["),
-        # z·h + (2 − z)·hh
-        (_one_minus_as(2.0), "no 1 − z after "),
-        # r = tanh(..) where z = sigmoid(..)
-        (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
-    ],
-    ids=["bias_rows_swapped", "input_bias_twice", "recurrent_bias_twice", "bias_columns",
-         "overlapping_blocks",
-         "empty_blocks", "computed_bound", "fourth_reader", "two_minus_z", "r_tanh"],
-)  # fmt: skip
-def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
-    refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))
-    assert len(refusals) == 1 and refusals[0].startswith("gru: graph = 'GRU': "), refusals
-    assert why in refusals[0], refusals[0]
-
-
-def _bias_rows_taken_by(op, first, second):
+def _bias_rows_taken_by(op, first, second, reversed_rows=False):
     """The GRU's bias rows taken by `op` (Unpack, StridedSlice `bias[k]` or GatherV2 of k; the
     forms `keras_graph._row_taken` reads besides Keras 3's Split and Squeeze), row `first` added
     to x·K and row `second` to h·R; the Split goes. Attributes at their defaults are left out,
-    as TF's SavedModel writer strips them (Unpack's axis 0, StridedSlice's other masks)."""
+    as TF's SavedModel writer strips them (Unpack's axis 0, StridedSlice's other masks).
+    `reversed_rows`: StridedSlice `bias[k, ::-1]`, each row backwards."""
 
     def edit(nodes, node_def):
         tf = tf_module()
@@ -615,8 +575,12 @@ def _bias_rows_taken_by(op, first, second):
             if op == "StridedSlice":
                 n.attr["Index"].type = tf.int32.as_datatype_enum
                 n.attr["shrink_axis_mask"].i = 1
-                n.input[:] = [bias, const(f"begin{row}", [row]), const(f"end{row}", [row + 1]),
-                              const(f"strides{row}", [1])]  # fmt: skip
+                bounds = ([row], [row + 1], [1])
+                if reversed_rows:  # the whole of axis 1 (begin and end masks), stride -1
+                    n.attr["begin_mask"].i = n.attr["end_mask"].i = 2
+                    bounds = ([row, 0], [row + 1, 0], [1, -1])
+                names = (f"begin{row}", f"end{row}", f"strides{row}")
+                n.input[:] = [bias] + [const(c, v) for c, v in zip(names, bounds, strict=True)]
             elif op == "GatherV2":
                 for t in ("Tindices", "Taxis"):
                     n.attr[t].type = tf.int32.as_datatype_enum
@@ -640,6 +604,51 @@ def _bias_rows_taken_by(op, first, second):
         node_def.extend(keep)
 
     return edit
+
+
+def _bias_split_along(axis):
+    """The GRU's [2, 3U] bias split along `axis` (Keras 3: 0, its rows)."""
+
+    def edit(nodes, node_def):
+        dim = _node(node_def, "split/split_dim")
+        if dim is not None:
+            dim.attr["value"].tensor.CopyFrom(tf_module().make_tensor_proto(np.int32(axis)))
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        # the input bias added to h·R, the recurrent one to x·K (before: ported as the GRU)
+        (_bias_rows(1, 0), "no bias row 1 added to h·R at "),
+        (_bias_rows(0, 0), "no bias row 1 added to h·R at "),
+        (_bias_rows(1, 1), "no bias row 0 added to x·K at "),
+        # bias[0, ::-1] and bias[1, ::-1]: each row backwards (TF runs it)
+        (_bias_rows_taken_by("StridedSlice", 0, 1, reversed_rows=True),
+         "no bias row 1 added to h·R at "),
+        # columns, not rows (TF cannot run it: Squeeze of a dimension of 2)
+        (_bias_split_along(1), "no bias row 1 added to h·R at "),
+        # h·R[:, 0:4], [:, 3:6], [:, 6:]: overlapping blocks
+        (_slice_bound("strided_slice", "stack_1", [0, 4]),
+         "h·R is sliced at [(0, 4), (3, 6), (6, None)]"),
+        (_empty_blocks, "h·R is sliced at [(0, 0), (0, 0), (0, None)]"),
+        (_begin_computed("strided_slice_1"), "a slice of h·R whose bounds are not constants"),
+        (_fourth_reader, "is not split in three (it feeds ["),
+        # z·h + (2 − z)·hh
+        (_one_minus_as(2.0), "no 1 − z after "),
+        # r = tanh(..) where z = sigmoid(..)
+        (_rewire("Sigmoid_1", op="Tanh"), "the gates z and r apply different functions"),
+    ],
+    ids=["bias_rows_swapped", "input_bias_twice", "recurrent_bias_twice", "bias_rows_reversed",
+         "bias_columns",
+         "overlapping_blocks",
+         "empty_blocks", "computed_bound", "fourth_reader", "two_minus_z", "r_tanh"],
+)  # fmt: skip
+def test_keras3_gru_cell_altered_is_refused(keras3_gru_export, tmp_path, edit, why):
+    refusals = _problem(_tampered(keras3_gru_export, tmp_path / "sm", edit))
+    assert len(refusals) == 1 and refusals[0].startswith("gru: graph = 'GRU': "), refusals
+    assert why in refusals[0], refusals[0]
 
 
 @pytest.mark.parametrize("op", ["Unpack", "StridedSlice", "GatherV2"])
