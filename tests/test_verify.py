@@ -18,6 +18,7 @@ from tf_oracle import tf_module
 import torch_lstm_grad
 from torch_lstm_grad import cli
 from torch_lstm_grad.porting import build_tf1, builders
+from torch_lstm_grad.porting.convert import convert
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -126,6 +127,27 @@ def test_verify_nested_dropout_and_stateful_keras_layers(tmp_path, capsys):
         assert f"verified: every tensor of {layers} within the tolerance" in out, out
         if label == "stateful":
             assert "over 6 cases (B=3 T=1;" in out and "B=1" not in out
+
+
+def test_verify_stateful_port_against_a_file_without_states(tmp_path):
+    """A stateful port verified against a file whose layer of that name keeps no states (the
+    port of another file): one not stateful, one stateful but never built (Keras makes the
+    state variables when it builds the layer). Not verified, saying so: verify cannot find
+    the batch."""
+    keras = _keras()
+
+    def save(name, *layers):
+        layer = keras.layers.GRU(4, stateful=name != "plain", return_sequences=True, name="kept")
+        keras.Sequential([*layers, layer]).save(tmp_path / f"{name}.keras")
+        return tmp_path / f"{name}.keras"
+
+    port = tmp_path / "port.pt"
+    quiet = lambda *a: None  # noqa: E731
+    convert(save("stateful", keras.Input((T, I), batch_size=3)), port, log=quiet, warn=quiet)
+    for src in (save("plain", keras.Input((T, I), batch_size=3)), save("unbuilt")):
+        report = torch_lstm_grad.verify(src, port)
+        assert report.not_verified == {"kept": "the loaded 'kept' is not a built stateful layer"}
+        assert not report.errors
 
 
 def test_verify_keras2_files(tmp_path, capsys):
