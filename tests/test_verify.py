@@ -99,6 +99,32 @@ def test_verify_keras3_saved_model_directions_apart(tmp_path, capsys):
     assert "  apart:\n    output 0" in out and "output 1" in out
 
 
+def test_verify_saved_model_of_untrainable_variables(tmp_path):
+    """A SavedModel whose variables load untrainable (tf_keras writes a frozen layer's so;
+    here Keras 3's export with `trainable` cleared in its object graph): TF's tape does not
+    watch those by itself, yet their gradients are TF's, taken through the function's
+    captured variables, and compared."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    keras = _keras()
+    x = keras.Input((T, I), name="x")
+    model = keras.Model(x, keras.layers.LSTM(3, return_sequences=True, name="frozen")(x))
+    randomize(model.weights, 35)
+    src = _save(model, tmp_path / "sm", "export")
+    pb = tmp_path / "sm" / "saved_model.pb"
+    sm = saved_model_pb2.SavedModel.FromString(pb.read_bytes())
+    variables = [n.variable for n in sm.meta_graphs[0].object_graph_def.nodes
+                 if n.WhichOneof("kind") == "variable"]  # fmt: skip
+    for v in variables:
+        v.trainable = False
+    pb.write_bytes(sm.SerializeToString())
+    assert not any(v.trainable for v in tf_module().saved_model.load(src).variables)
+    convert(src, tmp_path / "port.pt", log=lambda *a: None, warn=lambda *a: None)
+    report = torch_lstm_grad.verify(src, tmp_path / "port.pt")
+    assert report.ok and not report.not_verified, str(report)
+    assert {"d kernel", "d recurrent_kernel", "d bias"} <= set(report.errors["frozen"])
+
+
 def test_verify_nested_dropout_and_stateful_keras_layers(tmp_path, capsys):
     """Keras 3 layers verify finds and runs as Keras does: one inside a nested model, one with
     dropout (Keras' inference function, training=False, which the port computes), a stateful
