@@ -347,7 +347,7 @@ class _TF1Cells:
         return None
 
     def _cell(self, d):
-        if d.kind == "tf1.CudnnLSTM" and "cell_0_0/kernel" in d.weights:
+        if d.kind == "tf1.CudnnLSTM":  # canonical names: the describer requires cell_0_0/kernel
             if d.value("num_layers") != 1 or d.value("direction") != "unidirectional":
                 raise _Unverifiable(
                     "stacked or bidirectional canonical cuDNN layers are not verified yet"
@@ -397,7 +397,7 @@ class _TF1Cells:
             if ref in entry:
                 return f"in_{entry[ref]}:0"
             key = g.resolve(ref)[0]
-            if key in var_names or (g.variable(key) is not None and key in self.source.variables):
+            if key in var_names:
                 if key not in weights:
                     const = node_def_pb2.NodeDef(name=f"w_{len(weights)}", op="Const")
                     value = np.asarray(self.source.variables[key])
@@ -409,10 +409,8 @@ class _TF1Cells:
             node = g.nodes.get(ref[0])
             if node is None:
                 raise _Unverifiable(f"the cell reads {ref[0]}, which the graph does not hold")
-            if node.op in ("Enter", "RefEnter", "_Arg", "ReadVariableOp"):
-                outer = g.resolve(ref)
-                if outer != ref:
-                    return visit(outer)
+            # A value from outside the step that is not a weight (a loop's Enter, a function's
+            # argument, a placeholder) has no value in the step's copy.
             if node.op in ("Merge", "Switch", "_Arg", "Enter", "RefEnter", "Placeholder"):
                 raise _Unverifiable(
                     f"the step reads {ref[0]} ({node.op}) besides its inputs x, h, c"
