@@ -4,6 +4,7 @@ user's own file. It passes on correct ports of every Keras format and of SavedMo
 cannot verify, and needs TensorFlow (exit 2 without)."""
 
 import os
+import pathlib
 
 import numpy as np
 import pytest
@@ -292,6 +293,61 @@ def test_verify_says_what_it_cannot(tmp_path, capsys):
             "verified: every tensor",  # a GPU
         )
     )
+
+
+def test_verify_tf1_cells_the_graph_does_not_run(tmp_path, capsys):
+    """A TF1 file whose graph does not run the cell its variables name: the variables saved
+    but never computed with (ported with --assume-defaults), and canonical CudnnLSTM names
+    computed by a LSTMBlockCell op per step, not by the BlockLSTM a step copy of the whole
+    sequence needs. Each 'not verified', naming the scope."""
+    H = 3
+
+    def unused(tf, xs):  # untrainable: no gradient asked of them
+        with tf.compat.v1.variable_scope("rnn/lstm_cell"):
+            for name, shape in (("kernel", [I + H, 4 * H]), ("bias", [4 * H])):
+                tf.compat.v1.get_variable(name, shape, trainable=False)
+        return xs * 2.0, ()
+
+    def block_cell_steps(path):  # saved as is: TF registers no gradient of LSTMBlockCell
+        tf, g = tf_module(), tf_module().Graph()
+        scope = "cudnn_lstm/rnn/multi_rnn_cell/cell_0/cudnn_compatible_lstm_cell"
+        with g.as_default(), tf.compat.v1.variable_scope(scope):
+            k = tf.compat.v1.get_variable("kernel", [I + H, 4 * H])
+            b = tf.compat.v1.get_variable("bias", [4 * H])
+        with g.as_default():
+            xs = tf.compat.v1.placeholder(tf.float32, [T, 2, I])
+            h = c = tf.zeros([2, H])
+            z = tf.zeros([H])
+            for x in tf.unstack(xs):
+                step = tf.raw_ops.LSTMBlockCell(
+                    x=x, cs_prev=c, h_prev=h, w=k, wci=z, wcf=z, wco=z, b=b, forget_bias=0.0,
+                    cell_clip=-1.0,
+                )  # fmt: skip
+                c, h = step.cs, step.h
+            with tf.compat.v1.Session(graph=g) as sess:
+                sess.run(tf.compat.v1.global_variables_initializer())
+                return tf.compat.v1.train.Saver().save(sess, str(path))
+
+    run = _TF1Run(tmp_path / "u", None, driver=unused, lengths=False, seed=50)
+    out, _ = _verify_cli(run.prefix, tmp_path, capsys, "--assume-defaults")
+    assert "not verified: the meta graph does not run rnn/lstm_cell" in out, out
+    out, _ = _verify_cli(block_cell_steps(tmp_path / "s"), tmp_path, capsys)
+    assert "not verified: the meta graph runs no fused BlockLSTM on cudnn_lstm/" in out
+
+
+def test_verify_tf1_graph_placed_on_other_devices(tmp_path, capsys):
+    """A meta graph whose ops were placed on a cluster's GPU (a TF1 model trained on
+    parameter servers keeps those device strings): the step's copy runs here, verified."""
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    src, layers = _tf1_case(tmp_path, "lstmp_meta")
+    meta = pathlib.Path(src + ".meta")
+    graph = meta_graph_pb2.MetaGraphDef.FromString(meta.read_bytes())
+    for node in graph.graph_def.node:
+        node.device = "/job:worker/replica:0/task:3/device:GPU:1"
+    meta.write_bytes(graph.SerializeToString())
+    out, _ = _verify_cli(src, tmp_path, capsys)
+    assert f"verified: every tensor of {layers[0]} within the tolerance" in out, out
 
 
 def test_verify_fails_on_a_planted_tf1_defect(tmp_path, capsys, monkeypatch):
