@@ -343,7 +343,8 @@ def test_verify_tf1_graph_placed_on_other_devices(tmp_path, capsys):
     src, layers = _tf1_case(tmp_path, "lstmp_meta")
     meta = pathlib.Path(src + ".meta")
     graph = meta_graph_pb2.MetaGraphDef.FromString(meta.read_bytes())
-    for node in graph.graph_def.node:
+    bodies = [f.node_def for f in graph.graph_def.library.function]  # the while loop's body
+    for node in [*graph.graph_def.node, *(n for body in bodies for n in body)]:
         node.device = "/job:worker/replica:0/task:3/device:GPU:1"
     meta.write_bytes(graph.SerializeToString())
     out, _ = _verify_cli(src, tmp_path, capsys)
