@@ -73,6 +73,27 @@ def test_keras3_files_hold_keras_weights_by_keras_names(tmp_path, suffix):
 
 
 @_MASK_DROPPED
+def test_keras3_model_s_own_variables(tmp_path):
+    """A model's own variables (a subclassed model's `add_weight`: Keras 3.15 writes them as
+    `vars/0`, ... in the root group) are read under the model's name (its `vars` group's
+    name attribute, else "model") beside its layers' weights, which keep theirs."""
+    model, _ = _nested_keras3_model()
+    path = str(tmp_path / "m.weights.h5")
+    model.save_weights(path)
+    layers = read_keras(path).variables
+    own = np.arange(3, dtype=np.float32)
+    with h5py.File(path, "r+") as f:
+        f["vars"].create_dataset("0", data=own)
+        name = f["vars"].attrs["name"]
+    for owner in (name, "model"):
+        got = read_keras(path).variables
+        assert set(got) == set(layers) | {f"{owner}/0"}
+        np.testing.assert_array_equal(got[f"{owner}/0"], own)
+        with h5py.File(path, "r+") as f:
+            f["vars"].attrs.pop("name", None)
+
+
+@_MASK_DROPPED
 def test_keras3_groups_without_names_are_named_by_their_groups(tmp_path):
     """Keras 3 names each `vars` group in a `name` attribute; where one is missing (stripped
     here from Keras' own file, with the empty `vars` of the layers a Bidirectional wraps) the
@@ -342,6 +363,9 @@ def test_configs_given_on_their_own(tmp_path):
     (tmp_path / "c.json").write_text(json.dumps({**cfg, "keras_version": "2.21.0"}))
     layers, masks, version = read_keras_config(str(tmp_path / "c.json"))
     assert set(layers) == {"d"} and masks == [] and version == "2.21.0"
+    # json.dump(model.to_json(), f): the config's JSON text, itself a JSON string
+    (tmp_path / "twice.json").write_text(json.dumps(json.dumps(cfg)))
+    assert read_keras_config(str(tmp_path / "twice.json")) == (layers, [], None)
     meta = json.dumps({"keras_version": "3.15.1"})
     archive = _zip(tmp_path, {"config.json": json.dumps(cfg), "metadata.json": meta})
     assert read_keras_config(archive)[2] == "3.15.1"

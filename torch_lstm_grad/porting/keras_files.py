@@ -244,11 +244,13 @@ def _keras3_weights(h5, limit: int) -> dict[str, np.ndarray]:
             name = _name(vars_group, parts[depth - 1], limit) if vars_group else None
             names.append(name or parts[depth - 1])
         owner = h5[f"{'/'.join(parts[:-2])}/vars"]
-        owner_name = _name(owner, parts[-3], limit)
-        if parts[-3] != "layers":
+        # the group holding "vars"; none for the model's own (a subclassed model's add_weight)
+        above = parts[-3] if len(parts) > 2 else ""
+        owner_name = _name(owner, above or "model", limit)
+        if above != "layers":
             names.append(owner_name)
         index = int(parts[-1])
-        is_cell = parts[-3] == "cell" or owner_name.endswith("_cell")
+        is_cell = above == "cell" or owner_name.endswith("_cell")
         leaf = _CELL_WEIGHTS[index] if is_cell and index < 3 else str(index)
         value = _float_array(obj, limit)
         if value is not None:
