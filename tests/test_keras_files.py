@@ -356,6 +356,22 @@ def test_what_is_a_keras_file(tmp_path):
     assert not is_keras_file(str(tmp_path))  # a directory (a SavedModel's) is not a file
 
 
+def test_legacy_weight_names_must_be_a_list(tmp_path):
+    """A legacy `.h5` layer's `weight_names` is a 1-D list of names (as Keras writes it); a
+    single string or a table of them is refused, naming the layer; a sound file's Source names
+    its path."""
+    for bad in ("kernel:0", np.array([[b"kernel:0"]])):
+        path = tmp_path / "m.h5"
+        with h5py.File(path, "w") as f:
+            f.attrs["keras_version"], f.attrs["layer_names"] = "2.21.0", [b"l"]
+            f.create_group("l").attrs["weight_names"] = bad
+        with pytest.raises(ValueError, match="layer 'l': weight_names is not a list of names"):
+            read_keras(str(path))
+    for name in ("model.h5", "weights.h5"):
+        path = os.path.join(os.path.dirname(__file__), "data", "keras2", name)
+        assert read_keras(path).path == path
+
+
 def test_configs_given_on_their_own(tmp_path):
     """--config: a JSON file, a .keras archive's config.json (and its metadata's version), or a
     legacy .h5's model_config (and its keras_version)."""
