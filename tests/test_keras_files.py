@@ -358,9 +358,9 @@ def test_what_is_a_keras_file(tmp_path):
 
 def test_legacy_weight_names_must_be_a_list(tmp_path):
     """A legacy `.h5` layer's `weight_names` is a 1-D list of names (as Keras writes it); a
-    single string or a table of them is refused, naming the layer; a sound file's Source names
-    its path."""
-    for bad in ("kernel:0", np.array([[b"kernel:0"]])):
+    single string, a table of them or an empty attribute (HDF5's null dataspace) is refused,
+    naming the layer; a sound file's Source names its path."""
+    for bad in ("kernel:0", np.array([[b"kernel:0"]]), h5py.Empty("S10")):
         path = tmp_path / "m.h5"
         with h5py.File(path, "w") as f:
             f.attrs["keras_version"], f.attrs["layer_names"] = "2.21.0", [b"l"]
