@@ -409,8 +409,13 @@ class _TF1Cells:
             node = g.nodes.get(ref[0])
             if node is None:
                 raise _Unverifiable(f"the cell reads {ref[0]}, which the graph does not hold")
-            # A value from outside the step that is not a weight (a loop's Enter, a function's
-            # argument, a placeholder) has no value in the step's copy.
+            # A value from outside the step that is not a weight (a TF2 loop captures the
+            # zeros a fused cell without peepholes reads as its argument): its outer value,
+            # copied in; a loop's own variables and placeholders have none there.
+            if node.op in ("Enter", "RefEnter", "_Arg", "ReadVariableOp"):
+                outer = g.resolve(ref)
+                if outer != ref:
+                    return visit(outer)
             if node.op in ("Merge", "Switch", "_Arg", "Enter", "RefEnter", "Placeholder"):
                 raise _Unverifiable(
                     f"the step reads {ref[0]} ({node.op}) besides its inputs x, h, c"
