@@ -733,6 +733,13 @@ def _rewired(graph_def, name: str, edit):
     return out, True
 
 
+def _read_twice(scope: str, value: str, own: str, extra: str) -> str:
+    """The refusal of a step's `value` read by `extra` besides `own`, its one reader in TF1's
+    cell."""
+    readers = sorted([f"{scope}/{own}", f"{scope}/{extra}"])
+    return f"{scope}/{value} is read by {readers}; in TF1's cell by ['{scope}/{own}'] alone"
+
+
 def _input(k: int, value: str):
     def edit(n):
         n.input[k] = value
@@ -806,8 +813,7 @@ _Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
          f"{_C}/MatMul multiplies {_C}/concat (ConcatV2), not concat([x, h], 1)"),
         # A step input computed by the step (h the forget peephole's product)
         ("concat", _input(1, f"{_C}/mul"), True,
-         f"{_C}/mul is read by ['{_C}/add_1', '{_C}/concat']; in TF1's cell by ['{_C}/add_1'] "
-         "alone"),
+         _read_twice(_C, "mul", "add_1", "concat")),
     ],
 )  # fmt: skip
 def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports, message):
@@ -832,32 +838,25 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
          f"the step's c is {_C}/Sigmoid, a value of the step"),
         # c = f·o + i·act(j): the output gate read twice
         (_static_lstm, _C, "lstm", "mul", _input(1, f"{_C}/Sigmoid_2"),
-         f"{_C}/Sigmoid_2 is read by ['{_C}/mul', '{_C}/mul_2']; in TF1's cell by ['{_C}/mul_2'] "
-         "alone"),
+         _read_twice(_C, "Sigmoid_2", "mul_2", "mul")),
         # the second step's c_prev the first step's i·act(j), f·c_prev or unprojected h
         (_static_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/mul_1"),
-         f"{_C}/mul_1 is read by ['{_C}/add_1', '{_C}/mul_3']; in TF1's cell by ['{_C}/add_1'] "
-         "alone"),
+         _read_twice(_C, "mul_1", "add_1", "mul_3")),
         (_static_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/mul"),
-         f"{_C}/mul is read by ['{_C}/add_1', '{_C}/mul_3']; in TF1's cell by ['{_C}/add_1'] "
-         "alone"),
+         _read_twice(_C, "mul", "add_1", "mul_3")),
         (_static_lstmp, _C, "lstm", "mul_3", _input(1, f"{_C}/mul_2"),
-         f"{_C}/mul_2 is read by ['{_C}/MatMul_1', '{_C}/mul_3']; in TF1's cell by "
-         f"['{_C}/MatMul_1'] alone"),
+         _read_twice(_C, "mul_2", "MatMul_1", "mul_3")),
         # h the input gate's peephole product
         (_static_peephole_lstm, _C, "lstm", "concat", _input(1, f"{_C}/mul_2"),
-         f"{_C}/mul_2 is read by ['{_C}/add_2', '{_C}/concat']; in TF1's cell by ['{_C}/add_2'] "
-         "alone"),
+         _read_twice(_C, "mul_2", "add_2", "concat")),
         # the second step's c_prev the first step's c before its clip, or half-way through it
         (_static_clipped_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/add_1"),
-         f"{_C}/add_1 is read by ['{_C}/clip_by_value/Minimum', '{_C}/mul_3']; in TF1's cell "
-         f"by ['{_C}/clip_by_value/Minimum'] alone"),
+         _read_twice(_C, "add_1", "clip_by_value/Minimum", "mul_3")),
         (_static_clipped_lstm, _C, "lstm", "mul_3", _input(1, f"{_C}/clip_by_value/Minimum"),
-         f"{_C}/clip_by_value/Minimum is read by ['{_C}/clip_by_value', '{_C}/mul_3']; in TF1's "
-         f"cell by ['{_C}/clip_by_value'] alone"),
+         _read_twice(_C, "clip_by_value/Minimum", "clip_by_value", "mul_3")),
         # the second step's r·h multiplies the first step's u·h, not its h
         (_static_gru, _G, "gru", "mul_3", _input(1, f"{_G}/mul_1"),
-         f"{_G}/mul_1 is read by ['{_G}/add', '{_G}/mul_3']; in TF1's cell by ['{_G}/add'] alone"),
+         _read_twice(_G, "mul_1", "add", "mul_3")),
     ],
 )  # fmt: skip
 def test_a_step_is_closed(build, scope, kind, node, edit, message):

@@ -534,8 +534,7 @@ def _step_inputs(g: TF1Graph, matmul: _Node) -> dict:
         or g.const(concat.inputs[2]) not in (1.0, -1.0)
     ):
         raise _Unreadable(
-            f"{matmul.name} multiplies {_text(ref)} "
-            f"({concat.op}), not concat([x, h], 1)"
+            f"{matmul.name} multiplies {_text(ref)} ({concat.op}), not concat([x, h], 1)"
         )
     return {"x": concat.inputs[0], "h": concat.inputs[1]}
 
@@ -766,11 +765,7 @@ def _python_gru(g: TF1Graph, matmul: _Node, scope: str) -> GraphCell:
         c_out = (act.name, 0) if act.op in _UNARY else (cb.name, 0)
         keep = _single(g, g.users(*c_out, {"Mul"}), "(1 − u)·c", _text(c_out))
         sub = g.nodes[g.resolve(_other(g, keep, c_out, "the candidate"))[0]]
-        if (
-            sub.op != "Sub"
-            or _operands(g, sub)[1] != update
-            or g.const(sub.inputs[0]) != 1.0
-        ):
+        if sub.op != "Sub" or _operands(g, sub)[1] != update or g.const(sub.inputs[0]) != 1.0:
             raise _Unreadable(f"{keep.name} multiplies the candidate by another value than 1 − u")
         new_h = _single(g, g.users(keep.name, 0, _ADDS), "new h", keep.name)
         carry = g.nodes[g.resolve(_other(g, new_h, (keep.name, 0), "(1 − u)·c"))[0]]
