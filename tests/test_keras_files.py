@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 
 import numpy as np
@@ -224,6 +225,8 @@ def test_an_attribute_is_read_only_when_the_file_can_hold_it(tmp_path):
         f.attrs["names"] = np.array([b"ab", b"cd", b"ef"])  # 3 x 2 bytes
         f.attrs["version"] = "2.21.0"  # a variable-length string: 16 bytes a value in HDF5
         f.attrs["many"] = np.zeros(10, "f8")
+        f.attrs["scalar"] = np.bytes_(b"x" * 20)  # shape (): one value of 20 bytes
+        f.attrs["empty"] = h5py.Empty("S10")  # no shape at all: counted as one value
 
     with _h5(tmp_path, fill) as f:
         assert keras_files._attr(f, "names", 6).tolist() == [b"ab", b"cd", b"ef"]
@@ -234,6 +237,27 @@ def test_an_attribute_is_read_only_when_the_file_can_hold_it(tmp_path):
             keras_files._attr(f, "many", 79)
         assert keras_files._attr(f, "version", 16) == "2.21.0"
         assert keras_files._attr(f, "absent", 0) is None
+        for name, size in (("scalar", 20), ("empty", 10)):
+            assert keras_files._attr(f, name, size) is not None
+            with pytest.raises(ValueError, match=f"attribute '{name}' of /"):
+                keras_files._attr(f, name, size - 1)
+
+
+def test_an_attribute_of_no_bytes_a_value_is_refused_by_hdf5(tmp_path):
+    """HDF5 refuses a datatype of size 0 as the attribute is looked up, before `_attr` would
+    count its bytes; the reader names the file and HDF5's reason."""
+    path = tmp_path / "m.h5"
+    with h5py.File(path, "w", libver="earliest") as f:
+        f.attrs["keras_version"] = np.bytes_(b"2.21.0")  # HDF5 class 3 (string), 6 bytes
+        f.attrs["layer_names"] = [b"l"]
+        f.create_group("l").attrs["weight_names"] = np.zeros(0, "S1")
+    data = bytearray(path.read_bytes())
+    # A version-1 string datatype (0x13), its three bytes of bit fields, then its size (6)
+    found = re.search(rb"\x13...\x06\x00\x00\x00", data, re.DOTALL)
+    data[found.start() + 4] = 0
+    path.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=f"{path}: .*invalid datatype size"):
+        read_keras(str(path))
 
 
 def _zip(tmp_path, members, compression=zipfile.ZIP_DEFLATED) -> str:
@@ -266,6 +290,10 @@ def test_zip_members_must_fit_the_archive(tmp_path):
             keras_files._zip_member(z, "a.bin", size)
         info.file_size = 1032 * info.compress_size  # at the bound: read (as long as it is)
         assert keras_files._zip_member(z, "a.bin", size) == zeros
+        # No compressed bytes inflate to none: a bound of 1032 times nothing.
+        info.compress_size, info.file_size = 0, 1
+        with pytest.raises(ValueError, match=r"zip member a.bin: 0 bytes at 0 \(1 uncompressed"):
+            keras_files._zip_member(z, "a.bin", size)
     stored = _zip(tmp_path, {"s": b"12345"}, zipfile.ZIP_STORED)
     with zipfile.ZipFile(stored) as z:
         assert keras_files._zip_member(z, "s", 1 << 20) == b"12345"

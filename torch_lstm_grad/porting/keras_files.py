@@ -90,8 +90,9 @@ def _attr(obj, name: str, limit: int):
     if name not in obj.attrs:
         return None
     aid = obj.attrs.get_id(name)
-    count = int(np.prod(aid.shape, dtype=object)) if aid.shape else 1
-    if count * max(aid.dtype.itemsize, 1) > limit:
+    count = int(np.prod(aid.shape, dtype=object)) if aid.shape else 1  # () scalar, None empty
+    # (HDF5 refuses a datatype of size 0 as the attribute is looked up: itemsize is at least 1)
+    if count * aid.dtype.itemsize > limit:
         raise ValueError(f"attribute {name!r} of {obj.name}: shape {aid.shape} exceeds the file")
     return obj.attrs[name]
 
@@ -120,7 +121,7 @@ def _zip_member(z: zipfile.ZipFile, name: str, archive_size: int) -> bytes:
     if (
         info.header_offset + info.compress_size > archive_size
         or (stored and info.file_size != info.compress_size)
-        or info.file_size > _DEFLATE_RATIO * max(info.compress_size, 1)
+        or info.file_size > _DEFLATE_RATIO * info.compress_size  # nothing inflates to bytes
     ):
         raise ValueError(
             f"zip member {name}: {info.compress_size} bytes at {info.header_offset} "
