@@ -156,8 +156,11 @@ class _TFResult:
     directions: tuple | None = None
 
 
-def _loss_weights(outputs, rng) -> list[np.ndarray]:
-    return [rng.standard_normal(np.shape(o)).astype(np.float32) for o in outputs]
+def _tf_loss(tf, outs, values, rng):
+    """The loss `Σ_k Σ out_k · R_k` on TF's outputs `outs` (tensors, or a graph's symbols whose
+    values are `values`), and the random R_k drawn for it (the module's loss reuses them)."""
+    rs = [rng.standard_normal(np.shape(v)).astype(np.float32) for v in values]
+    return tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)]), rs
 
 
 def _weight_param(path: str) -> str:
@@ -215,8 +218,7 @@ class _KerasModel:
             for s in inits:
                 tape.watch(s)
             outs = _flat(layer(xt, training=False, **kwargs))
-            rs = _loss_weights(outs, rng)
-            loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+            loss, rs = _tf_loss(tf, outs, outs, rng)
         weights = list(layer.trainable_weights)
         grads = tape.gradient(loss, [xt, *inits, *weights])
         names = [_weight_param(getattr(w, "path", None) or w.name) for w in weights]
@@ -308,8 +310,7 @@ class _SavedFunctions:
             for s in inits:
                 tape.watch(s)
             outs = _flat(pruned(*values, *inits))
-            rs = _loss_weights(outs, rng)
-            loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+            loss, rs = _tf_loss(tf, outs, outs, rng)
         grads = tape.gradient(loss, [values[0], *inits, *handles])
         n = len(inits)
         return (
@@ -481,8 +482,7 @@ class _TF1Cells:
             fed = {t(f"in_{r}:0"): v for r, v in feeds.items()}
             with tf.compat.v1.Session(graph=gr) as sess:
                 values = sess.run(outs, fed)
-                rs = _loss_weights(values, rng)
-                loss = tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)])
+                loss, rs = _tf_loss(tf, outs, values, rng)
                 wrt = [t("in_x:0"), *(t(f"in_{r}:0") for r in roles)]
                 wrt += [t(f"{n}:0") for n in weights.values()]
                 grads = sess.run(tf.gradients(loss, wrt), fed)
