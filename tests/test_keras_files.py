@@ -94,6 +94,39 @@ def test_keras3_model_s_own_variables(tmp_path):
             f["vars"].attrs.pop("name", None)
 
 
+def test_keras3_saveables_beside_the_layers_are_named_by_their_groups(tmp_path):
+    """A subclassed model's other saveables sit at the root beside `layers` (a GAN's second
+    optimizer: `d_optimizer/vars/<i>`, which Keras 3.15 writes as it writes `optimizer`): read
+    under their `vars` group's name, else the group's own (stripped here from Keras' file)."""
+    keras = _keras()
+
+    class Gan(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.rnn = keras.layers.LSTM(3)
+            self.d_optimizer = keras.optimizers.Adam()
+
+        def call(self, x):
+            return self.rnn(x)
+
+    model = Gan()
+    model(np.ones((1, 4, 2), "float32"))
+    model.d_optimizer.build(model.rnn.trainable_variables)
+    path = str(tmp_path / "gan.weights.h5")
+    model.save_weights(path)
+    # Adam's float state: a learning rate, then two moments of each of the cell's 3 weights
+    state = [v for v in model.d_optimizer.variables if v.dtype == "float32"]
+    assert len(state) == 7
+    cell = {f"lstm/lstm_cell/{w}" for w in ("kernel", "recurrent_kernel", "bias")}
+    for owner in ("adam", "d_optimizer"):
+        got = read_keras(path).variables
+        assert set(got) == cell | {f"{owner}/{i}" for i in range(1, 8)}
+        for i, v in enumerate(state, start=1):
+            np.testing.assert_array_equal(got[f"{owner}/{i}"], v.numpy())
+        with h5py.File(path, "r+") as f:
+            assert f["d_optimizer/vars"].attrs.pop("name", None) in ("adam", None)
+
+
 @_MASK_DROPPED
 def test_keras3_groups_without_names_are_named_by_their_groups(tmp_path):
     """Keras 3 names each `vars` group in a `name` attribute; where one is missing (stripped
