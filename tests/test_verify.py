@@ -335,6 +335,31 @@ def test_verify_tf1_cells_the_graph_does_not_run(tmp_path, capsys):
     assert "not verified: the meta graph runs no fused BlockLSTM on cudnn_lstm/" in out
 
 
+def test_verify_tf1_step_reading_a_value_besides_its_inputs(tmp_path, capsys):
+    """A step that reads a value of the graph other than its x, h, c and weights, where the
+    reader sees the step's x: here each GRU step's gates read x through an Enter (which the
+    reader follows) and its candidate reads x itself, the unstacked placeholder. The copy
+    cannot feed that value: 'not verified', naming it, not a copy that fails in TF."""
+    from tensorflow.core.protobuf import meta_graph_pb2
+
+    run = _TF1Run(tmp_path / "g", lambda: _rci().GRUCell(3), driver="static", lengths=False,
+                  seed=51)  # fmt: skip
+    meta = meta_graph_pb2.MetaGraphDef.FromString(pathlib.Path(run.prefix + ".meta").read_bytes())
+    nodes = {n.name: n for n in meta.graph_def.node}
+    steps = [n for n in nodes.values() if n.op == "MatMul" and n.name.startswith("rnn/")]
+    gates = [n for n in steps if "gates/kernel" in n.input[1]]
+    assert len(gates) == run.x.shape[0]  # one a step
+    for k, matmul in enumerate(gates):
+        concat = nodes[matmul.input[0]]
+        enter = meta.graph_def.node.add(name=f"x_enter_{k}", op="Enter", input=[concat.input[0]])
+        enter.attr["T"].type = concat.attr["T"].type
+        enter.attr["frame_name"].s = b"frame"
+        concat.input[0] = enter.name
+    pathlib.Path(run.prefix + ".meta").write_bytes(meta.SerializeToString())
+    out, _ = _verify_cli(run.prefix, tmp_path, capsys)
+    assert "not verified: the step reads Placeholder (Placeholder) besides its inputs" in out
+
+
 def test_verify_tf1_graph_placed_on_other_devices(tmp_path, capsys):
     """A meta graph whose ops were placed on a cluster's GPU (a TF1 model trained on
     parameter servers keeps those device strings): the step's copy runs here, verified."""
