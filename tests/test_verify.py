@@ -5,6 +5,7 @@ cannot verify, and needs TensorFlow (exit 2 without)."""
 
 import os
 import pathlib
+import sys
 
 import numpy as np
 import pytest
@@ -70,6 +71,31 @@ def test_verify_keras3_files(tmp_path, capsys, fmt):
     for layer in ("lstm", "bi", "rnn"):
         assert f"  {layer}:\n    output 0" in out
     assert "d backward_layer.recurrent_kernel" in out
+
+
+@pytest.mark.parametrize("backward", ["LSTM", "GRU"])
+def test_verify_keras3_bidirectional_of_two_layers(tmp_path, capsys, backward):
+    """A Bidirectional whose backward layer is narrower than its forward one (an LSTM of 4
+    forward, an LSTM or GRU of 2 backward, as Keras allows; the backward layer keeps its own
+    name): each direction's initial states drawn at its own width, forward first, as Keras
+    takes them; a GRU's one state beside the LSTM's two, which Keras cannot split, none."""
+
+    def layers(keras):
+        cls = getattr(keras.layers, backward)
+        back = cls(2, return_sequences=True, return_state=True, go_backwards=True)
+        lstm = keras.layers.LSTM(4, return_sequences=True, return_state=True)
+        return [keras.layers.Bidirectional(lstm, backward_layer=back, name="mixed")]
+
+    model, _ = _chain_model(layers, mask=False, seed=33)
+    model.save(tmp_path / "m.keras")
+    out, _ = _verify_cli(tmp_path / "m.keras", tmp_path, capsys)
+    assert "d backward_layer.recurrent_kernel" in out
+    assert "verified: every tensor of mixed within the tolerance" in out
+    if backward == "LSTM":
+        assert "d initial_state 3" in out
+    else:
+        assert "d initial_state" not in out
+        assert "keep 2 states and 1, which Keras' Bidirectional cannot take as initial" in out
 
 
 @pytest.mark.parametrize("mask", [False, True], ids=["no_mask", "mask"])
@@ -177,7 +203,7 @@ def test_verify_stateful_port_against_a_file_without_states(tmp_path):
         assert not report.errors
 
 
-def test_verify_keras2_files(tmp_path, capsys):
+def test_verify_keras2_files(tmp_path, capsys, monkeypatch):
     """tf_keras' SavedModel fixture verifies (through tf_keras where it is installed, else its
     saved functions); its legacy .h5 runs as Keras 2 only in tf_keras: without it, said so."""
     out, _ = _verify_cli(os.path.join(DATA, "keras2", "saved_model"), tmp_path, capsys)
@@ -189,6 +215,16 @@ def test_verify_keras2_files(tmp_path, capsys):
         assert "a Keras 2 file runs as Keras 2 in tf_keras, which is not installed" in out
     else:
         assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out
+        # With tf_keras the SavedModel's layers run as the model tf_keras loads, not as the
+        # saved functions (the fallback where it is not installed)
+        verify = sys.modules["torch_lstm_grad.porting.verify"]
+
+        def refused(*args):
+            raise AssertionError("the saved functions ran, not tf_keras' model")
+
+        monkeypatch.setattr(verify, "_SavedFunctions", refused)
+        out, _ = _verify_cli(os.path.join(DATA, "keras2", "saved_model"), tmp_path, capsys)
+        assert "verified: every tensor of gru, lstm within the tolerance" in out
 
 
 def test_verify_keras2_saved_model_without_tf_keras(tmp_path, capsys, monkeypatch):

@@ -163,16 +163,20 @@ def _tf_loss(tf, outs, values, rng):
     return tf.add_n([tf.reduce_sum(o * r) for o, r in zip(outs, rs, strict=True)]), rs
 
 
-def _weight_param(path: str) -> str:
-    """The module parameter holding Keras' weight `path` (`bidirectional/forward_lstm/
-    lstm_cell/kernel:0` -> `forward_layer.kernel`)."""
-    parts = path.removesuffix(":0").split("/")
-    prefix = ""
-    if any(p.startswith("forward_") for p in parts):
-        prefix = "forward_layer."
-    elif any(p.startswith("backward_") for p in parts):
-        prefix = "backward_layer."
-    return prefix + parts[-1]
+def _weight_params(layer, weights) -> list[str]:
+    """The module parameter holding each of a Keras layer's `weights`: its own name's last part
+    (`kernel`), under `forward_layer.` or `backward_layer.` in a Bidirectional, by the wrapped
+    layer that holds it (a `backward_layer` the model gives keeps its own name, not Keras'
+    `backward_<name>`)."""
+    direction = {}
+    for attr in ("forward_layer", "backward_layer"):
+        for w in getattr(getattr(layer, attr, None), "trainable_weights", ()):
+            direction[id(w)] = f"{attr}."
+    return [
+        direction.get(id(w), "")
+        + (getattr(w, "path", None) or w.name).split("/")[-1].removesuffix(":0")
+        for w in weights
+    ]
 
 
 class _KerasModel:
@@ -221,7 +225,7 @@ class _KerasModel:
             loss, rs = _tf_loss(tf, outs, outs, rng)
         weights = list(layer.trainable_weights)
         grads = tape.gradient(loss, [xt, *inits, *weights])
-        names = [_weight_param(getattr(w, "path", None) or w.name) for w in weights]
+        names = _weight_params(layer, weights)
         n = len(inits)
         return (
             _TFResult(
@@ -759,6 +763,16 @@ def verify(
             and not any(c.value("zero_output_for_mask") is None for c in d.children.values())
         )
         takes_initial = io is None or len(io["initial"]) > 0
+        counts = {m.num_states for m in (getattr(module, "forward_layer", None),
+                                        getattr(module, "backward_layer", None)) if m}  # fmt: skip
+        if len(counts) > 1:
+            # Keras' Bidirectional gives each direction half of the initial states: one that
+            # pairs an LSTM (2 states) with a GRU (1) takes none it can split
+            takes_initial = False
+            report.notes.setdefault(name, []).append(
+                "its directions keep 2 states and 1, which Keras' Bidirectional cannot take as "
+                "initial states: none fed"
+            )
         fixed_T = oracle.time_steps(layer) if io is not None else None
         sizes = batches
         try:
