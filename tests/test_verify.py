@@ -227,6 +227,33 @@ def test_verify_keras2_files(tmp_path, capsys, monkeypatch):
         assert "verified: every tensor of gru, lstm within the tolerance" in out
 
 
+@pytest.mark.parametrize("fmt", ["keras3 .keras", "tf_keras .h5", "tf_keras SavedModel"])
+def test_verify_models_compiled_with_a_custom_loss(tmp_path, capsys, monkeypatch, fmt):
+    """A model compiled with a loss of the user's own (not registered with Keras, so Keras
+    cannot compile the loaded model): verify loads it uncompiled, as the layers need."""
+    keras = _keras() if fmt.startswith("keras3") else pytest.importorskip("tf_keras")
+
+    def my_loss(y, p):
+        return keras.ops.mean((y - p) ** 2) if fmt.startswith("keras3") else (y - p) ** 2
+
+    inp = keras.Input((T, I))
+    model = keras.Model(inp, keras.layers.LSTM(2, name="lstm")(inp))
+    model.compile("adam", my_loss)
+    if fmt == "keras3 .keras":
+        src = tmp_path / "m.keras"
+        model.save(src)
+    elif fmt == "tf_keras .h5":
+        src = tmp_path / "m.h5"
+        model.save(src)
+    else:
+        src = tmp_path / "sm"
+        model.save(src, save_format="tf")
+        # run by tf_keras' model, not by the saved functions
+        monkeypatch.setattr(sys.modules["torch_lstm_grad.porting.verify"], "_SavedFunctions", None)
+    out, _ = _verify_cli(src, tmp_path, capsys)
+    assert "verified: every tensor of lstm within the tolerance" in out, out
+
+
 def test_verify_keras2_saved_model_without_tf_keras(tmp_path, capsys, monkeypatch):
     """Without tf_keras, tf_keras' SavedModel (its layers described by keras_metadata.pb) is
     verified through its saved functions: each layer's tensors there are the ones the loop
