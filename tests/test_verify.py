@@ -467,6 +467,8 @@ def _planted(monkeypatch, defect: str, layer: str):
         with torch.no_grad():
             if defect == "activation":
                 config = {**config, "activation": "relu"}
+            elif defect == "return_state":
+                config = {**config, "return_state": True}
             elif defect == "gate_blocks":
                 U = module.units
                 k = module.kernel.clone()
@@ -478,11 +480,12 @@ def _planted(monkeypatch, defect: str, layer: str):
     monkeypatch.setattr(builders._Build, "keras_rnn", planted)
 
 
-@pytest.mark.parametrize("defect", ["activation", "gate_blocks", "bias"])
+@pytest.mark.parametrize("defect", ["activation", "gate_blocks", "bias", "return_state"])
 @pytest.mark.parametrize("fmt", [".keras", "export"])
 def test_verify_fails_on_planted_defects(tmp_path, capsys, monkeypatch, fmt, defect):
     """A wrong module (tanh flipped to relu, the i and f blocks of the kernel swapped, the
-    bias dropped) is caught: exit 3, the layer and the tensor named."""
+    bias dropped, its states returned too) is caught: exit 3, the layer and the tensor (or
+    the number of outputs) named."""
     keras = _keras()
     x = keras.Input((T, I))
     y = keras.layers.LSTM(4, return_sequences=True, name="enc")(x)
@@ -496,7 +499,8 @@ def test_verify_fails_on_planted_defects(tmp_path, capsys, monkeypatch, fmt, def
         src = _save(model, tmp_path / "sm", "export")
     _planted(monkeypatch, defect, "enc")
     out, _ = _verify_cli(src, tmp_path, capsys, code=3)
-    assert "FAILED:" in out and "enc output 0" in out.split("FAILED:")[1]
+    failed = "enc number of outputs" if defect == "return_state" else "enc output 0"
+    assert "FAILED:" in out and failed in out.split("FAILED:")[1]
     assert "dec" not in out.split("FAILED:")[1]  # the other layer is fine
 
 
