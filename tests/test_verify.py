@@ -588,7 +588,8 @@ def test_verify_compares_every_parameter_s_gradient(_lstm_with_states, monkeypat
 
 
 def test_verify_python_api(tmp_path):
-    """`torch_lstm_grad.verify(SRC, OUT)`: the report as an object, `.ok`, the table as str."""
+    """`torch_lstm_grad.verify(SRC, OUT)`: the report as an object, `.ok`, the table as str;
+    the float64 columns with `float64=True` alone."""
     keras = _keras()
     model = keras.Sequential([keras.Input((T, I)), keras.layers.GRU(3, name="g")])
     randomize(model.trainable_weights, 34)
@@ -597,6 +598,10 @@ def test_verify_python_api(tmp_path):
     report = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt", tol=1e-5)
     assert report.ok and set(report.errors) == {"g"}
     assert max(report.errors["g"].values()) < 1e-5 and "d recurrent_kernel" in str(report)
+    # the float64 columns (a second run of each port) only when asked, as --verify-float64
+    assert not report.float64 and "vs float64" not in str(report)
+    both = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt", float64=True)
+    assert set(both.float64) == {"g"} and "vs float64" in str(both)
     strict = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt", tol=0.0)
     assert not strict.ok or all(e == 0 for e in strict.errors["g"].values())
 
