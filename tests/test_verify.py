@@ -77,8 +77,9 @@ def test_verify_keras3_files(tmp_path, capsys, fmt):
 def test_verify_keras3_bidirectional_of_two_layers(tmp_path, capsys, backward):
     """A Bidirectional whose backward layer is narrower than its forward one (an LSTM of 4
     forward, an LSTM or GRU of 2 backward, as Keras allows; the backward layer keeps its own
-    name): each direction's initial states drawn at its own width, forward first, as Keras
-    takes them; a GRU's one state beside the LSTM's two, which Keras cannot split, none."""
+    name), called with a mask: each direction's initial states drawn at its own width, forward
+    first, as Keras takes them; a GRU's one state beside the LSTM's two, which Keras cannot
+    split, none."""
 
     def layers(keras):
         cls = getattr(keras.layers, backward)
@@ -86,9 +87,10 @@ def test_verify_keras3_bidirectional_of_two_layers(tmp_path, capsys, backward):
         lstm = keras.layers.LSTM(4, return_sequences=True, return_state=True)
         return [keras.layers.Bidirectional(lstm, backward_layer=back, name="mixed")]
 
-    model, _ = _chain_model(layers, mask=False, seed=33)
+    model, _ = _chain_model(layers, mask=True, seed=33)
     model.save(tmp_path / "m.keras")
     out, _ = _verify_cli(tmp_path / "m.keras", tmp_path, capsys)
+    assert "B=3 T=7, mask" in out  # the Bidirectional alone, called with a mask
     assert "d backward_layer.recurrent_kernel" in out
     assert "verified: every tensor of mixed within the tolerance" in out
     if backward == "LSTM":
@@ -178,8 +180,9 @@ def test_verify_nested_dropout_and_stateful_keras_layers(tmp_path, capsys):
         out, _ = _verify_cli(src, tmp_path, capsys)
         layers = "deep, dropped" if label == "nested" else "both, kept"
         assert f"verified: every tensor of {layers} within the tolerance" in out, out
-        if label == "stateful":
-            assert "over 6 cases (B=3 T=1;" in out and "B=1" not in out
+        if label == "stateful":  # from reset states: none fed
+            assert "over 3 cases (B=3 T=1, mask;" in out and "B=1" not in out
+            assert "d initial_state" not in out
 
 
 def test_verify_stateful_port_against_a_file_without_states(tmp_path):

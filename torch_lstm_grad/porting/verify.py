@@ -578,7 +578,7 @@ def _keras_oracle(tf, path: str, source, config):
     major = source.writer.keras_major
     is_zip = path.endswith(".keras")
     has_config = bool(source.config_origin) and not source.config_origin.startswith("--config")
-    if not has_config and config is None and not os.path.isdir(path):
+    if not has_config and config is None:  # (a SavedModel here has its keras_metadata.pb)
         raise _Unverifiable(
             "the file stores no model config for Keras to rebuild the layers from: give --config"
         )
@@ -756,14 +756,17 @@ def verify(
         d = module.port_description
         layer = d.name
         io = getattr(source.layers.get(layer), "graph_io", None)
+        # A Keras RNN takes a mask (a Bidirectional: both halves do), cuDNN's layers none
+        rnns = list(d.children.values()) or [d]
         takes_mask = (
             io["mask"] is not None
             if io is not None
-            else (d.value("zero_output_for_mask", None) is not None)
-            and not d.kind.startswith("keras.CuDNN")
-            and not any(c.value("zero_output_for_mask") is None for c in d.children.values())
+            else all(
+                r.value("zero_output_for_mask") is not None and not r.kind.startswith("keras.CuDNN")
+                for r in rnns
+            )
         )
-        takes_initial = io is None or len(io["initial"]) > 0
+        takes_initial = True  # (a SavedModel's loop takes its initial states: graph_io has them)
         counts = {m.num_states for m in (getattr(module, "forward_layer", None),
                                         getattr(module, "backward_layer", None)) if m}  # fmt: skip
         if len(counts) > 1:
@@ -801,10 +804,6 @@ def verify(
                 _compare(report, name, module, case, theirs, rs, float64)
         except _Unverifiable as err:
             report.not_verified[name] = str(err)
-        if io is not None and not io["initial"]:
-            report.notes.setdefault(name, []).append(
-                "the saved function computes its own initial states: none fed"
-            )
     return report
 
 
