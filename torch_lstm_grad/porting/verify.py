@@ -756,15 +756,13 @@ def verify(
         d = module.port_description
         layer = d.name
         io = getattr(source.layers.get(layer), "graph_io", None)
-        # A Keras RNN takes a mask (a Bidirectional: both halves do), cuDNN's layers none
+        # A Keras RNN takes a mask (a Bidirectional: both halves do); the describer sets
+        # zero_output_for_mask None where it takes none (cuDNN's layers, Keras <= 2.2's)
         rnns = list(d.children.values()) or [d]
         takes_mask = (
             io["mask"] is not None
             if io is not None
-            else all(
-                r.value("zero_output_for_mask") is not None and not r.kind.startswith("keras.CuDNN")
-                for r in rnns
-            )
+            else all(r.value("zero_output_for_mask") is not None for r in rnns)
         )
         takes_initial = True  # (a SavedModel's loop takes its initial states: graph_io has them)
         counts = {m.num_states for m in (getattr(module, "forward_layer", None),
