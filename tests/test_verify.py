@@ -609,6 +609,35 @@ def test_verify_python_api(tmp_path):
     assert not strict.ok or all(e == 0 for e in strict.errors["g"].values())
 
 
+def test_verify_names_tf_s_own_refusal(tmp_path, monkeypatch):
+    """Where TF refuses to run a layer here, the layer is 'not verified' with TF's exception
+    type and the first line of its message (cuDNN's missing kernels: in words of their own)."""
+    keras = _keras()
+    model = keras.Sequential([keras.Input((T, I)), keras.layers.GRU(3, name="g")])
+    model.save(tmp_path / "m.keras")
+    torch_lstm_grad.porting.convert(tmp_path / "m.keras", tmp_path / "m.pt", log=lambda s: None)
+    verify = sys.modules["torch_lstm_grad.porting.verify"]
+    for message, why in (
+        ("  Matrix size-incompatible: In[0]\n  more detail  ", "Matrix size-incompatible: In[0]"),
+        ("", ""),
+        # TF's words (op_kernel.cc) where tensorflow-cpu has no kernel for the op at all
+        (
+            "No OpKernel was registered to support Op 'CudnnRNNV3'\n  <no registered kernels>",
+            "no kernel here for one of its ops (cuDNN",
+        ),
+        ("Could not find device for node: CudnnRNNV3", "no kernel here for one of its ops (cuDNN"),
+    ):
+
+        def refused(*args, message=message):
+            raise RuntimeError(message)
+
+        monkeypatch.setattr(verify._KerasModel, "run", refused)
+        report = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt")
+        assert report.not_verified["g"].startswith(
+            f"TensorFlow could not run it here (RuntimeError: {why}"
+        ), (message, report.not_verified)
+
+
 def test_verify_needs_tensorflow(tmp_path):
     """Without TensorFlow: exit 2 and one line saying so (the conversion itself still runs)."""
     import subprocess
