@@ -7,7 +7,6 @@ import importlib
 import importlib.util
 import os
 import pathlib
-import sys
 
 import numpy as np
 import pytest
@@ -26,6 +25,18 @@ from torch_lstm_grad.porting.convert import convert
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 DATA = os.path.join(os.path.dirname(__file__), "data")
+# The module (the package's `porting.verify` attribute is the function of that name)
+VERIFY = importlib.import_module("torch_lstm_grad.porting.verify")
+
+
+def _no_saved_functions(monkeypatch):
+    """verify's saved-function oracle made to fail: a tf_keras SavedModel that still verifies
+    ran as the model tf_keras loads."""
+
+    def refused(*args):
+        raise AssertionError("the saved functions ran, not tf_keras' model")
+
+    monkeypatch.setattr(VERIFY, "_SavedFunctions", refused)
 
 
 def _verify_cli(src, tmp_path, capsys, *extra, code=0):
@@ -222,12 +233,7 @@ def test_verify_keras2_files(tmp_path, capsys, monkeypatch):
         assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out
         # With tf_keras the SavedModel's layers run as the model tf_keras loads, not as the
         # saved functions (the fallback where it is not installed)
-        verify = sys.modules["torch_lstm_grad.porting.verify"]
-
-        def refused(*args):
-            raise AssertionError("the saved functions ran, not tf_keras' model")
-
-        monkeypatch.setattr(verify, "_SavedFunctions", refused)
+        _no_saved_functions(monkeypatch)
         out, _ = _verify_cli(os.path.join(DATA, "keras2", "saved_model"), tmp_path, capsys)
         assert "verified: every tensor of gru, lstm within the tolerance" in out
 
@@ -259,8 +265,7 @@ def test_verify_models_compiled_with_a_custom_loss(tmp_path, capsys, monkeypatch
     else:
         src = tmp_path / "sm"
         model.save(src, save_format="tf")
-        # run by tf_keras' model, not by the saved functions
-        monkeypatch.setattr(sys.modules["torch_lstm_grad.porting.verify"], "_SavedFunctions", None)
+        _no_saved_functions(monkeypatch)
     out, _ = _verify_cli(src, tmp_path, capsys)
     assert "verified: every tensor of lstm within the tolerance" in out, out
 
@@ -624,7 +629,6 @@ def test_verify_names_tf_s_own_refusal(tmp_path, monkeypatch):
     model = keras.Sequential([keras.Input((T, I)), keras.layers.GRU(3, name="g")])
     model.save(tmp_path / "m.keras")
     torch_lstm_grad.porting.convert(tmp_path / "m.keras", tmp_path / "m.pt", log=lambda s: None)
-    verify = sys.modules["torch_lstm_grad.porting.verify"]
     for message, why in (
         ("  Matrix size-incompatible: In[0]\n  more detail  ", "Matrix size-incompatible: In[0]"),
         ("", ""),
@@ -639,7 +643,7 @@ def test_verify_names_tf_s_own_refusal(tmp_path, monkeypatch):
         def refused(*args, message=message):
             raise RuntimeError(message)
 
-        monkeypatch.setattr(verify._KerasModel, "run", refused)
+        monkeypatch.setattr(VERIFY._KerasModel, "run", refused)
         report = torch_lstm_grad.verify(tmp_path / "m.keras", tmp_path / "m.pt")
         assert report.not_verified["g"].startswith(
             f"TensorFlow could not run it here (RuntimeError: {why}"
