@@ -3,6 +3,7 @@ user's own file. It passes on correct ports of every Keras format and of SavedMo
 (exit 3, naming the layer and the tensor) on ports with a planted defect, says why where it
 cannot verify, and needs TensorFlow (exit 2 without)."""
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -601,6 +602,76 @@ def test_verify_compares_every_parameter_s_gradient(_lstm_with_states, monkeypat
     report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
     assert "l" not in report.not_verified
     assert {t for _, t, _ in report.failures()} == {f"d {weight}"}
+
+    def renamed(self, *args, **kwargs):  # a weight of TF's the port holds no parameter for
+        theirs, rs = run(self, *args, **kwargs)
+        theirs.d_weights[f"{weight}_of_tf"] = theirs.d_weights.pop(weight)
+        return theirs, rs
+
+    monkeypatch.setattr(_KerasModel, "run", renamed)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
+    assert report.failures() == [("l", f"d {weight}_of_tf (no such parameter)", float("inf"))]
+    assert f"the gradient of {weight} was not compared" in report.not_verified["l"]
+
+
+def test_verify_float64_columns_hold_every_tensor(_lstm_with_states):
+    """With float64=True each tensor compared (every output, d input, every d initial_state,
+    every weight's gradient) has its float64 columns: TF's and the port's distance from the
+    port run in float64, both within float32's rounding of it."""
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,), float64=True)
+    per = report.float64["l"]
+    assert set(per) == set(report.errors["l"])
+    assert {"output 2", "d input", "d initial_state 1", "d recurrent_kernel"} <= set(per)
+    assert all(tf64 < 1e-5 and ours64 < 1e-5 for tf64, ours64 in per.values()), per
+
+
+def test_verify_notes_a_cudnn_layer_s_uncompared_weight_gradients(_lstm_with_states, monkeypatch):
+    """The port of a Keras 2 CuDNNLSTM holds LSTM weights converted from cuDNN's layout, other
+    numbers than the file's: their gradients are not compared, and the report notes so (the
+    outputs and the other gradients still verified). No CPU runs cuDNN's kernel: an LSTM's
+    port stands in, its description's kind made CuDNNLSTM."""
+    load = VERIFY.load
+
+    def as_cudnn(path):
+        modules = load(path)
+        for m in modules.values():
+            m.port_description = dataclasses.replace(m.port_description, kind="keras.CuDNNLSTM")
+        return modules
+
+    monkeypatch.setattr(VERIFY, "load", as_cudnn)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(2,), lengths=(3,))
+    assert report.notes == {
+        "l": ["weight gradients not compared: the port converts cuDNN's layout"]
+    }
+    assert report.ok and not report.not_verified
+    assert set(report.errors["l"]) == {
+        "output 0", "output 1", "output 2", "d input", "d initial_state 0", "d initial_state 1"
+    }  # fmt: skip
+
+
+def test_verify_scales_a_direction_s_error_by_tf_s_derivative(tmp_path):
+    """cuDNN's packed params are compared along random directions, each error scaled as every
+    tensor's is: |ours - TF| / max(1, |TF|), by TF's derivative. Planted: TF's derivatives
+    moved by 100, so each error is 100 / max(1, |TF's + 100|) (by ours: 100 / |ours|)."""
+    src, _ = _tf1_case(tmp_path, "deepspeech_frozen")
+    convert(src, tmp_path / "m.pt", log=lambda s: None)
+    run, moved = VERIFY._TF1Cells.run, []
+
+    def planted(self, *args, **kwargs):
+        theirs, rs = run(self, *args, **kwargs)
+        param, along = theirs.directions
+        moved.append([t + 100.0 for _, t in along])
+        theirs.directions = (param, [(p, t) for (p, _), t in zip(along, moved[-1], strict=True)])
+        return theirs, rs
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(VERIFY._TF1Cells, "run", planted)
+        report = torch_lstm_grad.verify(src, tmp_path / "m.pt", batches=(2,))
+    errors = report.errors["cudnn_lstm"]
+    assert moved and len(moved[0]) >= 2
+    for k in range(len(moved[0])):
+        want = max(100.0 / max(1.0, abs(case[k])) for case in moved)
+        assert abs(errors[f"d weights along direction {k}"] - want) < 1e-4 * want, (k, moved)
 
 
 def test_verify_python_api(tmp_path):

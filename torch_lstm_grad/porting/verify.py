@@ -764,23 +764,23 @@ def verify(
             if io is not None
             else all(r.value("zero_output_for_mask") is not None for r in rnns)
         )
-        takes_initial = True  # (a SavedModel's loop takes its initial states: graph_io has them)
         counts = {m.num_states for m in (getattr(module, "forward_layer", None),
                                         getattr(module, "backward_layer", None)) if m}  # fmt: skip
-        if len(counts) > 1:
-            # Keras' Bidirectional gives each direction half of the initial states: one that
-            # pairs an LSTM (2 states) with a GRU (1) takes none it can split
-            takes_initial = False
+        # Keras' Bidirectional gives each direction half of the initial states: one that pairs
+        # an LSTM (2 states) with a GRU (1) takes none it can split
+        split = len(counts) > 1
+        if split:
             report.notes.setdefault(name, []).append(
                 "its directions keep 2 states and 1, which Keras' Bidirectional cannot take as "
                 "initial states: none fed"
             )
+        # a stateful layer (a Keras file's: SavedModels' are refused) starts from its own states
+        stateful = _stateful(module) is not None
+        # every other layer is fed initial states (a SavedModel's loop: graph_io holds them)
+        takes_initial = not split and not stateful
         fixed_T = oracle.time_steps(layer) if io is not None else None
-        sizes = batches
         try:
-            if _stateful(module) is not None:  # a Keras file's (SavedModels' are refused)
-                takes_initial = False
-                sizes = (oracle.batch_size(layer),)
+            sizes = (oracle.batch_size(layer),) if stateful else batches
             cases = _cases(module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial)
             for label, case in cases:
                 if label not in report.cases:
@@ -820,7 +820,7 @@ def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -
     }
     if theirs.directions is not None:
         param, along = theirs.directions
-        g = dparams[param].detach().double().numpy()
+        g = dparams[param].double().numpy()  # (autograd.grad's: no graph to detach)
         for k, (packed, tf_value) in enumerate(along):
             ours = float((g * packed).sum())
             report.add(name, f"d weights along direction {k}", _scaled(np.float64(ours), tf_value))
