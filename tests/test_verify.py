@@ -239,6 +239,21 @@ def test_verify_keras2_files(tmp_path, capsys, monkeypatch):
         assert "verified: every tensor of gru, lstm within the tolerance" in out
 
 
+@pytest.mark.parametrize("weights", ["weights.h5", "ckpt"])
+def test_verify_keras2_weights_with_a_config(tmp_path, capsys, weights):
+    """tf_keras' save_weights files (HDF5; TF format: a checkpoint prefix) with --config: tf_keras
+    builds the model from the config and loads the weights into it (the file itself is no
+    model tf_keras could load); without tf_keras, said so."""
+    src = os.path.join(DATA, "keras2", weights)
+    out, _ = _verify_cli(
+        src, tmp_path, capsys, "--config", os.path.join(DATA, "keras2", "model.json")
+    )
+    if importlib.util.find_spec("tf_keras") is None:
+        assert "a Keras 2 file runs as Keras 2 in tf_keras, which is not installed" in out
+    else:
+        assert "verified: every tensor of bi, gru_after, gru_before, lstm, rnn within" in out, out
+
+
 # tf_keras' own formats where it is installed (CI's test extra does not install it)
 _LOSS_FORMATS = ["keras3 .keras"] + (
     ["tf_keras .h5", "tf_keras SavedModel"] if importlib.util.find_spec("tf_keras") else []
