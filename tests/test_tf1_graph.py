@@ -461,6 +461,32 @@ def test_a_node_s_outermost_name_is_that_of_the_main_graph_s_node_running_it():
     assert g._outermost_name("x") == "x"
 
 
+def test_a_call_giving_its_function_fewer_inputs_than_arguments_is_read():
+    """A hostile graph: a call node giving its function fewer inputs than the function takes
+    (TF refuses to import it). The arguments it does not feed have no caller: they resolve to
+    themselves, never to an input the node lacks."""
+
+    @tf.function
+    def two(x, y):
+        return y
+
+    def build():
+        x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+        tf.identity(two(x, x + 1.0), name="out")
+
+    graph_def = _graph_def(build)
+    (call,) = [n for n in graph_def.node if n.op.endswith("PartitionedCall")]
+    del call.input[1]
+    with pytest.raises(ValueError):
+        _tf_reading(graph_def)
+    g = graph_from_graph_def(graph_def.SerializeToString())
+    (fn,) = [f.signature.name for f in graph_def.library.function]
+    x_arg, y_arg = (g.nodes[f"{fn}::{a}"] for a in ("x", "y"))
+    assert x_arg.caller == (call.name, 0) and y_arg.caller is None
+    assert g.resolve((y_arg.name, 0)) == (y_arg.name, 0)
+    assert g.resolve((x_arg.name, 0)) == ("x", 0)
+
+
 def _static_clipped_lstm():
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
 
