@@ -487,6 +487,54 @@ def test_a_call_giving_its_function_fewer_inputs_than_arguments_is_read():
     assert g.resolve((x_arg.name, 0)) == ("x", 0)
 
 
+def _loop_reading_a_constant():
+    x = tf.compat.v1.placeholder(tf.float32, [2], name="x")
+    w = tf.constant([3.0, 4.0], name="w")
+    tf.while_loop(lambda i, y, w: i < 3, lambda i, y, w: (i + 1, y * w, w), (0, x, w))
+
+
+@pytest.mark.parametrize("edit", ["none", "fewer returns", "fewer arguments", "no body"])
+def test_a_loop_argument_is_traced_out_only_where_its_body_returns_it(edit):
+    """A loop's argument reads the loop's input only where the body returns it unchanged (the
+    constant w, the iteration bound); one the body changes, or does not return (a hostile
+    body returning fewer values than it takes), or does not take (a hostile body taking
+    fewer than its loop and its cond: w's reads and return made the bound's), or of a loop without a
+    body (a hostile node: only its `cond`), `varies`: it resolves to itself, not out of the
+    loop."""
+    graph_def = _graph_def(_loop_reading_a_constant)
+    (loop,) = [n for n in graph_def.node if n.op.endswith("While")]
+    (body,) = [f for f in graph_def.library.function if f.signature.name.startswith("while_body")]
+    if edit == "fewer returns":
+        last = body.signature.output_arg[-1].name
+        del body.signature.output_arg[-1]
+        del body.ret[last]
+    elif edit == "fewer arguments":
+        w_arg, bound = body.signature.input_arg[-1].name, body.signature.input_arg[1].name
+        del body.signature.input_arg[-1]
+        for node in body.node_def:
+            node.input[:] = [bound if i == w_arg else i for i in node.input]
+        body.ret[body.signature.output_arg[-1].name] = bound
+    elif edit == "no body":
+        del loop.attr["body"]
+    g = graph_from_graph_def(graph_def.SerializeToString())
+    for f in graph_def.library.function:
+        args = [g.nodes[f"{f.signature.name}::{a.name}"] for a in f.signature.input_arg]
+        if edit == "fewer arguments" and f is body:
+            assert [a.caller for a in args] == [(loop.name, k) for k in range(4)]
+            continue
+        w = args[4]
+        if edit == "no body" and f is body:  # no node runs it
+            assert all(a.caller is None for a in args)
+            assert g.resolve((w.name, 0)) == (w.name, 0)
+            continue
+        assert [a.caller for a in args] == [(loop.name, k) for k in range(5)]
+        if edit == "none":  # the counter, i and y change; the bound and w are returned as read
+            assert [a.varies for a in args] == [True, False, True, True, False]
+            assert g.resolve((w.name, 0)) == ("w", 0)
+        else:
+            assert w.varies and g.resolve((w.name, 0)) == (w.name, 0)
+
+
 def _static_clipped_lstm():
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
 
