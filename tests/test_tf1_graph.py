@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torch_lstm_grad.porting import tf1_graph
+from torch_lstm_grad.porting import guard, tf1_graph
 from torch_lstm_grad.porting.tf1_graph import graph_from_graph_def
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow (the oracle) is not installed")
@@ -533,6 +533,17 @@ def test_a_loop_argument_is_traced_out_only_where_its_body_returns_it(edit):
             assert g.resolve((w.name, 0)) == ("w", 0)
         else:
             assert w.varies and g.resolve((w.name, 0)) == (w.name, 0)
+
+
+def test_a_truncated_meta_graph_is_refused_naming_the_file(tmp_path):
+    """A `.meta` cut short: CorruptFile naming the file first, then what it should hold."""
+    meta = tf.compat.v1.MetaGraphDef(graph_def=_graph_def(_loop_reading_a_constant))
+    data = meta.SerializeToString()
+    path = tmp_path / "m.meta"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(guard.CorruptFile) as err:
+        tf1_graph.read_meta_graph(str(path))
+    assert str(err.value).startswith(f"{path}: TF1 meta graph (MetaGraphDef): "), err.value
 
 
 def _static_clipped_lstm():

@@ -640,6 +640,36 @@ def test_verify_float64_columns_hold_every_tensor(_lstm_with_states):
     assert all(tf64 < 1e-5 and ours64 < 1e-5 for tf64, ours64 in per.values()), per
 
 
+@pytest.mark.parametrize("planted", ["every dtype", "float32 only"])
+def test_verify_float64_columns_are_scaled_by_the_float64_run(
+    _lstm_with_states, monkeypatch, planted
+):
+    """Each float64 column is |TF - ref| and |ours - ref| over max(1, |ref|), ref the port run
+    in float64, each the largest over the cases. Planted: 100 added to the port's sequence
+    (within 1 else) in every dtype, so that ref holds it (TF's column 100 / max|ref|, about
+    1; ours about 0), or in float32 only (ours 100, TF's about 0)."""
+    from torch_lstm_grad import keras_layers
+
+    forward = keras_layers.KerasLSTM.forward
+
+    def moved(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        if planted == "every dtype" or out[0].dtype == torch.float32:
+            out = (out[0] + 100.0, *out[1:])
+        return out
+
+    monkeypatch.setattr(keras_layers.KerasLSTM, "forward", moved)
+    report = torch_lstm_grad.verify(*_lstm_with_states, batches=(1, 2), lengths=(3,), float64=True)
+    assert len(report.cases) == 2
+    per = report.float64["l"]
+    tf64, ours64 = per.pop("output 0")
+    if planted == "every dtype":
+        assert 0.98 < tf64 < 1.0 + 1e-6 and ours64 < 1e-5, (tf64, ours64)
+    else:
+        assert tf64 < 1e-5 and abs(ours64 - 100.0) < 1e-3, (tf64, ours64)
+    assert all(a < 1e-5 and b < 1e-5 for a, b in per.values()), per
+
+
 def test_verify_notes_a_cudnn_layer_s_uncompared_weight_gradients(_lstm_with_states, monkeypatch):
     """The port of a Keras 2 CuDNNLSTM holds LSTM weights converted from cuDNN's layout, other
     numbers than the file's: their gradients are not compared, and the report notes so (the
