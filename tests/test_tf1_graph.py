@@ -496,11 +496,11 @@ def _loop_reading_a_constant():
 @pytest.mark.parametrize("edit", ["none", "fewer returns", "fewer arguments", "no body"])
 def test_a_loop_argument_is_traced_out_only_where_its_body_returns_it(edit):
     """A loop's argument reads the loop's input only where the body returns it unchanged (the
-    constant w, the iteration bound); one the body changes, or does not return (a hostile
-    body returning fewer values than it takes), or does not take (a hostile body taking
-    fewer than its loop and its cond: w's reads and return made the bound's), or of a loop without a
-    body (a hostile node: only its `cond`), `varies`: it resolves to itself, not out of the
-    loop."""
+    constant w, the iteration bound). Any other argument `varies` and resolves to itself, not
+    out of the loop: one the body changes; one a hostile body does not return (fewer values
+    returned than taken); the cond's last one where a hostile body takes fewer arguments than
+    the loop and its cond (w's reads and return made the bound's); each of a hostile loop
+    node's that has only its `cond`, no `body`."""
     graph_def = _graph_def(_loop_reading_a_constant)
     (loop,) = [n for n in graph_def.node if n.op.endswith("While")]
     (body,) = [f for f in graph_def.library.function if f.signature.name.startswith("while_body")]

@@ -646,8 +646,8 @@ def test_verify_float64_columns_are_scaled_by_the_float64_run(
 ):
     """Each float64 column is |TF - ref| and |ours - ref| over max(1, |ref|), ref the port run
     in float64, each the largest over the cases. Planted: 100 added to the port's sequence
-    (within 1 else) in every dtype, so that ref holds it (TF's column 100 / max|ref|, about
-    1; ours about 0), or in float32 only (ours 100, TF's about 0)."""
+    (whose values lie within 1) in every dtype, so that ref holds it (TF's column
+    100 / max|ref|, about 1; ours about 0), or in float32 only (ours 100, TF's about 0)."""
     from torch_lstm_grad import keras_layers
 
     forward = keras_layers.KerasLSTM.forward
@@ -694,10 +694,11 @@ def test_verify_notes_a_cudnn_layer_s_uncompared_weight_gradients(_lstm_with_sta
     }  # fmt: skip
 
 
-def test_verify_scales_a_direction_s_error_by_tf_s_derivative(tmp_path):
+def test_verify_scales_a_direction_s_error_by_tf_s_derivative(tmp_path, monkeypatch):
     """cuDNN's packed params are compared along random directions, each error scaled as every
     tensor's is: |ours - TF| / max(1, |TF|), by TF's derivative. Planted: TF's derivatives
-    moved by 100, so each error is 100 / max(1, |TF's + 100|) (by ours: 100 / |ours|)."""
+    moved by 100, so each error is 100 / max(1, |TF's + 100|); scaled by ours it would be
+    100 / max(1, |ours|)."""
     src, _ = _tf1_case(tmp_path, "deepspeech_frozen")
     convert(src, tmp_path / "m.pt", log=lambda s: None)
     run, moved = VERIFY._TF1Cells.run, []
@@ -709,9 +710,8 @@ def test_verify_scales_a_direction_s_error_by_tf_s_derivative(tmp_path):
         theirs.directions = (param, [(p, t) for (p, _), t in zip(along, moved[-1], strict=True)])
         return theirs, rs
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(VERIFY._TF1Cells, "run", planted)
-        report = torch_lstm_grad.verify(src, tmp_path / "m.pt", batches=(2,))
+    monkeypatch.setattr(VERIFY._TF1Cells, "run", planted)
+    report = torch_lstm_grad.verify(src, tmp_path / "m.pt", batches=(2,))
     errors = report.errors["cudnn_lstm"]
     assert moved and len(moved[0]) >= 2
     for k in range(len(moved[0])):
