@@ -7,6 +7,8 @@ copy of the package, run the tests that reach it, and report the mutants no test
     python benchmarks/mutation_run.py --show 'modules.py#12'       # the mutant's diff
     python benchmarks/mutation_run.py --only 'modules.py#12' --tests tests/test_port_states.py
     python benchmarks/mutation_run.py --report benchmarks/results/mutation-2026-11-26.md
+    python benchmarks/mutation_run.py --results benchmarks/results/mutation-results.json \
+        --merge /tmp/mutA.json /tmp/mutB.json --base <the commit the runs copied it from>
 
 The working tree is never written: the package (with its built `_C.abi3.so`), tests/,
 examples/ and pyproject.toml are copied to a scratch directory (`--scratch`, default
@@ -929,6 +931,20 @@ def save_results(path, results):
     os.replace(tmp, path)
 
 
+def merge_runs(into: dict, base: dict, runs: list[dict]) -> int:
+    """Writes into `into` every record a run changed since `base`, the results its copy was made
+    from, and returns how many. A run's copy also holds the other runs' files as they were at
+    `base`: taken whole, or compared with a newer `into`, those stale records would overwrite
+    the other runs' new ones (efc651a lost confirmations this way)."""
+    n = 0
+    for run in runs:
+        for key, rec in run.items():
+            if base.get(key) != rec:
+                into[key] = rec
+                n += 1
+    return n
+
+
 def load_equivalents() -> dict[str, str]:
     eq = {}
     if os.path.exists(EQUIVALENTS):
@@ -985,12 +1001,28 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=240.0, help="seconds per mutant")
     p.add_argument("--report", help="write the markdown report here from the results")
     p.add_argument("--no-copy", action="store_true", help="reuse the scratch copy as it is")
+    p.add_argument("--merge", nargs="+", metavar="RUN_JSON",
+                   help="merge these runs' results into --results, then exit")  # fmt: skip
+    p.add_argument("--base", help="with --merge: the commit whose --results the runs copied")
     p.add_argument("--cold", action="store_true",
                    help="a fresh import of the package per mutant (no warm server)")  # fmt: skip
     args = p.parse_args(argv)
     scratch = os.path.abspath(args.scratch)
     results_path = args.results or os.path.join(scratch + "-results.json")
     REPO_CACHE = scratch + "-cache"
+    if args.merge:
+        if not (args.results and args.base):
+            p.error("--merge needs --results (the file to merge into) and --base (the commit "
+                    "whose copy of it the runs started from)")  # fmt: skip
+        import subprocess
+
+        rel = os.path.relpath(os.path.abspath(results_path), REPO)
+        base = json.loads(subprocess.check_output(["git", "show", f"{args.base}:{rel}"], cwd=REPO))
+        results = load_results(results_path)
+        n = merge_runs(results, base, [load_results(r) for r in args.merge])
+        save_results(results_path, results)
+        print(f"{results_path}: {n} records merged from {len(args.merge)} runs", flush=True)
+        return 0
 
     sources = {}
     for f in FILES:
