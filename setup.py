@@ -3,7 +3,7 @@
 CPU-only torch: a CppExtension from csrc/*.cpp and csrc/cpu/*.cpp.
 CUDA torch: a CUDAExtension that adds csrc/cuda/* and defines TORCH_LSTM_GRAD_WITH_CUDA. The CUDA
 toolkit, the nvidia-* wheels' headers, cuDNN and the GPU architectures are found by
-torch_lstm_grad/_build_env.py; anything missing stops the build with one message, before any
+torch_lstm_grad/tools/build_env.py; anything missing stops the build with one message, before any
 compiling (TORCH_LSTM_GRAD_FORCE_CPU=1 builds the CPU kernels only).
 Objects are kept in build/<python>-torch<version>-<cpu|cuda>/ (pip's own build directory is
 temporary), so ninja recompiles only what changed. What was built is written to
@@ -35,7 +35,7 @@ if _setuptools < (70, 1) and importlib.util.find_spec("wheel") is None:
 
 
 def _load_build_env():
-    path = os.path.join(ROOT, "torch_lstm_grad", "_build_env.py")
+    path = os.path.join(ROOT, "torch_lstm_grad", "tools", "build_env.py")
     spec = importlib.util.spec_from_file_location("_torch_lstm_grad_build_env", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there

@@ -1,6 +1,6 @@
 """GPU benchmarks (issue 18), paired as on the CPU: ours and torch.nn.LSTM (cuDNN) called in
 shuffled rounds of one call each, every call followed by a device synchronisation, the ratio the
-median of the per-round ratios (`torch_lstm_grad._bench._time_paired`).
+median of the per-round ratios (`torch_lstm_grad.tools.bench._time_paired`).
 
 Per shape (T, B, H; I = H), fwd+bwd, TF32 off:
 
@@ -32,7 +32,7 @@ import torch
 
 import torch_lstm_grad
 from torch_lstm_grad import raw_ops as R
-from torch_lstm_grad._bench import _time_paired, _varied_lengths
+from torch_lstm_grad.tools.bench import _time_paired, _varied_lengths
 
 # Issue 33's grid: T = 100, H = 256 / 512 / 1024, B = 1 / 32 / 128.
 SHAPES = [(100, B, H) for H in (256, 512, 1024) for B in (1, 32, 128)]

@@ -23,7 +23,8 @@ import time
 
 import torch
 
-from torch_lstm_grad import _bench, ops
+from torch_lstm_grad import ops
+from torch_lstm_grad.tools import bench as _bench
 
 SHAPES = ["50,32,256,256", "100,16,128,512", "20,64,512,512"]
 LSTM_VARIANTS = {

@@ -227,7 +227,7 @@ def _block_entries(data: bytes, off: int, size: int):
 
 
 def _reseal(index: bytearray, off: int, size: int) -> None:
-    from torch_lstm_grad.porting.tensorbundle import masked_crc32c
+    from torch_lstm_grad.porting.formats.tensorbundle import masked_crc32c
 
     struct.pack_into("<I", index, off + size + 1, masked_crc32c(bytes(index[off : off + size + 1])))
 
@@ -235,7 +235,7 @@ def _reseal(index: bytearray, off: int, size: int) -> None:
 def _string_crc(raw: bytes, count: int) -> int | None:
     """TF's checksum of a string tensor's bytes (see tensorbundle.get_strings), or None when
     the lengths do not parse."""
-    from torch_lstm_grad.porting.tensorbundle import crc32c, mask_crc
+    from torch_lstm_grad.porting.formats.tensorbundle import crc32c, mask_crc
 
     try:
         pos, lengths = 0, []
@@ -253,7 +253,7 @@ def _string_crc(raw: bytes, count: int) -> int | None:
 def _sealed_bundle_mutant(files: dict[str, bytes], prefix: str, rng) -> str:
     """Mutates a block of `<prefix>.index` (resealed) or one tensor's bytes in the data file
     (its crc32c in the index and that index block resealed); returns the file changed."""
-    from torch_lstm_grad.porting.tensorbundle import masked_crc32c
+    from torch_lstm_grad.porting.formats.tensorbundle import masked_crc32c
 
     index_name = f"{prefix}.index"
     index = bytearray(files[index_name])
@@ -359,7 +359,8 @@ def _child(fmt: Format, src: str, out: str, reader: str, err_path: str) -> None:
         sys.stdout = open(1, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
         sys.stderr = open(2, "w", closefd=False, errors="backslashreplace")  # noqa: SIM115
         os.environ["TORCH_LSTM_GRAD_CHECKPOINT_READER"] = reader
-        from torch_lstm_grad import cli, porting
+        from torch_lstm_grad import porting
+        from torch_lstm_grad.tools import cli
 
         if fmt.load:
             try:
@@ -511,7 +512,7 @@ def prepare(tensorflow: bool = True) -> None:
 
     torch.set_num_threads(1)  # no thread pool a forked child would inherit half-built
     import torch_lstm_grad.porting  # noqa: F401
-    from torch_lstm_grad import cli  # noqa: F401
+    from torch_lstm_grad.tools import cli  # noqa: F401
 
     if tensorflow:
         try:

@@ -123,13 +123,15 @@ _OP_TESTS = [
 
 # Target file -> its test selection, in the order of the issue's priorities.
 FILES = {
-    "torch_lstm_grad/keras_layers.py": _KERAS_TESTS,
+    "torch_lstm_grad/keras_layers/recurrent.py": _KERAS_TESTS,
     "torch_lstm_grad/modules.py": _MODULE_TESTS,
-    "torch_lstm_grad/porting/builders.py": _PORTING_TESTS,
-    "torch_lstm_grad/porting/build_tf1.py": _PORTING_TESTS,
-    "torch_lstm_grad/porting/describe_keras.py": _PORTING_TESTS,
-    "torch_lstm_grad/porting/describe_tf1.py": _PORTING_TESTS,
-    "torch_lstm_grad/porting/keras_graph.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/build/__init__.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/build/context.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/build/keras_rnn.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/build/tf1_cells.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/describe/keras_rnn.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/describe/tf1_cells.py": _PORTING_TESTS,
+    "torch_lstm_grad/porting/graphs/keras_loops.py": _PORTING_TESTS,
     "torch_lstm_grad/layouts.py": [
         "tests/test_layouts.py",
         *_FIRST_TESTS,
@@ -142,27 +144,31 @@ FILES = {
     **{
         f"torch_lstm_grad/porting/{name}.py": _READER_TESTS
         for name in (
-            "statements",
+            "describe/statements",
             "source",
-            "guard",
-            "frozen_graph",
-            "object_graph",
-            "description",
-            "checkpoint",
-            "proto",
+            "decoding/guard",
+            "formats/frozen_graph",
+            "formats/object_graph",
+            "describe/description",
+            "formats/checkpoint",
+            "decoding/proto",
             "convert",
-            "saved_model",
+            "formats/saved_model",
             "verify",
         )
     },  # fmt: skip
     # checked first against protobuf's own text parser, HDF5's own addresses, TF's own
     # checksums, OrderedCode and string tensors, the weights Keras holds, and TF's own reading
     # of graphs
-    "torch_lstm_grad/porting/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/tensorbundle.py": ["tests/test_tensorbundle.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/keras_files.py": ["tests/test_keras_files.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/tf1_graph.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/decoding/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/formats/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/formats/tensorbundle.py": [
+        "tests/test_tensorbundle.py",
+        *_READER_TESTS,
+    ],
+    "torch_lstm_grad/porting/formats/keras_files.py": ["tests/test_keras_files.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/graphs/graph_def.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/graphs/tf1_cells.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}

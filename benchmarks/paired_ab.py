@@ -33,7 +33,7 @@ import sys
 
 import torch
 
-from torch_lstm_grad import _bench
+from torch_lstm_grad.tools import bench as _bench
 
 
 def main(argv: list[str]) -> int:

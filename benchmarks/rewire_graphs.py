@@ -288,10 +288,11 @@ class _SavedModel:
 
 def _plant(name: str) -> None:
     """Disables one reader check (see the module docstring)."""
-    from torch_lstm_grad.porting import keras_graph, tf1_graph
+    from torch_lstm_grad.porting.graphs import keras_loops as keras_graph
+    from torch_lstm_grad.porting.graphs import tf1_cells
 
     if name == "tf1_closed":
-        tf1_graph._closed = lambda *args: None
+        tf1_cells._closed = lambda *args: None
     elif name == "keras_bias_rows":
         reads = keras_graph._reads_bias
         keras_graph._reads_bias = lambda b, ref, row=None: (

@@ -11,7 +11,7 @@ import sys
 
 
 def sources_hash(root: pathlib.Path) -> str:
-    files = [root / "setup.py", root / "torch_lstm_grad" / "_build_env.py"]
+    files = [root / "setup.py", root / "torch_lstm_grad" / "tools" / "build_env.py"]
     files += sorted(p for p in (root / "csrc").rglob("*") if p.is_file())
     digest = hashlib.sha256()
     for path in files:

@@ -173,7 +173,7 @@ _NO_TF = (
     "import sys\n"
     "for name in ('tensorflow', 'tf_keras', 'keras'):\n"
     "    sys.modules[name] = None  # `import tensorflow` raises ImportError, as if absent\n"
-    "from torch_lstm_grad import cli\n"
+    "from torch_lstm_grad.tools import cli\n"
     "sys.exit(cli.main(sys.argv[1:]))\n"
 )
 

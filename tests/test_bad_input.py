@@ -6,9 +6,9 @@ aborts, reads out of bounds or silently accepts many of these; we must not.
 
 Every case that does not depend on a tensor's *value* is also run on the fake path (FakeTensorMode),
 which must raise the same exception type with the same message: this proves
-torch_lstm_grad/_checks.py mirrors csrc/checks.h (device="meta" runs the same fake kernels: one
-test shows it, not every case again). Absurd sizes (H = 2^62, where 4 * H wraps in int64)
-raise the same ValueError on both paths. Finally, zero-size batches (B = 0) work.
+torch_lstm_grad/_library/checks.py mirrors csrc/checks.h (device="meta" runs the same fake
+kernels: one test shows it, not every case again). Absurd sizes (H = 2^62, where 4 * H wraps
+in int64) raise the same ValueError on both paths. Finally, zero-size batches (B = 0) work.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What setup.py finds for a CUDA build (torch_lstm_grad/_build_env.py), on fake install trees:
+"""What setup.py finds for a CUDA build (torch_lstm_grad/tools/build_env.py), on fake install trees:
 toolkits behind wrapper scripts, CUDA_HOME, the CUDA 12 and CUDA 13 wheel layouts, cuDNN, the
 default architectures, and the one message a CUDA torch without a toolkit stops with."""
 
@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-from torch_lstm_grad import _build_env as B
+from torch_lstm_grad.tools import build_env as B
 
 LIBRARY_HEADERS = ("cublas_v2.h", "cublasLt.h", "cusparse.h", "cusolverDn.h")
 

@@ -8,7 +8,9 @@ import sys
 import pytest
 import torch
 
-from torch_lstm_grad import _parity, cli, raw_ops
+from torch_lstm_grad import raw_ops
+from torch_lstm_grad.tools import check as _parity
+from torch_lstm_grad.tools import cli
 
 ALL_OPS = tuple(_parity.OPS)
 TF_AVAILABLE = importlib.util.find_spec("tensorflow") is not None
@@ -111,7 +113,7 @@ def test_bench_counts_page_faults_per_call():
     """The bench's page-fault count per call: a buffer above glibc's largest mmap threshold
     (32 MB) is mapped afresh and faulted in on every call (8,192 pages of 4 KB at 32 MB; fewer
     with huge pages), a call that allocates nothing takes none."""
-    from torch_lstm_grad import _bench
+    from torch_lstm_grad.tools import bench as _bench
 
     faults = {}
     _bench._time_paired({"fresh": lambda: torch.ones(64 << 20, dtype=torch.uint8),

@@ -16,7 +16,8 @@ import torch
 from conftest import _CUDA_SKIP, CUDA_OK
 from porting_oracle import KERAS2, assert_close, compare_with_stored_keras2, step_cells
 
-from torch_lstm_grad import cli, porting
+from torch_lstm_grad import porting
+from torch_lstm_grad.tools import cli
 
 pytestmark = [
     pytest.mark.cuda,

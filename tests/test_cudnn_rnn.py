@@ -34,7 +34,7 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 import torch_lstm_grad
 from torch_lstm_grad import raw_ops
-from torch_lstm_grad._cudnn import params_layout
+from torch_lstm_grad._library.cudnn_rnn_config import params_layout
 
 ops = torch.ops.torch_lstm_grad
 F32, F64 = torch.float32, torch.float64

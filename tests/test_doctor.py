@@ -11,7 +11,8 @@ import pytest
 import torch
 
 import torch_lstm_grad
-from torch_lstm_grad import _extension, cli
+from torch_lstm_grad._library import extension as _extension
+from torch_lstm_grad.tools import cli
 
 
 def test_doctor_reports_the_matching_build(capsys):

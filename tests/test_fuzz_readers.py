@@ -82,8 +82,8 @@ _PLANTED = textwrap.dedent(
     import fuzz_readers as fz
     fz.prepare(tensorflow=False)
     from torch_lstm_grad.porting import convert as _convert_mod  # noqa: F401
-    import torch_lstm_grad.porting.keras_files as kf
-    import torch_lstm_grad.porting.tensorbundle as tb
+    import torch_lstm_grad.porting.formats.keras_files as kf
+    import torch_lstm_grad.porting.formats.tensorbundle as tb
     conv = sys.modules["torch_lstm_grad.porting.convert"]
     table = fz.formats()
     real_read_keras, real_digest = kf.read_keras, conv._digest
@@ -195,7 +195,7 @@ def _sstable(entries=(), blocks=None, restarts=1) -> bytes:
     each data block by its last key, which TF's reader seeks."""
     import struct
 
-    from torch_lstm_grad.porting.tensorbundle import masked_crc32c
+    from torch_lstm_grad.porting.formats.tensorbundle import masked_crc32c
 
     if blocks is None:
         blocks = [[(0, k, v) for k, v in entries]]
@@ -230,7 +230,7 @@ def _hostile_cases(tmp) -> list[tuple[str, str, str]]:
     import shutil
     import zipfile
 
-    from torch_lstm_grad.porting.tensorbundle import read_table
+    from torch_lstm_grad.porting.formats.tensorbundle import read_table
 
     seeds = os.path.join(ROOT, "tests", "data", "fuzz_seeds")
     cases = []
@@ -380,7 +380,7 @@ def test_config_values_of_any_type(tmp_path, capsys):
     import io
     import zipfile
 
-    from torch_lstm_grad import cli
+    from torch_lstm_grad.tools import cli
 
     with zipfile.ZipFile(
         os.path.join(ROOT, "tests", "data", "fuzz_seeds", "keras", "model.keras")
@@ -414,7 +414,7 @@ def test_reading_names_library_errors_and_lets_ours_through():
     import io
     import zipfile
 
-    from torch_lstm_grad.porting import guard
+    from torch_lstm_grad.porting.decoding import guard
 
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:

@@ -13,8 +13,8 @@ import io
 import numpy as np
 import pytest
 
-from torch_lstm_grad.porting import hdf5_check
-from torch_lstm_grad.porting.hdf5_check import check_hdf5
+from torch_lstm_grad.porting.formats import hdf5_check
+from torch_lstm_grad.porting.formats.hdf5_check import check_hdf5
 
 h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not installed")
 

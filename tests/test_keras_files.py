@@ -16,8 +16,8 @@ import zipfile
 import numpy as np
 import pytest
 
-from torch_lstm_grad.porting import keras_files
-from torch_lstm_grad.porting.keras_files import is_keras_file, read_keras, read_keras_config
+from torch_lstm_grad.porting.formats import keras_files
+from torch_lstm_grad.porting.formats.keras_files import is_keras_file, read_keras, read_keras_config
 
 h5py = pytest.importorskip("h5py", reason="h5py (TensorFlow's dependency) is not installed")
 

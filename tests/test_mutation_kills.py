@@ -370,9 +370,9 @@ def test_layouts_keras2_cudnn_weights_vs_the_loaders_conversion(n_gates):
 
 
 def _describe_tf1(variables, **statements):
-    from torch_lstm_grad.porting.describe_tf1 import describe_tf1
+    from torch_lstm_grad.porting.describe.statements import Statements
+    from torch_lstm_grad.porting.describe.tf1_cells import describe_tf1
     from torch_lstm_grad.porting.source import Source, Writer
-    from torch_lstm_grad.porting.statements import Statements
 
     source = Source("ckpt", "TF1 checkpoint", Writer("tf1"), variables)
     return describe_tf1(source, Statements.from_args(**statements))
@@ -477,17 +477,18 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
     tf_module()
     from tensorflow.python.framework import op_def_registry
 
-    from torch_lstm_grad.porting import tf1_graph
+    from torch_lstm_grad.porting.graphs import graph_def as tf1_graph
+    from torch_lstm_grad.porting.graphs import tf1_cells
 
     for op in ("BlockLSTM", "LSTMBlockCell", "BlockLSTMV2"):
         want = {a.name: a.default_value.f if a.type == "float" else a.default_value.b
                 for a in op_def_registry.get(op).attr
                 if a.name in ("forget_bias", "cell_clip", "use_peephole")}  # fmt: skip
         n_in = 9 if op != "LSTMBlockCell" else 8
-        stripped = tf1_graph._Node("a", op, [("in", k) for k in range(n_in)], {})
-        stored = tf1_graph._Node("b", op, [("in", k) for k in range(n_in)], dict(want))
-        graph = tf1_graph.TF1Graph({})  # the inputs' producers: not in it, taken as named
-        cell = tf1_graph._fused_cell(graph, [stripped, stored], "w", "rnn/cell")
+        stripped = tf1_graph.Node("a", op, [("in", k) for k in range(n_in)], {})
+        stored = tf1_graph.Node("b", op, [("in", k) for k in range(n_in)], dict(want))
+        graph = tf1_graph.Graph({})  # the inputs' producers: not in it, taken as named
+        cell = tf1_cells._fused_cell(graph, [stripped, stored], "w", "rnn/cell")
         assert cell.problem is None and cell.cls == op
         if op == "BlockLSTMV2":
             want["forget_bias"] = 0.0  # it has no forget bias (Keras' LSTM math)
@@ -499,21 +500,24 @@ def test_tf1_graph_fused_ops_without_stored_attributes_take_tfs_defaults():
             else "cell_clip, forget_bias, use_peephole"
         )
         assert cell.where.endswith(f"not stored: {names} = {op}'s registered defaults")
-        assert "not stored" not in tf1_graph._fused_cell(graph, [stored], "w", "rnn/cell").where
+        assert "not stored" not in tf1_cells._fused_cell(graph, [stored], "w", "rnn/cell").where
 
 
 def _describe_with_graph_cell(variables, cell):
-    """describe_tf1 with a meta graph whose op at every scope is `cell` (tf1_graph.GraphCell)."""
+    """describe_tf1 with a meta graph whose op at every scope is `cell` (tf1_cells.GraphCell)."""
     from types import SimpleNamespace
+    from unittest import mock
 
-    from torch_lstm_grad.porting.describe_tf1 import describe_tf1
+    from torch_lstm_grad.porting.describe import tf1_cells as describe
+    from torch_lstm_grad.porting.describe.statements import Statements
     from torch_lstm_grad.porting.source import Source, Writer
-    from torch_lstm_grad.porting.statements import Statements
 
-    graph = SimpleNamespace(label="meta graph", cell_at=lambda scope, kind: cell,
-                            cell_notes=lambda scope, c: [])  # fmt: skip
+    graph = SimpleNamespace(label="meta graph")
     source = Source("ckpt", "TF1 checkpoint", Writer("tf1"), variables, graph=graph)
-    return describe_tf1(source, Statements())
+    with mock.patch.multiple(
+        describe, cell_at=lambda g, scope, kind: cell, cell_notes=lambda g, scope, c: []
+    ):
+        return describe.describe_tf1(source, Statements())
 
 
 def test_describe_tf1_fused_ops_attributes():
@@ -521,7 +525,7 @@ def test_describe_tf1_fused_ops_attributes():
     <= 0 clips nothing), TF's straight-through clip gradient (BlockLSTMGrad) when it clips,
     BlockLSTMV2's Keras gate order; refused when the op's use_peephole and the w_*_diag
     variables disagree, or when the scope holds a projection the op cannot apply."""
-    from torch_lstm_grad.porting.tf1_graph import GraphCell
+    from torch_lstm_grad.porting.graphs.tf1_cells import GraphCell
 
     v = _lstm_variables("rnn/lstm_fused_cell")
     attrs = {"forget_bias": 0.7, "cell_clip": 0.5, "use_peephole": False}
@@ -579,7 +583,7 @@ def test_describe_tf1_gru_cells():
         assert d.weights == {"gates/kernel": gates, "gates/bias": gb, "candidate/kernel": cand,
                              "candidate/bias": cb}  # fmt: skip
         assert (d.value("units"), d.value("input_size")) == (H, I)
-    from torch_lstm_grad.porting.tf1_graph import GraphCell
+    from torch_lstm_grad.porting.graphs.tf1_cells import GraphCell
 
     _, refusals = _describe_with_graph_cell(gru, GraphCell(None, problem="no pattern", where="w"))
     assert [(r.layer, r.attribute, r.value) for r in refusals] == [("rnn.gru_cell", "graph", "w")]
@@ -821,7 +825,7 @@ def test_raw_ops_under_vmap_without_grad_run_the_op_per_sample():
 def test_set_statements_allow_spaces_around_their_parts():
     """`--set` as a shell user writes it: spaces around the layer, the key and the value are
     not part of them; a value that is JSON is read as JSON, any other as text."""
-    from torch_lstm_grad.porting.statements import parse_set
+    from torch_lstm_grad.porting.describe.statements import parse_set
 
     assert parse_set(' lstm : recurrent_activation = "sigmoid" ') == (
         "lstm",

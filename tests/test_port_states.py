@@ -710,7 +710,8 @@ def test_cudnn_dropout_seeds(tmp_path):
 def test_converted_float64_layer_and_the_variables_it_used(tmp_path, capsys):
     """A float64 Keras LSTM converts to a float64 module computing Keras' float64 numbers; the
     log names each layer's variables, and the Dense layer's as left out."""
-    from torch_lstm_grad import cli, porting
+    from torch_lstm_grad import porting
+    from torch_lstm_grad.tools import cli
 
     keras = _keras()
     x_in = keras.Input((T, I))
@@ -747,8 +748,8 @@ def test_builder_refusals():
     """A description no module computes is refused naming the layer and the attribute (a
     variant the module's constructor rejects, a constructor that rejects the layer itself, a
     kind without a builder), and nothing is built."""
-    from torch_lstm_grad.porting import builders
-    from torch_lstm_grad.porting.description import LayerDescription, Refused
+    from torch_lstm_grad.porting import build as builders
+    from torch_lstm_grad.porting.describe.description import LayerDescription, Refused
 
     def gru(activation):
         d = LayerDescription("cell", "tf1.GRUCell", "test")

@@ -14,9 +14,10 @@ from porting_oracle import assert_close, keras_run, randomize, torch_loss
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
-from torch_lstm_grad import cli, keras_layers, porting
+from torch_lstm_grad import keras_layers, porting
 from torch_lstm_grad.porting.convert import _digest
-from torch_lstm_grad.porting.describe_keras import layer_and_rest
+from torch_lstm_grad.porting.source import layer_and_rest
+from torch_lstm_grad.tools import cli
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, B, I = 6, 3, 4  # noqa: E741

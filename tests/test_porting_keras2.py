@@ -22,7 +22,8 @@ from porting_oracle import (
 )
 from tf_oracle import available as _tf_available
 
-from torch_lstm_grad import cli, porting
+from torch_lstm_grad import porting
+from torch_lstm_grad.tools import cli
 
 DATA = os.path.join(os.path.dirname(__file__), "data")
 K2 = KERAS2
@@ -157,8 +158,8 @@ def test_keras2_saved_model_loops_agree_with_its_config():
     """The tf_keras fixture's saved loops, read as a Keras 3 export's are (keras_graph), give
     what its keras_metadata.pb config says: tf.keras' loop bodies (Keras 2's hard sigmoid as
     0.2·x + 0.5 clipped, the GRU's SplitV) read the same way."""
-    from torch_lstm_grad.porting.keras_graph import keras_layers_from_graph
-    from torch_lstm_grad.porting.saved_model import read_saved_model
+    from torch_lstm_grad.porting.formats.saved_model import read_saved_model
+    from torch_lstm_grad.porting.graphs.keras_loops import keras_layers_from_graph
 
     source = read_saved_model(os.path.join(K2, "saved_model"), reader="tensorbundle")
     from_graph, not_run = keras_layers_from_graph(source.graph, source.variables)
@@ -181,7 +182,7 @@ def _metadata_in_object_graph(fixture, dst, edit=lambda metadata: metadata):
 
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     shutil.copytree(os.path.join(K2, fixture), dst)
     sm = saved_model_pb2.SavedModel()
@@ -240,7 +241,7 @@ def test_keras2_model_held_by_another_object(fixture):
     objects' metadata went into the object graph, under the holder's paths): no entry is the
     root, and the layers are the first model's, Sequential or subclassed, as when the model is
     the root. The fixture's own entries, moved under `root.model`."""
-    from torch_lstm_grad.porting.saved_model import (
+    from torch_lstm_grad.porting.formats.saved_model import (
         SavedObjects,
         _apply_keras_metadata,
         _keras_metadata,

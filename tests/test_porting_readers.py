@@ -10,9 +10,11 @@ import torch
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
-from torch_lstm_grad import cli, porting
-from torch_lstm_grad.porting.object_graph import OBJECT_GRAPH_KEY, read_object_graph
-from torch_lstm_grad.porting.tf1_graph import meta_graph_parts, read_meta_graph
+from torch_lstm_grad import porting
+from torch_lstm_grad.porting.formats.object_graph import OBJECT_GRAPH_KEY, read_object_graph
+from torch_lstm_grad.porting.graphs.graph_def import meta_graph_parts, read_meta_graph
+from torch_lstm_grad.porting.graphs.tf1_cells import cell_at
+from torch_lstm_grad.tools import cli
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 I, H = 3, 4  # noqa: E741
@@ -65,7 +67,7 @@ def test_tensorbundle_reader_tf1_saver_all_dtypes(tmp_path):
     """A TF1 Saver checkpoint with every supported dtype, a scalar, an empty tensor and enough
     long names to fill several index data blocks: every entry equals TF's, bit for bit, with
     the crc32c of the blocks and of every tensor verified."""
-    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+    from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader
 
     rng = np.random.default_rng(7)
     values = {
@@ -117,7 +119,7 @@ def test_tensorbundle_reader_tf1_saver_all_dtypes(tmp_path):
 def test_tensorbundle_reader_tf2_checkpoint_and_shards(tmp_path):
     """TF2 tf.train.Checkpoint (the `_CHECKPOINTABLE_OBJECT_GRAPH` string and save_counter
     skipped), written whole and split over several data shards."""
-    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+    from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader
 
     tf = tf_module()
     mod = tf.Module()
@@ -188,7 +190,7 @@ def test_tensorbundle_convert_without_tensorflow(tmp_path, capsys, monkeypatch):
 def test_tensorbundle_reader_slices_and_errors(tmp_path):
     """A TF1 partitioned variable is assembled from its slices; a snappy-flagged block, a bad
     magic and a missing prefix give clear errors."""
-    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+    from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader
 
     tf = tf_module()
     g = tf.Graph()
@@ -213,7 +215,7 @@ def test_tensorbundle_reader_slices_and_errors(tmp_path):
     np.testing.assert_array_equal(ours["part"], want["part"])
     index = (tmp_path / "p.index").read_bytes()
     # Flag the index block (its handle closes the footer's first varints) as snappy-compressed.
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     footer = index[-48:]
     _, pos = proto.varint(footer, 0)
@@ -293,7 +295,7 @@ def test_meta_graph_read_without_tensorflow(tmp_path):
             )
             consts += 1
     assert consts > 5 and meta_graph_parts((tmp_path / "m.meta").read_bytes())[1] == tf.__version__
-    cell = ours.cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(ours, "rnn/lstm_cell", "lstm")
     assert cell.cls == "LSTMCell" and cell.attrs["forget_bias"] == 0.25
     assert cell.attrs["cell_clip"] == 1.5 and cell.attrs["activation"] == "tanh"
 
@@ -345,7 +347,7 @@ def test_frozen_graph_read_without_tensorflow(tmp_path):
     tf = tf_module()
     from tensorflow.core.framework import graph_pb2
 
-    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+    from torch_lstm_grad.porting.formats.frozen_graph import read_graph_def
     from torch_lstm_grad.porting.source import Writer
 
     g = tf.Graph()  # graph mode, TF 2's While (its body a library function)
@@ -407,7 +409,7 @@ def _node(name: bytes, op: bytes, *attrs: bytes) -> bytes:
 def test_frozen_graph_nodes_need_a_name_and_an_op(tmp_path, nodes, found):
     """A `.pb` whose nodes are not all named as TF names nodes and ops is no GraphDef: one line
     naming the file and the first bad node."""
-    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+    from torch_lstm_grad.porting.formats.frozen_graph import read_graph_def
 
     path = tmp_path / "g.pb"
     path.write_bytes(b"".join(_node(n, op) for n, op in nodes))
@@ -421,7 +423,7 @@ def test_checkpoint_damage_is_one_line_naming_the_file(tmp_path, reader):
     """A TF1 checkpoint whose data file lost its end, and one whose tensor bytes were changed
     (the index still right): each reader refuses in one line, the damaged file at the front (not
     "not a checkpoint"), a changed tensor named with the check that failed."""
-    from torch_lstm_grad.porting.guard import CorruptFile
+    from torch_lstm_grad.porting.decoding.guard import CorruptFile
 
     prefix = _tf1_save(tmp_path / "c", {"v": _rand(16, 8)})
     data = tmp_path / "c.data-00000-of-00001"
@@ -443,7 +445,7 @@ def test_checkpoint_damage_is_one_line_naming_the_file(tmp_path, reader):
         want = f"{data}: the bytes of 'v' fail their checksum (crc32c)"
         assert message == want
     # A TF2 checkpoint whose object graph (a string tensor) was changed.
-    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+    from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader
 
     tf = tf_module()
     prefix = tf.train.Checkpoint(v=tf.Variable(_rand(4))).write(str(tmp_path / "o"))
@@ -480,7 +482,7 @@ def test_frozen_graph_reading_a_missing_node_is_refused(tmp_path):
     """A GraphDef whose node reads a node it does not hold: the file and the format first."""
     from test_fuzz_readers import _field
 
-    from torch_lstm_grad.porting.frozen_graph import read_graph_def
+    from torch_lstm_grad.porting.formats.frozen_graph import read_graph_def
 
     path = tmp_path / "g.pb"
     path.write_bytes(_node(b"a", b"Identity", _field(3, 2, b"missing")))
@@ -514,7 +516,7 @@ def test_checkpoint_sources_account_for_every_tensor(tmp_path, reader):
     tf = tf_module()
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
-    from torch_lstm_grad.porting.checkpoint import read_checkpoint
+    from torch_lstm_grad.porting.formats.checkpoint import read_checkpoint
     from torch_lstm_grad.porting.source import Writer
 
     prefix = _tf1_save(tmp_path / "c", {"a/w": _rand(2, 3)})
@@ -570,8 +572,8 @@ def test_tensorbundle_made_for_newer_readers_is_refused_as_tf_refuses_it(
     TF's is reached; the same header with min_consumer 1 opens in both."""
     from test_fuzz_readers import _field, _sstable, _varint
 
-    from torch_lstm_grad.porting.guard import CorruptFile
-    from torch_lstm_grad.porting.tensorbundle import TensorBundleReader
+    from torch_lstm_grad.porting.decoding.guard import CorruptFile
+    from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader
 
     tf = tf_module()
     prefix = str(tmp_path / "v")
@@ -601,7 +603,7 @@ def test_loop_variables_the_body_changes_are_not_traced_out_of_the_loop():
     input only at step 0, so reading it as the input (a kernel scaled by the loop, say) would
     port another computation. On the graph TF builds for such a loop."""
     tf = tf_module()
-    from torch_lstm_grad.porting.tf1_graph import graph_from_graph_def
+    from torch_lstm_grad.porting.graphs.graph_def import graph_from_graph_def
 
     g = tf.Graph()
     with g.as_default():
@@ -751,7 +753,7 @@ def test_converted_file_digest_is_the_format_s():
 def test_saved_model_named_by_its_file(monkeypatch):
     """A SavedModel is named by its directory or its saved_model.pb, also as a bare file name in
     the directory it is in (the directory is then "."); any other file is not one."""
-    from torch_lstm_grad.porting.saved_model import saved_model_dir
+    from torch_lstm_grad.porting.formats.saved_model import saved_model_dir
 
     directory = os.path.join(os.path.dirname(__file__), "data", "keras2", "saved_model")
     assert saved_model_dir(directory) == directory
@@ -769,7 +771,7 @@ def test_varints_as_protobuf_writes_them():
     """The wire format's varints, written by Google's protobuf encoder: read back to the value
     and the position after them; every truncation, and an eleventh byte, refused."""
     encoder = pytest.importorskip("google.protobuf.internal.encoder")
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     for value in (0, 1, 127, 128, 300, 2**32 - 1, 2**35 + 5, 2**63 - 1, 2**64 - 1):
         data = encoder._VarintBytes(value)
@@ -788,7 +790,7 @@ def test_fields_of_every_wire_type_as_protobuf_writes_them():
     import struct
 
     wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     def bits(fmt_from, fmt_to, value):
         return struct.unpack(fmt_to, struct.pack(fmt_from, value))[0]
@@ -813,7 +815,7 @@ def test_numbers_as_protobuf_reads_them():
     which protobuf merges: the last value wins), written and read back by Google's protobuf:
     the reader reads the value protobuf reads."""
     wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     values = (-(2**63), -1, 0, 1, 2**63 - 1)
     for value in values:
@@ -836,7 +838,8 @@ def test_a_number_of_the_wrong_wire_type_is_refused():
     wrappers = pytest.importorskip("google.protobuf.wrappers_pb2")
     tensor_pb2 = pytest.importorskip("tensorflow.core.framework.tensor_pb2")
     bundle_pb2 = pytest.importorskip("tensorflow.core.protobuf.tensor_bundle_pb2")
-    from torch_lstm_grad.porting import proto, tensorbundle
+    from torch_lstm_grad.porting.decoding import proto
+    from torch_lstm_grad.porting.formats import tensorbundle
 
     varint_5 = b"\x08\x05"  # field 1, wire type 0
     fixed32_5 = b"\x0d\x05\x00\x00\x00"  # field 1, wire type 5
@@ -876,7 +879,7 @@ def test_a_float_attr_of_the_wrong_wire_type_is_refused():
     import struct
 
     attr_value_pb2 = pytest.importorskip("tensorflow.core.framework.attr_value_pb2")
-    from torch_lstm_grad.porting import tf1_graph
+    from torch_lstm_grad.porting.graphs import graph_def as tf1_graph
 
     data = attr_value_pb2.AttrValue(f=1.5).SerializeToString()
     assert tf1_graph._attr_value(data) == 1.5
@@ -894,7 +897,7 @@ def test_tensor_values_as_tensorflow_reads_them():
     tf = pytest.importorskip("tensorflow")
     from tensorflow.core.framework import tensor_pb2
 
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     rng = np.random.default_rng(5)
     values = [
@@ -930,7 +933,7 @@ def test_a_constant_filled_from_one_value_is_bounded():
     tf = pytest.importorskip("tensorflow")
     from tensorflow.core.framework import tensor_pb2
 
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     assert proto.MAX_FILLED_BYTES == 1 << 28
     at_bound = [proto.MAX_FILLED_BYTES // 4]  # float32: exactly 256 MiB
@@ -963,7 +966,7 @@ def test_library_messages_become_one_plain_line():
     file unsafely, which comes first)."""
     import io
 
-    from torch_lstm_grad.porting import guard
+    from torch_lstm_grad.porting.decoding import guard
 
     assert guard._first_line(RuntimeError("\x1b[1mbold\x1b[0m first \x1b[31;1mline\n2nd")) == (
         "bold first line"

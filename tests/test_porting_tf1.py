@@ -22,8 +22,10 @@ from porting_oracle import (
 from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
-from torch_lstm_grad import cli, layouts, modules, porting
-from torch_lstm_grad.porting import build_tf1, tf1_graph
+from torch_lstm_grad import layouts, modules, porting
+from torch_lstm_grad.porting.build import tf1_cells as build_tf1
+from torch_lstm_grad.porting.graphs import graph_def as tf1_graph
+from torch_lstm_grad.tools import cli
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 T, B, I = 5, 3, 4  # noqa: E741

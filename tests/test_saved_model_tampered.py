@@ -255,8 +255,8 @@ def test_keras3_lstm_cell_altered_is_refused(keras3_export, tmp_path, edit, why)
 
 
 def _keras2_layers(path):
-    from torch_lstm_grad.porting.keras_graph import keras_layers_from_graph
-    from torch_lstm_grad.porting.saved_model import read_saved_model
+    from torch_lstm_grad.porting.formats.saved_model import read_saved_model
+    from torch_lstm_grad.porting.graphs.keras_loops import keras_layers_from_graph
 
     source = read_saved_model(str(path), reader="tensorbundle")
     layers, _ = keras_layers_from_graph(source.graph, source.variables)

@@ -19,10 +19,14 @@ from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 from torch_lstm_grad import porting
-from torch_lstm_grad.porting import guard
-from torch_lstm_grad.porting.object_graph import OBJECT_GRAPH_KEY
-from torch_lstm_grad.porting.saved_model import SavedObjects, _link_variables, _tf2_variables
-from torch_lstm_grad.porting.tf1_graph import TF1Graph
+from torch_lstm_grad.porting.decoding import guard
+from torch_lstm_grad.porting.formats.object_graph import OBJECT_GRAPH_KEY
+from torch_lstm_grad.porting.formats.saved_model import (
+    SavedObjects,
+    _link_variables,
+    _tf2_variables,
+)
+from torch_lstm_grad.porting.graphs.graph_def import Graph
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 K2 = os.path.join(KERAS2, "saved_model")
@@ -118,7 +122,7 @@ def test_captured_variables_link_to_the_functions_last_arguments():
     """A function's captured objects are its last arguments, in order: each variable's alias is
     the argument that receives it. A function with no other arguments links all of them; one
     whose captures outnumber its arguments, or that the graph does not hold, links none."""
-    graph = TF1Graph({})
+    graph = Graph({})
     graph.functions = {"f": ["f::x", "f::w", "f::v"], "g": ["g::w"], "h": ["h::a"]}
     objects = SavedObjects(bound_inputs={"f": [2, 3], "g": [2], "h": [2, 3], "gone": [3]})
     _link_variables(graph, objects, {"w": 2, "v": 3})

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 from test_fuzz_readers import _block, _field, _sstable, _varint
 
-from torch_lstm_grad.porting import tensorbundle
-from torch_lstm_grad.porting.tensorbundle import (
+from torch_lstm_grad.porting.formats import tensorbundle
+from torch_lstm_grad.porting.formats.tensorbundle import (
     TensorBundleReader,
     crc32c,
     masked_crc32c,
@@ -232,7 +232,7 @@ def test_bfloat16_is_widened_to_float32_whole_and_partitioned_without_ml_dtypes(
     assert r.entries["parts"].sliced and r.get_variable_to_dtype_map()["parts"] == "bfloat16"
     read = (
         "import sys, numpy as np; sys.modules['ml_dtypes'] = None\n"
-        "from torch_lstm_grad.porting.tensorbundle import TensorBundleReader as R\n"
+        "from torch_lstm_grad.porting.formats.tensorbundle import TensorBundleReader as R\n"
         f"r = R({prefix!r})\n"
         f"np.savez({str(tmp_path / 'out.npz')!r}, **{{n: r.get_tensor(n) for n in r.entries}})\n"
     )
@@ -593,7 +593,7 @@ def test_the_restart_count_must_fit_its_block(tmp_path):
 
 def _footer_index_handle(data: bytes) -> tuple[int, int, int]:
     """(offset, size, position in the file of the size varint) of the index block."""
-    from torch_lstm_grad.porting import proto
+    from torch_lstm_grad.porting.decoding import proto
 
     footer = len(data) - 48
     _, pos = proto.varint(data, footer)

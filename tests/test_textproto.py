@@ -9,8 +9,8 @@ import math
 import pytest
 from tf_oracle import available as _tf_available
 
-from torch_lstm_grad.porting import textproto
-from torch_lstm_grad.porting.textproto import to_wire
+from torch_lstm_grad.porting.decoding import textproto
+from torch_lstm_grad.porting.decoding.textproto import to_wire
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torch_lstm_grad.porting import guard, tf1_graph
-from torch_lstm_grad.porting.tf1_graph import graph_from_graph_def
+from torch_lstm_grad.porting.decoding import guard
+from torch_lstm_grad.porting.graphs import graph_def as tf1_graph
+from torch_lstm_grad.porting.graphs import tf1_cells
+from torch_lstm_grad.porting.graphs.graph_def import graph_from_graph_def
+from torch_lstm_grad.porting.graphs.tf1_cells import cell_at
 
 tf = pytest.importorskip("tensorflow", reason="TensorFlow (the oracle) is not installed")
 
@@ -180,7 +183,7 @@ def test_the_fused_ops_outputs_are_tf_s():
     registry: each one tensor, in this order."""
     from tensorflow.python.framework import op_def_registry
 
-    for op, names in tf1_graph._OUTPUT_ARGS.items():
+    for op, names in tf1_graph.OUTPUT_ARGS.items():
         registered = op_def_registry.get(op).output_arg
         assert tuple(a.name for a in registered) == names, op
         assert not any(a.number_attr or a.type_list_attr for a in registered), op
@@ -236,11 +239,11 @@ def test_the_fused_ops_inputs_are_tf_s():
     TF's op registry: each one tensor, in this order."""
     from tensorflow.python.framework import op_def_registry
 
-    for op, names in tf1_graph._INPUT_ARGS.items():
+    for op, names in tf1_graph.INPUT_ARGS.items():
         registered = op_def_registry.get(op).input_arg
         assert tuple(a.name for a in registered) == names, op
         assert not any(a.number_attr or a.type_list_attr for a in registered), op
-    assert set(tf1_graph._INPUT_ARGS) == tf1_graph._FUSED_LSTM | tf1_graph._FUSED_GRU
+    assert set(tf1_graph.INPUT_ARGS) == tf1_cells._FUSED_LSTM | tf1_cells._FUSED_GRU
 
 
 def test_gradient_nodes_are_told_apart_by_tf_s_scopes():
@@ -273,8 +276,8 @@ def test_every_training_op_is_bookkeeping():
     ops = [n for n in dir(tf.raw_ops) if re.fullmatch(r"(Resource)?(Sparse)?Apply[A-Z]\w*", n)]
     kinds = {re.match(r"(Resource)?(Sparse)?Apply", n).group(0) for n in ops}
     assert kinds == {"Apply", "ResourceApply", "SparseApply", "ResourceSparseApply"}
-    assert all(tf1_graph._bookkeeping(n) for n in ops)
-    assert not any(tf1_graph._bookkeeping(n) for n in ("MatMul", "BlockLSTM", "Sparse"))
+    assert all(tf1_cells._bookkeeping(n) for n in ops)
+    assert not any(tf1_cells._bookkeeping(n) for n in ("MatMul", "BlockLSTM", "Sparse"))
 
 
 def test_output_indices_are_numbers_of_at_most_nine_digits():
@@ -298,13 +301,13 @@ def test_output_indices_are_numbers_of_at_most_nine_digits():
 def test_values_are_followed_65_nodes_back_and_cycles_end():
     """resolve follows identities and function arguments back to a value's producer, at most
     65 nodes (a hostile chain or cycle ends there, returned as it stands)."""
-    node = tf1_graph._Node
+    node = tf1_graph.Node
 
     def chain(n):
         nodes = {"v": node("v", "VariableV2", [], {})}
         for k in range(1, n + 1):
             nodes[f"i{k}"] = node(f"i{k}", "Identity", [(f"i{k - 1}" if k > 1 else "v", 0)], {})
-        return tf1_graph.TF1Graph(nodes).resolve((f"i{n}", 0))
+        return tf1_graph.Graph(nodes).resolve((f"i{n}", 0))
 
     assert chain(1) == chain(65) == ("v", 0)
     assert chain(66) == ("i1", 0)
@@ -313,7 +316,7 @@ def test_values_are_followed_65_nodes_back_and_cycles_end():
     nodes = {"F::a": arg, "call": node("call", "PartitionedCall", [("F::a", 0)], {})}
     nodes["p"] = node("p", "Identity", [("q", 0)], {})
     nodes["q"] = node("q", "Identity", [("p", 0)], {})
-    g = tf1_graph.TF1Graph(nodes)
+    g = tf1_graph.Graph(nodes)
     assert g.resolve(("F::a", 0)) == ("F::a", 0)
     assert g.resolve(("p", 0)) in {("p", 0), ("q", 0)}
 
@@ -347,7 +350,7 @@ def test_static_rnn_copies_of_a_cell_must_agree():
     ops: every copy is read, and one that differs from the first, or that is not a cell the
     reader knows, is refused, never ported as the first copy."""
     graph_def = _graph_def(_static_lstm)
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert (cell.cls, cell.attrs["forget_bias"], cell.problem) == ("LSTMCell", 0.75, None)
     # TF's own names: the forget bias added per step, the candidate's tanh per step
     steps = [("rnn/lstm_cell/add/y", "rnn/lstm_cell/Tanh"),
@@ -357,28 +360,28 @@ def test_static_rnn_copies_of_a_cell_must_agree():
     shuffled = type(graph_def)()
     shuffled.CopyFrom(graph_def)
     shuffled.node.sort(key=lambda n: n.name, reverse=True)
-    again = graph_from_graph_def(shuffled.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    again = cell_at(graph_from_graph_def(shuffled.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert (again.cls, again.attrs, again.where) == (cell.cls, cell.attrs, cell.where)
     assert again.anchor == cell.anchor == "rnn/lstm_cell/MatMul"
     # f + forget_bias written forget_bias + f in every copy (Add's inputs either way round)
     for bias, _ in steps:
         add = next(n for n in shuffled.node if n.name == bias.removesuffix("/y"))
         add.input[:] = list(reversed(add.input))
-    again = graph_from_graph_def(shuffled.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    again = cell_at(graph_from_graph_def(shuffled.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert (again.cls, again.attrs) == (cell.cls, cell.attrs)
     for bias, tanh in steps[1:]:
 
         def half(n):
             n.attr["value"].tensor.float_val[:] = [0.5]
 
-        cell = _edited(graph_def, bias, half).cell_at("rnn/lstm_cell", "lstm")
+        cell = cell_at(_edited(graph_def, bias, half), "rnn/lstm_cell", "lstm")
         assert cell.cls is None and f"the {T} uses of rnn/lstm_cell/kernel disagree" in cell.problem
         assert "'forget_bias': 0.75" in cell.problem and "'forget_bias': 0.5" in cell.problem
 
         def softsign(n):
             n.op = "Softsign"
 
-        cell = _edited(graph_def, tanh, softsign).cell_at("rnn/lstm_cell", "lstm")
+        cell = cell_at(_edited(graph_def, tanh, softsign), "rnn/lstm_cell", "lstm")
         assert cell.cls is None and "Softsign" in cell.problem
 
 
@@ -457,8 +460,8 @@ def test_a_node_s_outermost_name_is_that_of_the_main_graph_s_node_running_it():
     (mul,) = [k for k, n in g.nodes.items() if n.op == "Mul"]
     (sine,) = [k for k, n in g.nodes.items() if n.op == "Sin"]
     assert mul.count("::") == 1 and sine.endswith("::sine")
-    assert g._outermost_name(mul) == call and g._outermost_name(sine) == "sine"
-    assert g._outermost_name("x") == "x"
+    assert tf1_cells._outermost_name(g, mul) == call and tf1_cells._outermost_name(g, sine) == "sine"
+    assert tf1_cells._outermost_name(g, "x") == "x"
 
 
 def test_a_call_giving_its_function_fewer_inputs_than_arguments_is_read():
@@ -557,14 +560,14 @@ def test_a_cell_clip_is_clip_by_value_from_minus_c_to_c():
     """LSTMCell's cell_clip is clip_by_value(c, -cell_clip, cell_clip): read from TF's graph;
     a clip to another interval (here [-1, 1.5] in every copy) is no cell_clip and refused."""
     graph_def = _graph_def(_static_clipped_lstm)
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert (cell.cls, cell.attrs["cell_clip"], cell.problem) == ("LSTMCell", 1.5, None)
     edited = type(graph_def)()
     edited.CopyFrom(graph_def)
     for n in edited.node:  # the lower bounds, the Maximums' second inputs
         if n.name in ("rnn/lstm_cell/clip_by_value/y", "rnn/lstm_cell/clip_by_value_1/y"):
             n.attr["value"].tensor.float_val[:] = [-1.0]
-    cell = graph_from_graph_def(edited.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(edited.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert cell.cls is None and "clip to [-1.0, 1.5], not clip_by_value(x, -c, c)" in cell.problem
 
 
@@ -581,7 +584,7 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
     missing or reading another gate's weight, is refused (the module would compute without
     it or with it). TF's own node names are edited."""
     peep = _graph_def(_static_peephole_lstm)
-    cell = graph_from_graph_def(peep.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(peep.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert (cell.cls, cell.problem) == ("LSTMCell", None)
 
     dropped = type(peep)()  # sigmoid(f + forget_bias): the forget gate's peephole term gone
@@ -591,7 +594,7 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
     next(n for n in dropped.node if n.name == "rnn/lstm_cell/Sigmoid").input[:] = [
         "rnn/lstm_cell/add"
     ]
-    cell = graph_from_graph_def(dropped.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(dropped.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert cell.cls is None
     assert "the forget gate adds 0 peephole terms; the graph holds rnn/lstm_cell/w_f_diag" in (
         cell.problem
@@ -600,7 +603,7 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
     def other_weight(n):  # the input gate's peephole multiplying the output gate's weight
         n.input[0] = "rnn/lstm_cell/w_o_diag/Read/Identity"
 
-    cell = _edited(peep, "rnn/lstm_cell/mul_2", other_weight).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(_edited(peep, "rnn/lstm_cell/mul_2", other_weight), "rnn/lstm_cell", "lstm")
     assert cell.cls is None and (
         "the input gate adds rnn/lstm_cell/add_2 (AddV2), which is not the peephole "
         "rnn/lstm_cell/w_i_diag · c" in cell.problem
@@ -617,7 +620,7 @@ def test_a_gate_adds_nothing_but_the_forget_bias_and_its_peephole():
     sigmoid = next(n for n in extra.node if n.name == "rnn/lstm_cell/Sigmoid_1")
     assert list(sigmoid.input) == ["rnn/lstm_cell/split"]
     sigmoid.input[:] = ["extra"]
-    cell = graph_from_graph_def(extra.SerializeToString()).cell_at("rnn/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(extra.SerializeToString()), "rnn/lstm_cell", "lstm")
     assert cell.cls is None and "the input gate adds extra (AddV2)" in cell.problem
 
 
@@ -667,7 +670,7 @@ def test_a_cell_op_read_twice_is_refused_naming_both(build, op, reads, message):
     forget gate, a second clip of c, a second Maximum of the clip): refused, the problem naming
     what was expected after which node and both readers."""
     inputs = [reads, reads][: 1 if op in ("Sigmoid", "Tanh") else 2]
-    cell = _with_node(_graph_def(build), "second", op, inputs).cell_at(_C, "lstm")
+    cell = cell_at(_with_node(_graph_def(build), "second", op, inputs), _C, "lstm")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
 
@@ -686,7 +689,7 @@ def test_a_forget_bias_is_a_scalar_constant_added_to_the_gate():
                 tf.graph_util.import_graph_def(edited, name="")
         else:
             add.input[1] = f"{_C}/split:1"
-        cell = graph_from_graph_def(edited.SerializeToString()).cell_at(_C, "lstm")
+        cell = cell_at(graph_from_graph_def(edited.SerializeToString()), _C, "lstm")
         assert (
             cell.cls is None
             and (
@@ -717,7 +720,7 @@ def test_a_gate_s_additions_end_at_its_activation(count):
     next(n for n in extra.node if n.name == f"{_C}/Sigmoid_1").input[:] = [previous]
     with tf.Graph().as_default():
         tf.graph_util.import_graph_def(extra, name="")  # a graph TF imports
-    cell = graph_from_graph_def(extra.SerializeToString()).cell_at(_C, "lstm")
+    cell = cell_at(graph_from_graph_def(extra.SerializeToString()), _C, "lstm")
     assert cell.cls is None
     if count == 4:
         assert f"the input gate at {_C}/split: too many additions" in cell.problem
@@ -735,7 +738,7 @@ def test_each_gate_s_activation_is_a_sigmoid(gate, node):
     def tanh(n):
         n.op = "Tanh"
 
-    cell = _edited(plain, f"{_C}/{node}", tanh).cell_at(_C, "lstm")
+    cell = cell_at(_edited(plain, f"{_C}/{node}", tanh), _C, "lstm")
     assert cell.cls is None and (
         f"the {gate} gate's activation {_C}/{node} is Tanh, not the Sigmoid" in cell.problem
     )
@@ -753,20 +756,20 @@ def test_a_projection_multiplies_the_cell_s_own_h():
     static_rnn copy has its own), then proj_clip. One multiplying c instead, or a second
     MatMul of h by the kernel, is refused, naming the h it looked for."""
     plain = _graph_def(_static_lstmp)
-    cell = graph_from_graph_def(plain.SerializeToString()).cell_at(_C, "lstm")
+    cell = cell_at(graph_from_graph_def(plain.SerializeToString()), _C, "lstm")
     assert (cell.cls, cell.attrs["proj_clip"], cell.problem) == ("LSTMCell", 0.5, None)
     kernel = f"{_C}/projection/kernel"
 
     def of_c(n):
         n.input[0] = f"{_C}/add_1"
 
-    cell = _edited(plain, f"{_C}/MatMul_1", of_c).cell_at(_C, "lstm")
+    cell = cell_at(_edited(plain, f"{_C}/MatMul_1", of_c), _C, "lstm")
     assert cell.cls is None and (
         f"expected one MatMul of {kernel} after the cell's h {_C}/mul_2:0, found none"
         in cell.problem
     )
     twice = _with_node(plain, "second", "MatMul", [f"{_C}/mul_2", f"{kernel}/Read/Identity"])
-    cell = twice.cell_at(_C, "lstm")
+    cell = cell_at(twice, _C, "lstm")
     assert cell.cls is None and f"'{_C}/MatMul_1 (MatMul)', 'second (MatMul)'" in cell.problem
 
 
@@ -784,13 +787,13 @@ def test_each_static_rnn_copy_of_a_gru_reads_its_own_candidate(node):
     that disagree; before, every copy read the first copy's candidate, and a relu in the
     second step was ported as tanh."""
     plain = _graph_def(_static_gru)
-    cell = graph_from_graph_def(plain.SerializeToString()).cell_at("rnn/gru_cell", "gru")
+    cell = cell_at(graph_from_graph_def(plain.SerializeToString()), "rnn/gru_cell", "gru")
     assert (cell.cls, cell.attrs, cell.problem) == ("GRUCell", {"activation": "tanh"}, None)
 
     def relu(n):
         n.op = "Relu"
 
-    cell = _edited(plain, f"rnn/gru_cell/{node}", relu).cell_at("rnn/gru_cell", "gru")
+    cell = cell_at(_edited(plain, f"rnn/gru_cell/{node}", relu), "rnn/gru_cell", "gru")
     assert cell.cls is None and "the 2 uses of rnn/gru_cell/gates/kernel disagree" in cell.problem
     assert "{'activation': 'relu'} at ops rnn/gru_cell/MatMul" in cell.problem
 
@@ -801,7 +804,7 @@ def test_a_peephole_is_read_with_its_operands_either_way_round():
     for n in peep.node:
         if n.op == "Mul" and any(i.endswith("_diag/Read/Identity") for i in n.input):
             n.input[:] = list(reversed(n.input))
-    cell = graph_from_graph_def(peep.SerializeToString()).cell_at(_C, "lstm")
+    cell = cell_at(graph_from_graph_def(peep.SerializeToString()), _C, "lstm")
     assert (cell.cls, cell.problem) == ("LSTMCell", None)
 
 
@@ -908,7 +911,7 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
     each was ported as the cell TF no longer computes."""
     graph_def, ok = _rewired(_graph_def(_static_peephole_lstm), f"{_C}/{node}", edit)
     assert ok is imports
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_C, "lstm")
+    cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), _C, "lstm")
     if message is None:
         assert (cell.cls, cell.problem) == ("LSTMCell", None)
     else:
@@ -950,7 +953,7 @@ def test_a_step_is_closed(build, scope, kind, node, edit, message):
     (each ported before as the cell) are refused, naming the value and its readers."""
     graph_def, ok = _rewired(_graph_def(build), f"{scope}/{node}", edit)
     assert ok
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(scope, kind)
+    cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), scope, kind)
     assert cell.cls is None and message in cell.problem
 
 
@@ -971,7 +974,7 @@ def test_one_loop_variable_read_as_c_and_h_is_refused(v1_loops):
     by_name = {n.name.rpartition("while/")[2] if v1_loops else n.name: n for n in nodes}
     c_prev = by_name["lstm_cell/mul_1"].input[1]  # f · c_prev
     by_name["lstm_cell/concat"].input[1] = c_prev
-    cell = graph_from_graph_def(out.SerializeToString()).cell_at("lstm/lstm_cell", "lstm")
+    cell = cell_at(graph_from_graph_def(out.SerializeToString()), "lstm/lstm_cell", "lstm")
     assert cell.cls is None and "the step reads one loop variable, " in cell.problem
     assert cell.problem.endswith(", as c and h")
 
@@ -981,7 +984,7 @@ def test_a_value_of_the_step_read_by_another_op_is_refused(value):
     """The output gate's peephole product, act(j), act(c), the output gate: each read by one op
     of TF1's cell; one more reader (a Neg nothing uses) is refused, naming both."""
     graph = _with_node(_graph_def(_static_peephole_lstm), "second", "Neg", [f"{_C}/{value}"])
-    cell = graph.cell_at(_C, "lstm")
+    cell = cell_at(graph, _C, "lstm")
     assert cell.cls is None and f"{_C}/{value} is read by [" in cell.problem
     assert "'second']; in TF1's cell by [" in cell.problem
 
@@ -999,7 +1002,7 @@ def test_a_value_of_the_step_read_by_another_op_is_refused(value):
 def test_a_gru_step_s_value_read_by_another_op_is_refused(op, inputs, message):
     """r, u, the candidate, (1 − u)·c: each read by its ops of TF1's GRUCell alone."""
     names = [f"{_G}/{i}" for i in inputs]
-    cell = _with_node(_graph_def(_static_gru), "second", op, names).cell_at(_G, "gru")
+    cell = cell_at(_with_node(_graph_def(_static_gru), "second", op, names), _G, "gru")
     assert cell.cls is None and message in cell.problem
 
 
@@ -1013,19 +1016,19 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
         "inputs": {"x": ("x0", 0), "h": (f"{zeros}_1", 0), "c": (zeros, 0)},
         "outputs": {"c": (f"{_C}/add_1", 0), "h": (f"{_C}/mul_2", 0)},
     }
-    assert graph_from_graph_def(plain.SerializeToString()).cell_at(_C, "lstm").boundary == want
+    assert cell_at(graph_from_graph_def(plain.SerializeToString()), _C, "lstm").boundary == want
     through = type(plain)()
     through.CopyFrom(plain)
     ident = through.node.add(name="through", op="Identity", input=[f"{_C}/concat"])
     ident.attr["T"].type = tf.float32.as_datatype_enum
     next(n for n in through.node if n.name == f"{_C}/MatMul").input[0] = "through"
-    cell = graph_from_graph_def(through.SerializeToString()).cell_at(_C, "lstm")
+    cell = cell_at(graph_from_graph_def(through.SerializeToString()), _C, "lstm")
     assert cell.problem is None and cell.boundary == want
 
     def of_x(n):
         n.input[0] = "x0"
 
-    cell = _edited(plain, f"{_C}/MatMul", of_x).cell_at(_C, "lstm")
+    cell = cell_at(_edited(plain, f"{_C}/MatMul", of_x), _C, "lstm")
     assert cell.cls is None
     assert f"{_C}/MatMul multiplies x0 (Placeholder), not concat([x, h], 1)" in cell.problem
 
@@ -1036,7 +1039,7 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
         tf.compat.v1.nn.static_rnn(rci.LSTMCell(H, activation=tf.identity), [x], dtype=tf.float32)
 
     g = graph_from_graph_def(_graph_def(linear).SerializeToString())
-    cell = g.cell_at(_C, "lstm")
+    cell = cell_at(g, _C, "lstm")
     assert cell.attrs["activation"] == "linear"
     (h,) = [n for n in g.nodes.values() if n.op == "Mul" and {g.resolve(r)[0] for r in n.inputs}
             == {f"{_C}/Sigmoid_2", f"{_C}/add_1"}]  # fmt: skip
@@ -1062,7 +1065,7 @@ def test_a_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_c_and_h():
 )
 def test_a_gru_op_read_twice_is_refused_naming_both(op, inputs, message):
     names = [i if i == "x0" else f"{_G}/{i}" for i in inputs]
-    cell = _with_node(_graph_def(_static_gru), "second", op, names).cell_at(_G, "gru")
+    cell = cell_at(_with_node(_graph_def(_static_gru), "second", op, names), _G, "gru")
     assert cell.cls is None and f"expected {message}, found [" in cell.problem
     assert f"'second ({op})'" in cell.problem
 
@@ -1076,7 +1079,7 @@ def test_a_gru_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_h(activation)
         act = tf.identity if activation == "linear" else tf.tanh
         tf.compat.v1.nn.static_rnn(rci.GRUCell(H, activation=act), [x], dtype=tf.float32)
 
-    cell = graph_from_graph_def(_graph_def(build).SerializeToString()).cell_at(_G, "gru")
+    cell = cell_at(graph_from_graph_def(_graph_def(build).SerializeToString()), _G, "gru")
     assert (cell.cls, cell.attrs, cell.problem) == ("GRUCell", {"activation": activation}, None)
     assert cell.boundary == {
         "inputs": {"x": ("x0", 0), "h": ("rnn/GRUCellZeroState/zeros", 0)},
@@ -1124,5 +1127,5 @@ def test_each_op_of_a_gru_step_combines_the_cell_s_values(node, edit, imports, m
     naming it (before, ported as the GRU TF no longer computes)."""
     graph_def, ok = _rewired(_graph_def(_static_gru), f"{_G}/{node}", edit)
     assert ok is imports
-    cell = graph_from_graph_def(graph_def.SerializeToString()).cell_at(_G, "gru")
+    cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), _G, "gru")
     assert cell.cls is None and message in cell.problem

@@ -20,9 +20,10 @@ from tf_oracle import available as _tf_available
 from tf_oracle import tf_module
 
 import torch_lstm_grad
-from torch_lstm_grad import cli
-from torch_lstm_grad.porting import build_tf1, builders
+from torch_lstm_grad.porting.build import keras_rnn as build_keras_rnn
+from torch_lstm_grad.porting.build import tf1_cells as build_tf1
 from torch_lstm_grad.porting.convert import convert
+from torch_lstm_grad.tools import cli
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 DATA = os.path.join(os.path.dirname(__file__), "data")
@@ -489,10 +490,10 @@ def test_verify_fails_on_a_planted_tf1_defect(tmp_path, capsys, monkeypatch):
 def _planted(monkeypatch, defect: str, layer: str):
     """The Keras builder with one defect in `layer`'s module: a flipped activation, the input
     and forget gate blocks of the kernel swapped, or the bias dropped."""
-    build = builders._Build.keras_rnn
+    build = build_keras_rnn.recurrent_module
 
-    def planted(self, d):
-        made = build(self, d)
+    def planted(ctx, d):
+        made = build(ctx, d)
         if made is None or not d.name.startswith(layer):
             return made
         module, config = made
@@ -509,7 +510,7 @@ def _planted(monkeypatch, defect: str, layer: str):
                 module.bias.zero_()
         return module, config
 
-    monkeypatch.setattr(builders._Build, "keras_rnn", planted)
+    monkeypatch.setattr(build_keras_rnn, "recurrent_module", planted)
 
 
 @pytest.mark.parametrize("defect", ["activation", "gate_blocks", "bias", "return_state"])
@@ -777,7 +778,7 @@ def test_verify_needs_tensorflow(tmp_path):
     code = (
         "import sys\n"
         "for n in ('tensorflow', 'tf_keras', 'keras'): sys.modules[n] = None\n"
-        "from torch_lstm_grad import cli\n"
+        "from torch_lstm_grad.tools import cli\n"
         "sys.exit(cli.main(sys.argv[1:]))\n"
     )
     done = subprocess.run(

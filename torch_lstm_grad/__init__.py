@@ -6,17 +6,27 @@ TF's layers with TF's parameter layouts, `layouts` the explicit converters, `por
 checkpoint readers (`load`). See README.md.
 """
 
+import sys
+
 import torch
 
-from . import _extension
+from ._library import extension as _extension
 
 # Loads torch_lstm_grad._C, whose static initialisers register the ops; a .so built against
-# another torch raises ImportError saying to rebuild (_extension.py).
-_extension.load()
+# another torch raises ImportError saying to rebuild. `torch-lstm-grad doctor` is the one
+# command that runs then: it reports the mismatch instead.
+try:
+    _extension.load()
+except ImportError as _err:
+    if not _extension.doctor_requested():
+        raise
+    from .tools import doctor as _doctor
+
+    raise SystemExit(_doctor.main(sys.argv[2:], load_problem=str(_err))) from None
 
 # Order matters: the ops must be registered (above) before their fakes and autograd.
-from . import _registrations  # noqa: E402, F401, I001
-from . import layouts, modules, ops, porting, raw_ops, reference  # noqa: E402
+from ._library import registrations as _registrations  # noqa: E402, F401, I001
+from . import keras_layers, layouts, modules, ops, porting, raw_ops, reference  # noqa: E402
 from .autograd import (  # noqa: E402
     BlockLSTMExFunction,
     BlockLSTMFunction,
@@ -63,6 +73,7 @@ __all__ = [
     "LSTMBlockCellFunction",
     "LSTMBlockFusedCell",
     "built_with_cuda",
+    "keras_layers",
     "layouts",
     "load",
     "modules",

@@ -1,5 +1,5 @@
 """``python -m torch_lstm_grad``: the ``torch-lstm-grad`` command (see cli.py)."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

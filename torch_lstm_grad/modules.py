@@ -17,8 +17,9 @@ import math
 import torch
 from torch import nn
 
-from . import _cudnn, ops, raw_ops
-from ._checks import LSTM_EX_CHOICES, check_choice
+from . import ops, raw_ops
+from ._library import cudnn_rnn_config
+from ._library.checks import LSTM_EX_CHOICES, check_choice
 from .autograd import call_no_grad
 
 __all__ = [
@@ -714,7 +715,7 @@ class _CudnnRNN(nn.Module):
         recurrent = self._rnn_mode == "lstm" and batch <= _PANEL_MAX_ROWS
 
         def make(params):
-            layout = _cudnn.params_layout(**self._attrs())
+            layout = cudnn_rnn_config.params_layout(**self._attrs())
             G, GH, P = layout.gates, layout.gates * self.num_units, layout.proj_units
 
             def packed(offset, cols):  # the [GH, cols] matrix at offset, transposed

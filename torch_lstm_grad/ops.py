@@ -26,7 +26,7 @@ from typing import NamedTuple
 
 import torch
 
-from ._checks import LSTM_EX_CHOICES, check_choice
+from ._library.checks import LSTM_EX_CHOICES, check_choice
 from .autograd import call, call_no_grad
 
 __all__ = [

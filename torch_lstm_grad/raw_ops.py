@@ -19,8 +19,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from ._checks import _dtype_name, _shape_str
-from ._cudnn import ParamsLayout, params_layout
+from ._library.checks import dtype_name, shape_str
+from ._library.cudnn_rnn_config import ParamsLayout, params_layout
 from .autograd import call, cudnn_forward_name
 
 __all__ = [
@@ -364,10 +364,10 @@ def _int_scalar(value, name: str) -> int:
         t = _to_tensor(value)
         if t.is_floating_point() or t.is_complex() or t.dtype == torch.bool:
             raise TypeError(f"{name}: expected an integer scalar (TF uses int32), got dtype "
-                            f"{_dtype_name(t.dtype)}")  # fmt: skip
+                            f"{dtype_name(t.dtype)}")  # fmt: skip
         if t.dim() != 0:
             raise ValueError(f"{name}: expected a scalar (0-d) tensor, got shape "
-                             f"{_shape_str(t.shape)}")  # fmt: skip
+                             f"{shape_str(t.shape)}")  # fmt: skip
         return int(t.item())
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"{name}: expected an int or an integer scalar tensor (TF uses int32), "
@@ -421,11 +421,11 @@ def _params_to_canonical(layout: ParamsLayout, params) -> CudnnRNNParamsToCanoni
     params = _to_tensor(params)
     if params.dtype not in _CUDNN_FLOATS:
         raise TypeError("params: expected dtype float16, bfloat16, float32 or float64, got "
-                        f"{_dtype_name(params.dtype)}")  # fmt: skip
+                        f"{dtype_name(params.dtype)}")  # fmt: skip
     if params.dim() != 1 or params.numel() != layout.size:
         raise ValueError(f"params: expected a 1-D tensor of CudnnRNNParamsSize = {layout.size} "
                          f"elements for this model, got shape "
-                         f"{_shape_str(params.shape)}")  # fmt: skip
+                         f"{shape_str(params.shape)}")  # fmt: skip
 
     # Copies (TF's outputs are their own buffers), differentiable back into params.
     def region(offset, shape):
@@ -498,19 +498,19 @@ def _canonical_to_params(layout: ParamsLayout, weights, biases, rnn_mode: str) -
     ref = _to_tensor(ref_value)
     if ref.dtype not in _CUDNN_FLOATS:
         raise TypeError(f"{ref_name}: expected dtype float16, bfloat16, float32 or float64, got "
-                        f"{_dtype_name(ref.dtype)}")  # fmt: skip
+                        f"{dtype_name(ref.dtype)}")  # fmt: skip
     pieces = []
     for name, value, (offset, shape) in named:
         t = _to_tensor(value, like=ref)
         n = int(np.prod(shape))
         if t.numel() != n:
             raise ValueError(f"{name}: expected {n} elements (canonical shape "
-                             f"{_shape_str(shape)}), got shape {_shape_str(t.shape)}")  # fmt: skip
+                             f"{shape_str(shape)}), got shape {shape_str(t.shape)}")  # fmt: skip
         if offset is None:  # skip_input's absent input matrix: nothing to store
             continue
         if t.dtype != ref.dtype:
-            raise TypeError(f"{name}: expected dtype {_dtype_name(ref.dtype)} (the dtype of "
-                            f"{ref_name}), got {_dtype_name(t.dtype)}")  # fmt: skip
+            raise TypeError(f"{name}: expected dtype {dtype_name(ref.dtype)} (the dtype of "
+                            f"{ref_name}), got {dtype_name(t.dtype)}")  # fmt: skip
         if t.device != ref.device:
             raise ValueError(f"{name}: expected a tensor on {ref.device} (the device of "
                              f"{ref_name}), got {t.device}")  # fmt: skip

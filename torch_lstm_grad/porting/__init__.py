@@ -15,10 +15,10 @@ The flow, one module each:
 `torch-lstm-grad convert` is `convert`; `torch_lstm_grad.load` is `load`.
 """
 
-from .checkpoint import READER_ENV
 from .convert import FORMAT, convert, describe, load, read_source, read_variables
-from .description import Attr, LayerDescription, Refusal, Refused
-from .statements import Statements
+from .describe.description import Attr, LayerDescription, Refusal, Refused
+from .describe.statements import Statements
+from .formats.checkpoint import READER_ENV
 from .verify import VerifyReport, VerifyUnavailable, verify
 
 __all__ = [

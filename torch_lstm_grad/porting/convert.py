@@ -28,17 +28,17 @@ import warnings
 import numpy as np
 import torch
 
-from . import guard
-from .builders import build, module_from_entry
-from .checkpoint import read_checkpoint
-from .describe_keras import describe_keras, keras_rnn_scopes
-from .describe_tf1 import describe_tf1
-from .description import LayerDescription, Refused
-from .frozen_graph import is_graph_def, read_graph_def
-from .keras_files import is_keras_file, read_keras, read_keras_config
-from .saved_model import is_saved_model, read_saved_model
-from .source import Source, Writer, keras_version_tuple
-from .statements import Statements
+from .build import build, module_from_entry
+from .decoding import guard
+from .describe.description import LayerDescription, Refused
+from .describe.keras_rnn import describe_keras
+from .describe.statements import Statements
+from .describe.tf1_cells import describe_tf1
+from .formats.checkpoint import read_checkpoint
+from .formats.frozen_graph import is_graph_def, read_graph_def
+from .formats.keras_files import is_keras_file, read_keras, read_keras_config
+from .formats.saved_model import is_saved_model, read_saved_model
+from .source import Source, Writer, keras_rnn_scopes, keras_version_tuple
 
 __all__ = ["FORMAT", "convert", "describe", "load", "read_source", "read_variables"]
 

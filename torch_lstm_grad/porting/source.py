@@ -8,7 +8,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["KerasLayer", "Source", "Writer", "keras_version_tuple"]
+__all__ = [
+    "KerasLayer",
+    "Source",
+    "Writer",
+    "keras_rnn_scopes",
+    "keras_version_tuple",
+    "layer_and_rest",
+]
+
+# The weights of a Keras recurrent cell, as Keras names its variables.
+_RNN_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 
 
 @dataclass(frozen=True)
@@ -80,7 +90,34 @@ class Source:
     keys: dict[str, str] = field(default_factory=dict)
     layers: dict[str, KerasLayer] = field(default_factory=dict)
     config_origin: str = ""
-    graph: object | None = None  # tf1_graph.TF1Graph
+    graph: object | None = None  # tf1_graph.Graph
     ignored: dict[str, str] = field(default_factory=dict)
     mask_layers: list[str] = field(default_factory=list)  # layers that produce masks
     signature: str | None = None  # a SavedModel's signature whose functions were read
+
+
+# A cell's scope; Keras 3 puts an RNN's several cells under `stacked_rnn_cells`.
+_CELL_NAME = re.compile(r"(?:(?:lstm|gru|simple_rnn)_cell|stacked_rnn_cells)(?:_\d+)?")
+
+
+def layer_and_rest(scope: str) -> tuple[str, list[str]]:
+    """`(layer, [sublayer/cell parts])` of a variable scope: the layer is the part before a
+    Bidirectional's `forward_*`/`backward_*` or before the cell, so the names of the models
+    around it (Keras 3 names variables `<model>/<layer>/<cell>/<weight>`) are not taken for
+    the layer's."""
+    parts = scope.split("/")
+    for k in range(1, len(parts)):
+        if parts[k].startswith(("forward_", "backward_")) or _CELL_NAME.fullmatch(parts[k]):
+            return parts[k - 1], parts[k:]
+    return parts[0], parts[1:]
+
+
+def keras_rnn_scopes(variables: dict) -> dict[str, dict[str, str]]:
+    """`scope -> weight -> variable name` for every scope holding a `recurrent_kernel` (a Keras
+    recurrent cell)."""
+    scopes: dict[str, dict[str, str]] = {}
+    for name in variables:
+        scope, _, leaf = name.rpartition("/")
+        if leaf in _RNN_WEIGHTS and scope:
+            scopes.setdefault(scope, {})[leaf] = name
+    return {s: w for s, w in scopes.items() if "recurrent_kernel" in w}

@@ -37,9 +37,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import build_tf1
+from .build import tf1_cells
 from .convert import load, read_source
-from .tf1_graph import through_identities
+from .graphs.graph_def import through_identities
+from .graphs.tf1_cells import cell_at
 
 __all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
 
@@ -358,7 +359,7 @@ class _TF1Cells:
                     "stacked or bidirectional canonical cuDNN layers are not verified yet"
                 )
             scope = d.weights["cell_0_0/kernel"].rpartition("/")[0]
-            cell = self.g.cell_at(scope, "lstm")
+            cell = cell_at(self.g, scope, "lstm")
             if cell is None or cell.cls not in ("BlockLSTM", "BlockLSTMV2"):
                 raise _Unverifiable(f"the {self.g.label} runs no fused BlockLSTM on {scope}")
             return cell
@@ -372,7 +373,7 @@ class _TF1Cells:
             scope, kind = d.weights["kernel"].rpartition("/")[0], "lstm"
         else:
             raise _Unverifiable(f"a {d.kind} is not verified yet (one step of a cell is)")
-        cell = self.g.cell_at(scope, kind)
+        cell = cell_at(self.g, scope, kind)
         if cell is None or cell.boundary is None:
             raise _Unverifiable(f"the {self.g.label} does not run {scope}")
         return cell  # its boundary complete: tf1_graph refuses a step without its x, h (c)
@@ -464,7 +465,7 @@ class _TF1Cells:
         weights = (
             by_variable
             if cudnn
-            else {build_tf1.PARAMS[owner[k]]: n for k, n in by_variable.items() if k in owner}
+            else {tf1_cells.PARAMS[owner[k]]: n for k, n in by_variable.items() if k in owner}
         )
         sequence = "seq_len_max" in cell.boundary["inputs"]
         gr = tf.Graph()
@@ -510,14 +511,13 @@ class _TF1Cells:
         (linear) packing makes of V, which the module's gradient must meet."""
         from types import SimpleNamespace
 
-        from . import build_tf1
 
         out = []
         for _ in range(count):
             v = {
                 k: rng.standard_normal(np.shape(g)).astype(np.float32) for k, g in d_weights.items()
             }
-            entry = build_tf1._cudnn(SimpleNamespace(variables=v), d)
+            entry = tf1_cells.cudnn_entry(SimpleNamespace(variables=v), d)
             packed = entry["state_dict"]["opaque_kernel"].numpy()
             out.append((packed, float(sum((d_weights[k] * v[k]).sum() for k in v))))
         return "opaque_kernel", out
@@ -641,7 +641,7 @@ def _shapes(module) -> tuple[int, list[int], str]:
     if isinstance(module, keras_layers.KerasBidirectional):
         parts = [module.forward_layer, module.backward_layer]
         return parts[0].input_size, [m.units for m in parts for _ in range(m.num_states)], "keras"
-    if isinstance(module, keras_layers._KerasRNN):
+    if isinstance(module, keras_layers.KerasRNN):
         return module.input_size, [module.units] * module.num_states, "keras"
     if isinstance(module, modules.GRUBlockCell):
         return module.input_size, [module.num_units], "step"

@@ -2,7 +2,7 @@
 
 Fake kernels give torch.compile / FakeTensor the output metadata without running a kernel;
 they apply the same shape rules as the C++ kernels (`_checks.py` mirrors `csrc/checks.h`,
-`_cudnn.py` mirrors `csrc/cudnn_rnn_config.h`) and return exactly what the C++ kernels return
+`cudnn.py` mirrors `csrc/cudnn.h`) and return exactly what the C++ kernels return
 (contiguous tensors of x's dtype and device).
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from . import _checks as C
-from . import _cudnn
-from .autograd import DIFFERENTIABLE_OPS
+from ..autograd import DIFFERENTIABLE_OPS
+from . import checks as C
+from . import cudnn_rnn_config as cudnn
 
 _LIB = "torch_lstm_grad::"
 _LSTM_ACT_NAMES = ("i", "cs", "f", "o", "ci", "co")
@@ -130,11 +130,11 @@ def _check_sequence_length(lengths, B):
     # kernel reads.
     torch._check_type(
         not (lengths.is_floating_point() or lengths.is_complex()) and lengths.dtype != torch.bool,
-        lambda: f"sequence_length: expected an integer dtype, got {C._dtype_name(lengths.dtype)}",
+        lambda: f"sequence_length: expected an integer dtype, got {C.dtype_name(lengths.dtype)}",
     )
     torch._check_value(
         lengths.dim() == 1 and lengths.shape[0] == B,
-        lambda: f"sequence_length: expected shape [B] = [{B}], got {C._shape_str(lengths.shape)}",
+        lambda: f"sequence_length: expected shape [B] = [{B}], got {C.shape_str(lengths.shape)}",
     )
 
 
@@ -197,24 +197,24 @@ def _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h):
     return x.new_empty(x.shape), x.new_empty((B, H)), x.new_empty((B, H)), x.new_empty((B, 2 * H))
 
 
-# CudnnRNN: the shape rules mirror csrc/cudnn_rnn_config.h and live in _cudnn.py; the training
+# CudnnRNN: the shape rules mirror csrc/cudnn.h and live in cudnn.py; the training
 # reserve_space gets an unbacked size (its length is the device kernel's own choice).
-torch.library.register_fake(_LIB + "cudnn_rnn", _cudnn.cudnn_rnn_fake)
-torch.library.register_fake(_LIB + "cudnn_rnn_backprop", _cudnn.cudnn_rnn_backprop_fake)
+torch.library.register_fake(_LIB + "cudnn_rnn", cudnn.cudnn_rnn_fake)
+torch.library.register_fake(_LIB + "cudnn_rnn_backprop", cudnn.cudnn_rnn_backprop_fake)
 # Mutating, so no autograd formula: autograd.py calls it only where no graph is recorded.
 torch.library.register_fake(_LIB + "_cudnn_rnn_backprop_consuming",
-                            _cudnn.cudnn_rnn_backprop_fake)  # fmt: skip
+                            cudnn.cudnn_rnn_backprop_fake)  # fmt: skip
 
 
 @torch.library.register_fake(_LIB + "cudnn_rnn_inference")
 def _cudnn_rnn_inference_fake(input, input_h, input_c, params, sequence_lengths, packed_r,
                               packed_x, rnn_mode, input_mode, direction, num_proj,
                               time_major):  # fmt: skip
-    out = _cudnn.cudnn_rnn_fake(input, input_h, input_c, params, sequence_lengths, rnn_mode,
+    out = cudnn.cudnn_rnn_fake(input, input_h, input_c, params, sequence_lengths, rnn_mode,
                                 input_mode, direction, 0.0, 0, 0, num_proj, False,
                                 time_major)  # fmt: skip
     if packed_r or packed_x:
-        c = _cudnn.check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode,
+        c = cudnn.check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode,
                                           direction, num_proj, time_major)  # fmt: skip
     if packed_r:
         _check_packed_count(packed_r, "packed_r", c)

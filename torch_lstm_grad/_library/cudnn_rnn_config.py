@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _checks as C
+from . import checks as C
 
 # Gates per cell (tf_semantics.md §7.1): lstm i, f, c, o; gru r, z, h; rnn_* one.
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
@@ -214,7 +214,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     seq_layout = "[T, B, input_size]" if time_major else "[B, T, input_size]"
     torch._check_value(
         input.dim() == 3,
-        lambda: f"input: expected a 3-D tensor {seq_layout}, got shape {C._shape_str(input.shape)}",
+        lambda: f"input: expected a 3-D tensor {seq_layout}, got shape {C.shape_str(input.shape)}",
     )
     T, B = (input.shape[0], input.shape[1]) if time_major else (input.shape[1], input.shape[0])
     I = input.shape[2]  # noqa: E741
@@ -225,7 +225,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     torch._check_value(
         input_h.dim() == 3 and input_h.shape[2] >= 1,
         lambda: f"input_h: expected a 3-D tensor {h_layout}, got shape "
-        f"{C._shape_str(input_h.shape)}",
+        f"{C.shape_str(input_h.shape)}",
     )
     L = input_h.shape[0 if time_major else 1] // D
     n = input_h.shape[2]
@@ -235,7 +235,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     torch._check_value(
         L >= 1,
         lambda: f"input_h: expected at least {D} state slots (num_layers * D with D = {D}), got "
-        f"shape {C._shape_str(input_h.shape)}",
+        f"shape {C.shape_str(input_h.shape)}",
     )
     h_shape = [L * D, B, n] if time_major else [B, L * D, n]
     C.check_shape(input_h, "input_h", h_shape, h_layout)
@@ -245,14 +245,14 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
         torch._check_value(
             input_c.dim() == 3,
             lambda: "input_c: expected a 3-D tensor shaped like input_h, got shape "
-            f"{C._shape_str(input_c.shape)}",
+            f"{C.shape_str(input_c.shape)}",
         )
         H = input_c.shape[2]
         if num_proj > 0:
             torch._check_value(
                 n == num_proj,
                 lambda: f"input_h: with num_proj = {num_proj} the state size (dim 2) must equal "
-                f"num_proj, got shape {C._shape_str(input_h.shape)}",
+                f"num_proj, got shape {C.shape_str(input_h.shape)}",
             )
         c_shape = [*h_shape[:2], H if num_proj > 0 else n]
         c_layout = ("input_h's shape with dim 2 = cell units" if num_proj > 0
@@ -265,7 +265,7 @@ def check_cudnn_rnn_inputs(input, input_h, input_c, params, rnn_mode, input_mode
     torch._check_value(
         params.dim() == 1 and params.numel() == expected,
         lambda: f"params: expected a 1-D tensor of CudnnRNNParamsSize = {expected} elements for "
-        f"this model, got shape {C._shape_str(params.shape)}",
+        f"this model, got shape {C.shape_str(params.shape)}",
     )
     return c
 
@@ -306,7 +306,7 @@ def check_sequence_lengths(lengths, c: RNNConfig) -> None:
     torch._check_type(
         not (lengths.is_floating_point() or lengths.is_complex()) and lengths.dtype != torch.bool,
         lambda: "sequence_lengths: expected an integer dtype (TF uses int32), got "
-        f"{C._dtype_name(lengths.dtype)}",
+        f"{C.dtype_name(lengths.dtype)}",
     )
     C.check_shape(lengths, "sequence_lengths", [c.B], "[B]")
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import raw_ops, reference
+from .. import raw_ops, reference
 
 __all__ = ["OPS", "TOLERANCES", "Row", "import_tf", "oracle_dtypes", "run_checks"]
 
@@ -291,7 +291,7 @@ CUDNN_TOLERANCES = {torch.float64: 1e-10, torch.float32: 2e-5}
 def _cudnn_case(label, mode, layers, bidirectional, proj, lengths, dtype, seed):
     """Rows for one case: ours (raw_ops.CudnnRNNV3, grads by autograd through
     CudnnRNNBackpropV3) against the same weights in torch.nn, packed when lengths vary."""
-    from . import layouts
+    from .. import layouts
 
     torch.manual_seed(seed)
     cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU}.get(mode, torch.nn.RNN)

@@ -29,8 +29,9 @@ import re
 
 import numpy as np
 
+from ..graphs.tf1_cells import cell_at, cell_notes
+from ..source import Source
 from .description import LayerDescription, Refusal
-from .source import Source
 from .statements import Statements
 
 __all__ = ["describe_tf1"]
@@ -172,7 +173,7 @@ class _Describer:
             if k in names and v[names[k]].shape != (H,):
                 self.refuse(d.name, k, list(v[names[k]].shape), f"expected [{H}]")
         d.set("gate_activation", "sigmoid", "TF1's LSTM cells always use sigmoid gates")
-        cell = self.graph.cell_at(scope, "lstm") if self.graph is not None else None
+        cell = cell_at(self.graph, scope, "lstm") if self.graph is not None else None
         unstored = ["forget_bias", "cell_clip", "activation"] + (
             ["proj_clip"] if proj is not None else []
         )
@@ -218,7 +219,7 @@ class _Describer:
             return d
         if self._unread_cell(d, scope, cell):
             return None
-        d.notes += self.graph.cell_notes(scope, cell)
+        d.notes += cell_notes(self.graph, scope, cell)
         where = f"{self.graph.label}, {cell.where}"
         d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls in _FUSED_CLASS:
@@ -302,7 +303,7 @@ class _Describer:
             d.kind = "tf1.GRUBlockCell"
             d.set("activation", "tanh", "contrib GRUBlockCell computes tanh")
             return d
-        cell = self.graph.cell_at(scope, "gru") if self.graph is not None else None
+        cell = cell_at(self.graph, scope, "gru") if self.graph is not None else None
         if cell is None:
             why = (
                 self.no_graph
@@ -318,7 +319,7 @@ class _Describer:
             return d
         if self._unread_cell(d, scope, cell):
             return None
-        d.notes += self.graph.cell_notes(scope, cell)
+        d.notes += cell_notes(self.graph, scope, cell)
         d.where = f"variables {scope}/* and the {self.graph.label} ({cell.where})"
         if cell.cls == "GRUBlockCell":
             d.kind = "tf1.GRUBlockCell"
@@ -396,7 +397,7 @@ class _Describer:
         LSTMBlockFusedCell(forget_bias=0) under these names does). False after a refusal."""
         for leaves in cells.values():
             scope = leaves["kernel"].rpartition("/")[0]
-            cell = self.graph.cell_at(scope, "lstm")
+            cell = cell_at(self.graph, scope, "lstm")
             if cell is None:
                 continue
             if self._unread_cell(d, scope, cell):

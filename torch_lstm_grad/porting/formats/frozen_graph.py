@@ -16,9 +16,9 @@ import re
 
 import numpy as np
 
-from . import guard, proto, textproto
-from .source import Source, Writer
-from .tf1_graph import graph_from_graph_def
+from ..decoding import guard, proto, textproto
+from ..graphs.graph_def import graph_from_graph_def
+from ..source import Source, Writer
 
 __all__ = ["is_graph_def", "read_graph_def"]
 

@@ -59,7 +59,7 @@ import time
 
 import torch
 
-from . import raw_ops
+from .. import raw_ops
 
 try:
     import resource  # POSIX: the page-fault counts
@@ -204,7 +204,7 @@ def _nn_lstm(inputs, seed):
 def _module_fns(inputs, seed):
     """{name: (fwd, fwd_bwd)} for LSTMBlockFusedCell and CudnnLSTM (one layer, nn.LSTM's math);
     under inference_mode, fwd is the inference forward (nothing is recorded)."""
-    from .modules import CudnnLSTM, LSTMBlockFusedCell
+    from ..modules import CudnnLSTM, LSTMBlockFusedCell
 
     I, H = inputs["x"].shape[2], inputs["cs_prev"].shape[1]  # noqa: E741
     torch.manual_seed(seed)
@@ -577,7 +577,7 @@ def run(args: argparse.Namespace) -> int:
 
     tf = None
     if not args.no_tf and not cudnn and args.mode != "inference":
-        from ._parity import import_tf
+        from .check import import_tf
 
         try:
             tf = import_tf()

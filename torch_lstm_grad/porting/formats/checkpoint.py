@@ -20,9 +20,9 @@ import os
 
 import numpy as np
 
-from . import guard
+from ..decoding import guard
+from ..source import Source, Writer
 from .object_graph import OBJECT_GRAPH_KEY, read_object_graph
-from .source import Source, Writer
 
 __all__ = ["READER_ENV", "open_checkpoint", "read_checkpoint"]
 
@@ -143,7 +143,7 @@ def read_checkpoint(path: str, reader: str | None = None) -> Source:
         )
         meta = path + ".meta"
         if os.path.isfile(meta):
-            from .tf1_graph import read_meta_graph
+            from ..graphs.graph_def import read_meta_graph
 
             source.graph = read_meta_graph(meta)
             source.format += f" with its meta graph ({os.path.basename(meta)})"

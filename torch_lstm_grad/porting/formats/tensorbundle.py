@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import guard, proto
+from ..decoding import guard, proto
 
 __all__ = ["TensorBundleReader", "crc32c", "masked_crc32c"]
 

@@ -19,7 +19,8 @@ import sys
 
 import torch
 
-from . import _build_env, _extension
+from .._library import extension
+from . import build_env
 
 __all__ = ["add_arguments", "main", "report", "run"]
 
@@ -33,7 +34,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str], load_problem: str) -> int:
-    """The command for a process whose extension did not load (called by ``_extension.load``)."""
+    """The command for a process whose extension did not load (the package's ``__init__``
+    calls it)."""
     parser = argparse.ArgumentParser(prog="torch-lstm-grad doctor", description=__doc__)
     add_arguments(parser)
     return _print(report(load_problem), parser.parse_args(argv).json)
@@ -43,8 +45,8 @@ def report(load_problem: str | None = None) -> dict:
     """Everything the command prints, as a dict. ``load_problem``: why the extension did not
     load, when the caller already knows; otherwise it is loaded (it already is, normally)."""
     if load_problem is None:
-        load_problem = _extension.load_error()
-    info = _extension.build_info()
+        load_problem = extension.load_error()
+    info = extension.build_info()
     built = {k: v for k, v in vars(info).items() if k.isupper()} if info else None
     loaded = load_problem is None
     return {
@@ -52,7 +54,7 @@ def report(load_problem: str | None = None) -> dict:
         "python": f"{platform.python_version()} ({sys.executable})",
         "torch": _torch(),
         "extension": {
-            "so": _extension.so_path(),
+            "so": extension.so_path(),
             "built": built,
             "matches_torch": built is not None and built["TORCH_VERSION"] == torch.__version__,
             "loads": loaded,
@@ -84,17 +86,17 @@ def _toolchain() -> dict:
         except OSError:
             version = "does not run"
         ninja = f"{version.strip()} ({ninja})"
-    out = {"compiler": _build_env.compiler_version(), "ninja": ninja or "not found", "cuda": None}
+    out = {"compiler": build_env.compiler_version(), "ninja": ninja or "not found", "cuda": None}
     try:
-        cuda = _build_env.configure_cuda(torch)
-    except _build_env.BuildError as err:
+        cuda = build_env.configure_cuda(torch)
+    except build_env.BuildError as err:
         out["cuda"] = f"CUDA build impossible: {err}"
         return out
     if cuda is None:
         out["cuda"] = (
             "none: torch is a CPU build"
             if torch.version.cuda is None
-            else f"none: {_build_env.FORCE_CPU}=1"
+            else f"none: {build_env.FORCE_CPU}=1"
         )
     else:
         t = cuda.toolkit

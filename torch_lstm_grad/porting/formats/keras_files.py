@@ -36,9 +36,9 @@ import zipfile
 
 import numpy as np
 
-from . import guard
+from ..decoding import guard
+from ..source import KerasLayer, Source, Writer, keras_version_tuple
 from .hdf5_check import check_hdf5
-from .source import KerasLayer, Source, Writer, keras_version_tuple
 
 __all__ = ["is_keras_file", "layers_from_config", "read_keras", "read_keras_config"]
 

@@ -16,13 +16,14 @@ refusal naming the attribute.
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
-from .. import layouts, modules
-from .description import LayerDescription
+from ... import layouts, modules
+from ..describe.description import LayerDescription
+from .context import BuildContext, make_entry, tensor
 
-__all__ = ["PARAMS", "build", "module_from_entry"]
+
+__all__ = ["PARAMS", "build", "cudnn_entry", "module_from_entry"]
 
 _LSTM_CELLS = {
     "tf1.LSTMCell",
@@ -55,10 +56,6 @@ PARAMS = {
 }
 
 
-def _t(v) -> torch.Tensor:
-    return torch.from_numpy(np.array(v, copy=True))
-
-
 def _variants(d: LayerDescription) -> dict:
     """The module keyword arguments for the description's non-default variants."""
     kw = {}
@@ -76,7 +73,7 @@ def _variants(d: LayerDescription) -> dict:
     return kw
 
 
-def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype):
+def _construct(ctx: BuildContext, d: LayerDescription, cls, config: dict, variants: dict, dtype):
     """The module, or None after a refusal naming the variants it does not take (TypeError:
     no such argument in this version) or compute (ValueError: a value outside the kernels'
     choices; NotImplementedError)."""
@@ -84,10 +81,10 @@ def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype)
         return cls(**config, **variants, dtype=dtype)
     except (TypeError, ValueError, NotImplementedError) as err:
         if not variants:
-            b.refuse(d.name, "layer", d.kind, str(err))
+            ctx.refuse(d.name, "layer", d.kind, str(err))
             return None
         value = next(iter(variants.values())) if len(variants) == 1 else variants
-        b.refuse(
+        ctx.refuse(
             d.name,
             ", ".join(variants),
             value,
@@ -96,11 +93,12 @@ def _construct(b, d: LayerDescription, cls, config: dict, variants: dict, dtype)
         return None
 
 
-def build(b, d: LayerDescription):
-    v = b.variables
+def build(ctx: BuildContext, d: LayerDescription) -> dict | None:
+    """The entry of a `tf1.*` description, or None after a refusal."""
+    v = ctx.variables
     if d.kind in _LSTM_CELLS or d.kind == "tf1.LSTMBlockFusedCell":
         w = d.weights
-        kernel, bias = _t(v[w["kernel"]]), _t(v[w["bias"]])
+        kernel, bias = tensor(v[w["kernel"]]), tensor(v[w["bias"]])
         peep = bool(d.value("use_peepholes"))
         config = {
             "num_units": d.value("units"),
@@ -115,7 +113,7 @@ def build(b, d: LayerDescription):
             else (modules.LSTMBlockCell)
         )
         variants = _variants(d)
-        m = _construct(b, d, cls, config, variants, kernel.dtype)
+        m = _construct(ctx, d, cls, config, variants, kernel.dtype)
         if m is None:
             return None
         config.update({k: val for k, val in variants.items() if hasattr(m, k)})
@@ -123,31 +121,34 @@ def build(b, d: LayerDescription):
             m.kernel.copy_(kernel)
             m.bias.copy_(bias)
             for k in ("w_i_diag", "w_f_diag", "w_o_diag") if peep else ():
-                getattr(m, k).copy_(_t(v[w[k]]))
+                getattr(m, k).copy_(tensor(v[w[k]]))
             if "projection/kernel" in w and hasattr(m, PARAMS["projection/kernel"]):
-                getattr(m, PARAMS["projection/kernel"]).copy_(_t(v[w["projection/kernel"]]))
+                getattr(m, PARAMS["projection/kernel"]).copy_(tensor(v[w["projection/kernel"]]))
         return _entry(m, d, config)
     if d.kind in ("tf1.GRUCell", "tf1.GRUBlockCell"):
         w = d.weights
         config = {"num_units": d.value("units"), "input_size": d.value("input_size")}
-        gk = _t(v[w["gates/kernel"]])
+        gk = tensor(v[w["gates/kernel"]])
         variants = _variants(d)
-        m = _construct(b, d, modules.GRUBlockCell, config, variants, gk.dtype)
+        m = _construct(ctx, d, modules.GRUBlockCell, config, variants, gk.dtype)
         if m is None:
             return None
         config.update({k: val for k, val in variants.items() if hasattr(m, k)})
         with torch.no_grad():
             for n in ("gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"):
-                getattr(m, PARAMS[n]).copy_(_t(v[w[n]]))
+                getattr(m, PARAMS[n]).copy_(tensor(v[w[n]]))
         return _entry(m, d, config)
     if d.kind in ("tf1.CudnnLSTM", "tf1.CudnnGRU"):
-        return _cudnn(b, d)
-    b.refuse(d.name, "kind", d.kind, "no module builder for this kind")
+        return cudnn_entry(ctx, d)
+    ctx.refuse(d.name, "kind", d.kind, "no module builder for this kind")
     return None
 
 
-def _cudnn(b, d: LayerDescription):
-    v = b.variables
+def cudnn_entry(ctx, d: LayerDescription) -> dict:
+    """The entry of a TF1 contrib CudnnLSTM/CudnnGRU description: its canonical weights
+    packed into the module's opaque params (`verify` packs directions in TF's variables the same
+    way; only `ctx.variables` is read)."""
+    v = ctx.variables
     kind = "lstm" if d.kind == "tf1.CudnnLSTM" else "gru"
     L, H, I = d.value("num_layers"), d.value("units"), d.value("input_size")
     D = 2 if d.value("direction") == "bidirectional" else 1
@@ -176,24 +177,24 @@ def _cudnn(b, d: LayerDescription):
 def _cudnn_cell_canonical(kind, v, names, in_size, H):
     """One (layer, direction)'s canonical `(weights, biases)` lists (tf_semantics §7.1)."""
     if kind == "lstm":
-        kernel = _t(v[names["kernel"]])
+        kernel = tensor(v[names["kernel"]])
         if kernel.shape != (in_size + H, 4 * H):
             raise ValueError(
                 f"{names['kernel']}: shape {list(kernel.shape)}, expected {[in_size + H, 4 * H]}"
             )
         if {"bias_cudnn_0", "bias_cudnn_1"} <= names.keys():  # bW, bR kept apart (ICFO)
             w, bw = layouts.block_lstm_to_canonical(
-                kernel, _t(v[names["bias_cudnn_0"]]), forget_bias=0.0, split="input"
+                kernel, tensor(v[names["bias_cudnn_0"]]), forget_bias=0.0, split="input"
             )
             _, br = layouts.block_lstm_to_canonical(
-                kernel, _t(v[names["bias_cudnn_1"]]), forget_bias=0.0, split="input"
+                kernel, tensor(v[names["bias_cudnn_1"]]), forget_bias=0.0, split="input"
             )
             return w, bw[:4] + br[:4]
-        bias = _t(v[names["bias"]])
+        bias = tensor(v[names["bias"]])
         return layouts.block_lstm_to_canonical(kernel, bias, forget_bias=0.0, split="half")
-    gk = _t(v[names["gates/kernel"]])
-    ik = _t(v[names["candidate/input_projection/kernel"]])
-    hk = _t(v[names["candidate/hidden_projection/kernel"]])
+    gk = tensor(v[names["gates/kernel"]])
+    ik = tensor(v[names["candidate/input_projection/kernel"]])
+    hk = tensor(v[names["candidate/hidden_projection/kernel"]])
     for n, t, shape in (
         ("gates/kernel", gk, (in_size + H, 2 * H)),
         ("candidate/input_projection/kernel", ik, (in_size, H)),
@@ -204,19 +205,17 @@ def _cudnn_cell_canonical(kind, v, names, in_size, H):
     wx, wh = gk[:in_size].t(), gk[in_size:].t()  # [2H, in], [2H, H]: rows r then u (= z)
     weights = [wx[:H], wx[H:], ik.t(), wh[:H], wh[H:], hk.t()]
     weights = [w.contiguous() for w in weights]
-    ib = _t(v[names["candidate/input_projection/bias"]])
-    hb = _t(v[names["candidate/hidden_projection/bias"]])
+    ib = tensor(v[names["candidate/input_projection/bias"]])
+    hb = tensor(v[names["candidate/hidden_projection/bias"]])
     if {"bias_cudnn_0", "bias_cudnn_1"} <= names.keys():  # [bW_r, bW_z], [bR_r, bR_z]
-        b0, b1 = _t(v[names["bias_cudnn_0"]]), _t(v[names["bias_cudnn_1"]])
+        b0, b1 = tensor(v[names["bias_cudnn_0"]]), tensor(v[names["bias_cudnn_1"]])
     else:
-        b0 = b1 = _t(v[names["gates/bias"]]) * 0.5  # TF1's restore: halves
+        b0 = b1 = tensor(v[names["gates/bias"]]) * 0.5  # TF1's restore: halves
     return weights, [b0[:H], b0[H:], ib, b1[:H], b1[H:], hb]
 
 
 def _entry(m, d: LayerDescription, config: dict) -> dict:
-    from .builders import _entry as entry
-
-    return entry(m, d.kind, {"class": type(m).__name__, **config}, d, list(d.weights.values()))
+    return make_entry(m, d.kind, {"class": type(m).__name__, **config}, d, list(d.weights.values()))
 
 
 def module_from_entry(entry: dict, dtype) -> torch.nn.Module:

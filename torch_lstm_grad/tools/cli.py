@@ -4,9 +4,9 @@ Subcommands:
 
 * ``check``: every raw op on generated inputs against TensorFlow's raw op when TensorFlow is
   installed, else against the float64 reference; prints a table of max errors per output and exits
-  1 on any miss (cases and tolerances: ``_parity.py``).
+  1 on any miss (cases and tolerances: ``parity.py``).
 * ``bench``: CPU timings of BlockLSTM fwd and fwd+bwd against ``torch.nn.LSTM`` and TF
-  (``_bench.py``; also ``benchmarks/bench_block_lstm.py``).
+  (``bench.py``; also ``benchmarks/bench_block_lstm.py``).
 * ``convert``: TF checkpoint / Keras file to a PyTorch file that ``porting.load`` reads
   (``porting/``): exact ports or exit 2 naming what cannot be reproduced.
 * ``doctor``: torch / CUDA / cuDNN / compiler versions, what the extension was built as, and
@@ -26,12 +26,12 @@ _COLUMNS = ("op", "config", "dtype", "oracle", "output", "max abs err", "toleran
 
 def _resolve_oracle(requested: str):
     """(oracle, None) or (None, error message)."""
-    from . import _parity
+    from . import check as parity
 
     if requested == "reference":
         return "reference", None
     try:
-        _parity.import_tf()
+        parity.import_tf()
     except ImportError as err:
         if requested == "tf":
             return None, f"--oracle tf: TensorFlow cannot be imported ({err})"
@@ -64,15 +64,15 @@ def _print_rows(rows, out) -> None:
 def _check(args: argparse.Namespace) -> int:
     import torch
 
-    from . import _parity
+    from . import check as parity
 
     ops = None
     if args.ops:
         ops = [op.strip() for op in args.ops.split(",") if op.strip()]
-        unknown = [op for op in ops if op not in _parity.OPS and op != _parity.CUDNN_OP]
+        unknown = [op for op in ops if op not in parity.OPS and op != parity.CUDNN_OP]
         if unknown:
             print(
-                f"--ops: unknown op(s) {', '.join(unknown)}; known: {', '.join(_parity.OPS)}",
+                f"--ops: unknown op(s) {', '.join(unknown)}; known: {', '.join(parity.OPS)}",
                 file=sys.stderr,
             )
             return 2
@@ -80,14 +80,14 @@ def _check(args: argparse.Namespace) -> int:
     if error:
         print(error, file=sys.stderr)
         return 2
-    block_ops = None if ops is None else [op for op in ops if op != _parity.CUDNN_OP]
-    rows = _parity.run_checks(oracle, seed=args.seed, ops=block_ops) if block_ops != [] else []
-    if ops is None or _parity.CUDNN_OP in ops:  # TF has no CPU kernel: torch.nn is the oracle
-        rows += _parity.run_cudnn_checks(seed=args.seed)
+    block_ops = None if ops is None else [op for op in ops if op != parity.CUDNN_OP]
+    rows = parity.run_checks(oracle, seed=args.seed, ops=block_ops) if block_ops != [] else []
+    if ops is None or parity.CUDNN_OP in ops:  # TF has no CPU kernel: torch.nn is the oracle
+        rows += parity.run_cudnn_checks(seed=args.seed)
     _print_rows(rows, sys.stdout)
     if oracle == "tf":
         no_half = [
-            op for op in block_ops or _parity.OPS if torch.float16 not in _parity.OPS[op].tf_dtypes
+            op for op in block_ops or parity.OPS if torch.float16 not in parity.OPS[op].tf_dtypes
         ]
         print(
             "not compared (no TF kernel): float64 (use --oracle reference)"
@@ -102,16 +102,16 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
-    from . import _bench
+    from . import bench
 
-    return _bench.run(args)
+    return bench.run(args)
 
 
 def _convert(args: argparse.Namespace) -> int:
     # TF's C++ log lines (a checkpoint reader's "Could not open ...") would come on top of the
     # one-line message a file that cannot be read gets; the user's own setting wins.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    from . import porting
+    from .. import porting
 
     if args.output is None:
         print("torch-lstm-grad convert: -o/--output OUT.pt is required", file=sys.stderr)
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--ops", metavar="OP[,OP...]", help="only these ops (default: all)")
     check.set_defaults(func=_check)
 
-    from . import _bench as bench_module
+    from . import bench as bench_module
 
     bench = sub.add_parser(
         "bench",

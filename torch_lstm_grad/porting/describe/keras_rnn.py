@@ -28,15 +28,13 @@ Keras' defaults that changed, and matter here:
 from __future__ import annotations
 
 import itertools
-import re
 
+from ..source import KerasLayer, Source, keras_rnn_scopes, keras_version_tuple, layer_and_rest
 from .description import LayerDescription, Refusal
-from .source import KerasLayer, Source, keras_version_tuple
 from .statements import Statements
 
-__all__ = ["describe_keras", "keras_rnn_scopes", "layer_and_rest"]
+__all__ = ["describe_keras"]
 
-_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _CELL_CLASS = {"lstm_cell": "LSTM", "gru_cell": "GRU", "simple_rnn_cell": "SimpleRNN"}
 _GATES = {"LSTM": 4, "GRU": 3, "SimpleRNN": 1, "CuDNNLSTM": 4, "CuDNNGRU": 3}
 _CUDNN = ("CuDNNLSTM", "CuDNNGRU")
@@ -94,33 +92,6 @@ _NO_EFFECT = {
     "ragged",
     "cell",
 }
-
-
-# A cell's scope; Keras 3 puts an RNN's several cells under `stacked_rnn_cells`.
-_CELL_NAME = re.compile(r"(?:(?:lstm|gru|simple_rnn)_cell|stacked_rnn_cells)(?:_\d+)?")
-
-
-def layer_and_rest(scope: str) -> tuple[str, list[str]]:
-    """`(layer, [sublayer/cell parts])` of a variable scope: the layer is the part before a
-    Bidirectional's `forward_*`/`backward_*` or before the cell, so the names of the models
-    around it (Keras 3 names variables `<model>/<layer>/<cell>/<weight>`) are not taken for
-    the layer's."""
-    parts = scope.split("/")
-    for k in range(1, len(parts)):
-        if parts[k].startswith(("forward_", "backward_")) or _CELL_NAME.fullmatch(parts[k]):
-            return parts[k - 1], parts[k:]
-    return parts[0], parts[1:]
-
-
-def keras_rnn_scopes(variables: dict) -> dict[str, dict[str, str]]:
-    """`scope -> weight -> variable name` for every scope holding a `recurrent_kernel` (a Keras
-    recurrent cell)."""
-    scopes: dict[str, dict[str, str]] = {}
-    for name in variables:
-        scope, _, leaf = name.rpartition("/")
-        if leaf in _WEIGHTS and scope:
-            scopes.setdefault(scope, {})[leaf] = name
-    return {s: w for s, w in scopes.items() if "recurrent_kernel" in w}
 
 
 def _activation(raw, major: int | None) -> str | None:

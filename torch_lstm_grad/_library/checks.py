@@ -30,11 +30,11 @@ _DTYPE_NAMES = {
 }
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
     return _DTYPE_NAMES.get(dtype, str(dtype).replace("torch.", ""))
 
 
-def _shape_str(sizes) -> str:
+def shape_str(sizes) -> str:
     return "[" + ", ".join(str(s) for s in sizes) + "]"
 
 
@@ -62,15 +62,15 @@ def check_float_input(x: torch.Tensor, name: str) -> None:
     torch._check_type(
         x.dtype in _FLOATS,
         lambda: f"{name}: expected dtype float16, bfloat16, float32 or float64, got "
-        f"{_dtype_name(x.dtype)}",
+        f"{dtype_name(x.dtype)}",
     )
 
 
 def check_like(t: torch.Tensor, name: str, x: torch.Tensor, ref_name: str = "x") -> None:
     torch._check_type(
         t.dtype == x.dtype,
-        lambda: f"{name}: expected dtype {_dtype_name(x.dtype)} (the dtype of {ref_name}), got "
-        f"{_dtype_name(t.dtype)}",
+        lambda: f"{name}: expected dtype {dtype_name(x.dtype)} (the dtype of {ref_name}), got "
+        f"{dtype_name(t.dtype)}",
     )
     torch._check_value(
         t.device == x.device,
@@ -82,8 +82,8 @@ def check_like(t: torch.Tensor, name: str, x: torch.Tensor, ref_name: str = "x")
 def check_shape(t: torch.Tensor, name: str, expected: list, layout: str) -> None:
     torch._check_value(
         list(t.shape) == list(expected),
-        lambda: f"{name}: expected shape {layout} = {_shape_str(expected)}, got "
-        f"{_shape_str(t.shape)}",
+        lambda: f"{name}: expected shape {layout} = {shape_str(expected)}, got "
+        f"{shape_str(t.shape)}",
     )
 
 
@@ -92,12 +92,12 @@ def check_seq_len_max(seq_len_max: torch.Tensor) -> None:
         not (seq_len_max.is_floating_point() or seq_len_max.is_complex())
         and seq_len_max.dtype != torch.bool,
         lambda: "seq_len_max: expected an integer dtype (TF uses int64), got "
-        f"{_dtype_name(seq_len_max.dtype)}",
+        f"{dtype_name(seq_len_max.dtype)}",
     )
     torch._check_value(
         seq_len_max.dim() == 0,
         lambda: "seq_len_max: expected a scalar (0-d) tensor, got shape "
-        f"{_shape_str(seq_len_max.shape)}",
+        f"{shape_str(seq_len_max.shape)}",
     )
 
 
@@ -108,7 +108,7 @@ def _check_x(x, time_major: bool = True):
     torch._check_value(
         x.dim() == rank,
         lambda: f"x: expected a {rank}-D tensor {'[T, B, I]' if time_major else '[B, I]'}, "
-        f"got shape {_shape_str(x.shape)}",
+        f"got shape {shape_str(x.shape)}",
     )
     T = x.shape[0] if time_major else 1
     return T, x.shape[rank - 2], x.shape[rank - 1]
@@ -120,7 +120,7 @@ def _check_state(t, name: str, x, B):
     torch._check_value(
         t.dim() == 2 and t.shape[0] == B and t.shape[1] > 0,
         lambda: f"{name}: expected shape [B, H] with B = {B} (from x) and H >= 1, got "
-        f"{_shape_str(t.shape)}",
+        f"{shape_str(t.shape)}",
     )
     return t.shape[1]
 
@@ -203,7 +203,7 @@ def check_lstm_ex_inputs(x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj, use_pe
     torch._check_value(
         w_proj.dim() == 2 and w_proj.shape[0] == H and w_proj.shape[1] > 0,
         lambda: f"w_proj: expected shape [H, P] with H = {H} (from cs_prev) and P >= 1, got "
-        f"{_shape_str(w_proj.shape)}",
+        f"{shape_str(w_proj.shape)}",
     )
     P = w_proj.shape[1]
     check_like(h_prev, "h_prev", x)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 
-from . import proto
+from ..decoding import proto
 
 __all__ = ["GraphVariable", "read_object_graph"]
 

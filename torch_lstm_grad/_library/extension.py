@@ -85,13 +85,7 @@ def doctor_requested() -> bool:
 
 
 def load() -> None:
-    """Loads the extension or raises ImportError saying what to do; for ``doctor``, reports
-    instead and exits."""
+    """Loads the extension or raises ImportError saying what to do."""
     problem = load_error()
-    if problem is None:
-        return
-    if doctor_requested():
-        from . import doctor
-
-        raise SystemExit(doctor.main(sys.argv[2:], load_problem=problem))
-    raise ImportError(problem)
+    if problem is not None:
+        raise ImportError(problem)

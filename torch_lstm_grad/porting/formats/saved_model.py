@@ -35,14 +35,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import guard, proto
+from ..decoding import guard, proto
+from ..graphs.graph_def import Graph, graph_from_graph_def, meta_graph_parts
+from ..graphs.keras_loops import keras_layers_from_graph
+from ..source import Source, Writer, keras_rnn_scopes, keras_version_tuple
 from .checkpoint import open_checkpoint, read_checkpoint
-from .describe_keras import keras_rnn_scopes
 from .keras_files import layers_from_config
-from .keras_graph import keras_layers_from_graph
 from .object_graph import OBJECT_GRAPH_KEY, read_object_graph
-from .source import Source, Writer, keras_version_tuple
-from .tf1_graph import TF1Graph, graph_from_graph_def, meta_graph_parts
 
 __all__ = ["is_saved_model", "read_saved_model", "saved_model_dir"]
 
@@ -287,7 +286,7 @@ def _tf2_variables(prefix: str, reader, objects: SavedObjects):
     return variables, keys, ignored, by_name
 
 
-def _link_variables(graph: TF1Graph, objects: SavedObjects, by_name: dict[str, int]) -> None:
+def _link_variables(graph: Graph, objects: SavedObjects, by_name: dict[str, int]) -> None:
     """`graph.aliases`: each variable's nodes. A concrete function's last arguments are the
     objects it captures (bound_inputs); a call passes them the main graph's VarHandleOps."""
     name_of = {node: name for name, node in by_name.items()}

@@ -37,9 +37,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from . import ops, raw_ops
+from .. import ops, raw_ops
 
-__all__ = ["KerasBidirectional", "KerasGRU", "KerasLSTM", "KerasSimpleRNN"]
+__all__ = ["KerasBidirectional", "KerasGRU", "KerasLSTM", "KerasRNN", "KerasSimpleRNN"]
 
 ACTIVATIONS = ("sigmoid", "tanh", "relu", "linear", "hard_sigmoid_keras2", "hard_sigmoid_keras3")
 MASKED_OUTPUTS = ("previous", "zeros")
@@ -69,7 +69,7 @@ def _check_gated(kwargs: dict, cls: str) -> None:
     _check_choice("activation", kwargs.get("activation", "tanh"), CANDIDATE_ACTIVATIONS, cls)
 
 
-class _KerasRNN(nn.Module):
+class KerasRNN(nn.Module):
     """Keras' RNN call around a core `_run(x [T, B, I] time-major, states, lengths or None) ->
     (outputs [T, B, U], final states)`; subclasses define the weights and the core."""
 
@@ -245,7 +245,7 @@ class _KerasRNN(nn.Module):
         )
 
 
-class KerasLSTM(_KerasRNN):
+class KerasLSTM(KerasRNN):
     """Keras `LSTM` (Keras 2 and 3): `kernel [I, 4U]`, `recurrent_kernel [U, 4U]`, `bias [4U]`
     in Keras' i, f, c, o order (the forget bias is in `bias`). States `[h, c]`."""
 
@@ -280,7 +280,7 @@ class KerasLSTM(_KerasRNN):
         return out.h, [self._final(out.h, h0, lengths), self._final(out.cs, c0, lengths)]
 
 
-class KerasGRU(_KerasRNN):
+class KerasGRU(KerasRNN):
     """Keras `GRU`: `kernel [I, 3U]`, `recurrent_kernel [U, 3U]` (z, r, h); `reset_after=True`
     (Keras 3's and tf.keras 2's default, cuDNN's GRU) has `bias [2, 3U]` (input row, recurrent
     row), `reset_after=False` (Keras <= 2.2's default, TF's GRUBlockCell) `bias [3U]`."""
@@ -308,7 +308,7 @@ class KerasGRU(_KerasRNN):
         return f"{super().extra_repr()}, reset_after={self.reset_after}"
 
 
-class KerasSimpleRNN(_KerasRNN):
+class KerasSimpleRNN(KerasRNN):
     """Keras `SimpleRNN`: `kernel [I, U]`, `recurrent_kernel [U, U]`, `bias [U]`;
     `h' = activation(x·kernel + bias + h·recurrent_kernel)`, activation tanh or relu."""
 
@@ -327,7 +327,7 @@ class KerasSimpleRNN(_KerasRNN):
         return _cudnn_core(self, mode, x, h0, lengths, weights, biases)
 
 
-def _cudnn_core(layer: _KerasRNN, mode: str, x, h0, lengths, weights, biases):
+def _cudnn_core(layer: KerasRNN, mode: str, x, h0, lengths, weights, biases):
     """One layer, one direction of `CudnnRNNV3` from canonical lists (differentiable into them),
     with per-row lengths: outputs past a row's length are zero (overwritten by the masked
     call's scatter), the final state is the row's own."""
@@ -356,7 +356,7 @@ class KerasBidirectional(nn.Module):
 
     MERGE_MODES = ("concat", "sum", "mul", "ave", None)
 
-    def __init__(self, forward: _KerasRNN, backward: _KerasRNN, merge_mode="concat") -> None:
+    def __init__(self, forward: KerasRNN, backward: KerasRNN, merge_mode="concat") -> None:
         super().__init__()
         if merge_mode not in self.MERGE_MODES:
             raise ValueError(f"merge_mode: expected one of {self.MERGE_MODES}, got {merge_mode!r}")

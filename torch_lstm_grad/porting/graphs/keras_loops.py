@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .describe_keras import keras_rnn_scopes, layer_and_rest
-from .source import KerasLayer
-from .tf1_graph import TF1Graph, _Node, through_identities
+from ..source import KerasLayer, keras_rnn_scopes, layer_and_rest
+from .graph_def import Graph, Node, through_identities
 
 __all__ = ["keras_layers_from_graph"]
 
@@ -64,28 +63,28 @@ class _Body:
     """One loop body: its ops, whose of them the matcher has explained, and the variables'
     reads in it."""
 
-    def __init__(self, g: TF1Graph, fn: str, variables: dict[str, set[str]]):
+    def __init__(self, g: Graph, fn: str, variables: dict[str, set[str]]):
         self.g, self.fn, self.seen = g, fn, set()
         self.variables = variables  # role -> the nodes that hold that variable
 
     def local(self, ref) -> tuple[str, int]:
-        """`ref` through the body's identities, stopping at its arguments (`TF1Graph.resolve`
+        """`ref` through the body's identities, stopping at its arguments (`Graph.resolve`
         would follow them out to the loop's inputs)."""
         return through_identities(self.g.nodes, ref)
 
-    def node(self, ref) -> _Node:
+    def node(self, ref) -> Node:
         return self.g.nodes[self.local(ref)[0]]
 
-    def users(self, ref) -> list[_Node]:
+    def users(self, ref) -> list[Node]:
         return [u for u in self.g.users(*ref) if _fn(u.name) == self.fn]
 
     def is_var(self, ref, role: str) -> bool:
-        """`ref` reads the variable `role` (`TF1Graph.resolve` follows the ReadVariableOp to
+        """`ref` reads the variable `role` (`Graph.resolve` follows the ReadVariableOp to
         it). A read through a Cast is not: a mixed-precision layer multiplies in float16 or
         bfloat16, which the modules do not compute (_read_layer refuses it by name)."""
         return self.g.resolve(ref)[0] in self.variables.get(role, ())
 
-    def one(self, ref, ops: set[str], what: str) -> _Node:
+    def one(self, ref, ops: set[str], what: str) -> Node:
         found = [u for u in self.users(ref) if u.op in ops]
         if len(found) != 1:
             raise _Unreadable(
@@ -95,7 +94,7 @@ class _Body:
         self.seen.add(found[0].name)
         return found[0]
 
-    def other_input(self, node: _Node, ref) -> tuple[str, int]:
+    def other_input(self, node: Node, ref) -> tuple[str, int]:
         """The input of the binary op `node` that is not `ref`."""
         ins = [self.local(r) for r in node.inputs]
         if len(ins) != 2:  # a file TF would not load (Add, Mul, BiasAdd take two)
@@ -111,7 +110,7 @@ class _Body:
         value = n.attrs.get("value") if n is not None and n.op == "Const" else None
         return float(value) if isinstance(value, np.ndarray) and value.size == 1 else None
 
-    def const_input(self, node: _Node) -> float | None:
+    def const_input(self, node: Node) -> float | None:
         for r in node.inputs:
             c = self.const(r)
             if c is not None:
@@ -175,7 +174,7 @@ class _Body:
         return out
 
 
-def _add_of(b: _Body, left: tuple[str, int], right_check, what: str) -> _Node:
+def _add_of(b: _Body, left: tuple[str, int], right_check, what: str) -> Node:
     """The Add of `left` and another value that `right_check(ref)` accepts."""
     for u in b.users(left):
         if u.op in _ADDS and right_check(b.other_input(u, left)):
@@ -218,7 +217,7 @@ def _reads_bias(b: _Body, ref, row: int | None = None) -> bool:
     return False
 
 
-def _row_taken(b: _Body, n: _Node, output: int) -> int | None:
+def _row_taken(b: _Body, n: Node, output: int) -> int | None:
     """The row of its input (along axis 0) that `n`'s output `output` is, or None."""
     if n.op == "Split" and b.const(n.inputs[0]) == 0.0:
         return output
@@ -233,7 +232,7 @@ def _row_taken(b: _Body, n: _Node, output: int) -> int | None:
     return None
 
 
-def _mul(b: _Body, a, other_check, what: str) -> _Node:
+def _mul(b: _Body, a, other_check, what: str) -> Node:
     for u in b.users(a):
         if u.op == "Mul" and other_check(b.other_input(u, a)):
             b.seen.add(u.name)
@@ -246,7 +245,7 @@ def _arg(b: _Body, ref) -> str | None:
     return n.name if n.op == "_Arg" and _fn(n.name) == b.fn else None
 
 
-def _lstm(b: _Body, mh: _Node, has_bias: bool):
+def _lstm(b: _Body, mh: Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
     add = _add_of(
         b,
@@ -285,7 +284,7 @@ def _lstm(b: _Body, mh: _Node, has_bias: bool):
     }
 
 
-def _slice_bounds(b: _Body, s: _Node, what: str) -> tuple[int, int | None]:
+def _slice_bounds(b: _Body, s: Node, what: str) -> tuple[int, int | None]:
     """`(start, end or None)` of a 2-D StridedSlice's columns; None where `end_mask` leaves
     the end open (Keras writes `[:, 2U:]` so)."""
     begin, end = (b.g.nodes.get(b.local(s.inputs[k])[0]) for k in (1, 2))
@@ -321,7 +320,7 @@ def _slices(b: _Body, ref, what: str) -> list[tuple[str, int]]:
     raise _Unreadable(f"{what} at {ref[0]} is not split in three (it feeds {feeds})")
 
 
-def _gru(b: _Body, mh: _Node, has_bias: bool):
+def _gru(b: _Body, mh: Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
     inner = _bias_after(b, (mh.name, 0), has_bias, "h·R", row=1)
     r_z, r_r, r_h = _slices(b, inner, "h·R")
@@ -344,7 +343,7 @@ def _gru_gates(b: _Body, x_z, x_r, r_z, r_r):
     return ra_z, z, r
 
 
-def _gru_cell(b: _Body, ra: str, reset_after: bool, hh_pre: _Node, z, h_prev, mx: _Node):
+def _gru_cell(b: _Body, ra: str, reset_after: bool, hh_pre: Node, z, h_prev, mx: Node):
     """The GRU from the candidate's pre-activation on: `hh = act(...)`, `h' = z·h + (1 −
     z)·hh`, as the matchers describe a cell."""
     act, hh = b.activation((hh_pre.name, 0), "candidate")
@@ -361,7 +360,7 @@ def _gru_cell(b: _Body, ra: str, reset_after: bool, hh_pre: _Node, z, h_prev, mx
     }
 
 
-def _column_blocks(b: _Body, slices: list[_Node], what: str) -> list[tuple[int, int | None, _Node]]:
+def _column_blocks(b: _Body, slices: list[Node], what: str) -> list[tuple[int, int | None, Node]]:
     """The live ones of column slices: `(start, end or None, node)` by start; a slice nothing
     reads (Keras 3 computes an empty third block of h·R[:, :2U]) is left out."""
     out = []
@@ -376,7 +375,7 @@ def _column_blocks(b: _Body, slices: list[_Node], what: str) -> list[tuple[int, 
     return sorted(out, key=lambda t: t[0])
 
 
-def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
+def _gru_reset_before(b: _Body, uses: list[Node], has_bias: bool):
     """Keras' GRU(reset_after=False): `h·R[:, :2U]` sliced into r_z, r_r;
     `hh = act(x_h + (r·h)·R[:, 2U:])`; the rest as reset_after=True."""
     rk_slices = _column_blocks(b, uses, "the recurrent kernel")
@@ -419,7 +418,7 @@ def _gru_reset_before(b: _Body, uses: list[_Node], has_bias: bool):
     return _gru_cell(b, ra, False, hh_pre, z, h_prev, mx)
 
 
-def _x_product(b: _Body) -> _Node:
+def _x_product(b: _Body) -> Node:
     """The body's one product x·K."""
     mx = None
     for key, n in b.g.nodes.items():
@@ -445,14 +444,14 @@ def _gru_update(b: _Body, z, h_prev, hh) -> tuple[str, int]:
     return (h_new.name, 0)
 
 
-def _simple_rnn(b: _Body, mh: _Node, has_bias: bool):
+def _simple_rnn(b: _Body, mh: Node, has_bias: bool):
     h_prev = b.local(mh.inputs[0])
 
-    def x_product(r) -> _Node | None:
+    def x_product(r) -> Node | None:
         n = b.node(r)
         return n if n.op == "MatMul" and b.is_var(n.inputs[1], "kernel") else None
 
-    def x_side(r) -> _Node | None:
+    def x_side(r) -> Node | None:
         """The MatMul of `x·K` or, with a bias, of `x·K + b` (BiasAdd or Add, in the order
         Keras writes it), or None."""
         if not has_bias:
@@ -477,7 +476,7 @@ def _simple_rnn(b: _Body, mh: _Node, has_bias: bool):
     }
 
 
-def _reachable_functions(g: TF1Graph) -> set[str] | None:
+def _reachable_functions(g: Graph) -> set[str] | None:
     """The functions the signature's outputs are computed by (calls, loops, branches), or None
     where the graph names no signature outputs (then every function counts)."""
     if not g.signature_outputs:
@@ -501,7 +500,7 @@ def _reachable_functions(g: TF1Graph) -> set[str] | None:
     return seen
 
 
-def _loops(g: TF1Graph) -> dict[str, _Node]:
+def _loops(g: Graph) -> dict[str, Node]:
     """Loop body function -> the While node that runs it."""
     out = {}
     for n in g.nodes.values():
@@ -511,13 +510,13 @@ def _loops(g: TF1Graph) -> dict[str, _Node]:
     return out
 
 
-def _index(b: _Body, loop: _Node, ref) -> int | None:
+def _index(b: _Body, loop: Node, ref) -> int | None:
     """The position of the loop variable `ref` (an argument of the body) among the loop's."""
     args = b.g.functions.get(b.fn, [])
     return args.index(ref[0]) if ref[0] in args and ref[1] == 0 else None
 
 
-def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
+def _around(g: Graph, b: _Body, loop: Node, cell: dict) -> dict:
     """go_backwards, return_sequences, return_state and the initial state, from the loop's
     inputs, its output writes and what reads its outputs."""
     out = {}
@@ -628,7 +627,7 @@ def _around(g: TF1Graph, b: _Body, loop: _Node, cell: dict) -> dict:
     return out
 
 
-def _ints(g: TF1Graph, ref) -> list[int] | None:
+def _ints(g: Graph, ref) -> list[int] | None:
     """The integers of the Const at `ref` (an axis list, a permutation), or None."""
     n = g.nodes.get(g.resolve(ref)[0])
     value = n.attrs.get("value") if n is not None and n.op == "Const" else None
@@ -656,7 +655,7 @@ def _select(b: _Body, sel_ref, new, what: str):
     return b.local(sel.inputs[2]), (cond.name, 0)
 
 
-def _mask_source(g: TF1Graph, b: _Body, loop: _Node, masks, t_arg) -> str:
+def _mask_source(g: Graph, b: _Body, loop: Node, masks, t_arg) -> str:
     """Where the mask the loop reads at step t comes from (one list for every select): the
     function's input or the op computing it (a Masking layer's `NotEqual`/`Any`)."""
     lists = {b.local(b.node(m).inputs[0]) for m in masks}
@@ -681,7 +680,7 @@ def _mask_source(g: TF1Graph, b: _Body, loop: _Node, masks, t_arg) -> str:
     return text, ref
 
 
-def _cudnn_ops(g: TF1Graph, uses: list[_Node]) -> list[str]:
+def _cudnn_ops(g: Graph, uses: list[Node]) -> list[str]:
     """The cuDNN RNN ops the weights reach within a few ops (Keras' `_cudnn_lstm` packs them
     with splits, transposes and a concat into the op's params)."""
     found, frontier, seen = [], list(uses), set()
@@ -701,7 +700,7 @@ def _cudnn_ops(g: TF1Graph, uses: list[_Node]) -> list[str]:
     return sorted(set(found))
 
 
-def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops):
+def _read_layer(g: Graph, cls: str, weights: dict[str, str], reachable, loops):
     """`(config, origins)` of the layer whose variables are `weights` (role -> name)."""
     variables = {role: set(g.aliases.get(name, [])) for role, name in weights.items()}
     if not variables.get("recurrent_kernel"):
@@ -729,7 +728,7 @@ def _read_layer(g: TF1Graph, cls: str, weights: dict[str, str], reachable, loops
             f"(read by {where or 'nothing'}): an unrolled layer (unroll=True) or not a Keras RNN"
         )
     results = []
-    by_loop: dict[str, list[_Node]] = {}
+    by_loop: dict[str, list[Node]] = {}
     for u in in_loops:
         by_loop.setdefault(_fn(u.name), []).append(u)
     for fn, loop_uses in by_loop.items():
@@ -840,7 +839,7 @@ def _tensor(ref: tuple[str, int]) -> str:
 _GATES_BY_SHAPE = {4: "LSTM", 3: "GRU", 1: "SimpleRNN"}
 
 
-def keras_layers_from_graph(g: TF1Graph, variables: dict):
+def keras_layers_from_graph(g: Graph, variables: dict):
     """`(layers, not_run)`: a KerasLayer per recurrent layer whose variables `variables` holds,
     its config read from the saved loop that computes it (a layer that cannot be read carries
     `problem`); and the layers the chosen signature does not run, with their variables."""
@@ -905,7 +904,7 @@ def _keras_layer(name: str, config: dict, origins: dict) -> KerasLayer:
     return layer
 
 
-def _direction_output(g: TF1Graph, loop: _Node, k: int, return_sequences: bool) -> tuple[str, int]:
+def _direction_output(g: Graph, loop: Node, k: int, return_sequences: bool) -> tuple[str, int]:
     """A direction's output after its loop: the stacked steps transposed to batch-major, or the
     last step (Keras 3's `outputs[-1]`)."""
     stacks = [u for u in g.users(loop.name, k) if u.op == "TensorListStack"]
