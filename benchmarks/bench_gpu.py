@@ -13,7 +13,7 @@ Per shape (T, B, H; I = H), fwd+bwd, TF32 off:
 
 Targets (issues 18, 33): block fwd+bwd <= 1.0x nn.LSTM for H >= 256; CudnnRNNV3 <= 1.02x with
 equal lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid (27 shapes) takes
-about three minutes; benchmarks/gpu_check.sh runs three of them.
+about three minutes; release/gpu_check.sh runs three of them.
 
     python benchmarks/bench_gpu.py [--json FILE] [--min-run-time S] [--shape T,B,H ...]
 

@@ -14,7 +14,7 @@
 #    tool's carry limit);
 # 4. a check that the .so loads into that torch here (no GPU needed: the ops register; the
 #    CUDA kernels are not run).
-# The GPU call carries DIR; benchmarks/gpu_check.sh installs it only when the machine's torch
+# The GPU call carries DIR; release/gpu_check.sh installs it only when the machine's torch
 # (version and git hash) and the sources' hash match, and refuses it otherwise.
 # Environment: GPU_PYTHON (an interpreter to use), GPU_TORCH (default torch==2.11.0),
 # GPU_ARCHS (default 9.0), GPU_VENV (the venv's directory), MAX_JOBS (default: the cores).
@@ -58,7 +58,7 @@ trap 'rm -rf "$WORK"' EXIT
 # The tracked files as they are in the working tree (uncommitted edits included).
 (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard | grep -zv '^tests/data/' \
   | xargs -0 cp --parents -t "$WORK")
-SOURCES_HASH=$(cd "$ROOT" && "$VENV/bin/python" benchmarks/sources_hash.py)
+SOURCES_HASH=$(cd "$ROOT" && "$VENV/bin/python" release/sources_hash.py)
 say "building for sm_${ARCHS/./} against $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') in $WORK"
 (cd "$WORK" && TORCH_CUDA_ARCH_LIST=$ARCHS MAX_JOBS=${MAX_JOBS:-$(nproc)} \
   "$VENV/bin/python" setup.py build_ext --inplace >"$WORK/build.log" 2>&1) || {

@@ -1841,7 +1841,7 @@ def test_params_layout_is_the_weight_space_cudnn_gave_on_a_gpu():
     """Every region's offset in our layout against cuDNN's own weight space, as recorded on an
     H200 (cuDNN 9.19, torch 2.11.0+cu130, 2026-11-26: nn.LSTM/GRU/RNN(5, 6) after
     flatten_parameters(), each parameter's offset in the flat buffer; tests/data/
-    cudnn_weight_order_h200.txt, written by benchmarks/cudnn_weight_order.py): every
+    cudnn_weight_order_h200.txt, written by release/cudnn_weight_order.py): every
     mode, 1-3 layers, both directions, with and without projection."""
     path = pathlib.Path(__file__).parent / "data" / "cudnn_weight_order_h200.txt"
     lines = path.read_text().splitlines()

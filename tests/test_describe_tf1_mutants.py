@@ -1,4 +1,4 @@
-"""Tests the mutation run of porting/describe_tf1.py (benchmarks/mutation_run.py, issue 34) asked
+"""Tests the mutation run of porting/describe_tf1.py (harness/mutation_run.py, issue 34) asked
 for: TF1 checkpoints written here by TF 2.21 (Saver, with the meta graph, or re-saved by
 SaveV2 with a variable dropped, added or reshaped), their descriptions, refusals and modules.
 Every expectation is TF's numbers, the file's names and shapes, or a refusal naming the

@@ -1,5 +1,5 @@
 """Every reader of `torch-lstm-grad convert` (and `torch_lstm_grad.load`) fed seeded mutants of
-valid files (benchmarks/fuzz_readers.py, seeds in tests/data/fuzz_seeds/): each must end in a
+valid files (harness/fuzz_readers.py, seeds in tests/data/fuzz_seeds/): each must end in a
 clean refusal (exit 2, one line naming the file) or a conversion, never a traceback, a crash, a
 hang or an allocation past 1 GiB, with TF's checkpoint reader and with the package's own.
 
@@ -21,7 +21,7 @@ import textwrap
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HARNESS = os.path.join(ROOT, "benchmarks", "fuzz_readers.py")
+HARNESS = os.path.join(ROOT, "harness", "fuzz_readers.py")
 MUTANTS = 12  # per format and reader: about 40 s on one core (the long run: README)
 
 
@@ -78,7 +78,7 @@ def test_fuzz_every_reader(tmp_path):
 _PLANTED = textwrap.dedent(
     """
     import json, os, signal, sys, tempfile, time
-    sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
+    sys.path.insert(0, os.path.join(sys.argv[1], "harness"))
     import fuzz_readers as fz
     fz.prepare(tensorflow=False)
     from torch_lstm_grad.porting import convert as _convert_mod  # noqa: F401
@@ -319,7 +319,7 @@ def _hostile_cases(tmp) -> list[tuple[str, str, str]]:
 _HOSTILE = textwrap.dedent(
     """
     import json, os, sys
-    sys.path.insert(0, os.path.join(sys.argv[1], "benchmarks"))
+    sys.path.insert(0, os.path.join(sys.argv[1], "harness"))
     import fuzz_readers as fz
     fz.prepare()
     table = fz.formats()

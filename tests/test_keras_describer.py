@@ -9,7 +9,7 @@ holds, and why.
 The files start as Keras' own (`model.save("m.h5")`, `model.save("m.keras")`); the edits are
 h5py/zip rewrites of the attributes Keras itself reads (`keras_version`, `model_config`,
 `weight_names`). Written for issue 34: each case kills mutants of describe_keras.py that no
-other test did (`benchmarks/mutation_run.py`)."""
+other test did (`harness/mutation_run.py`)."""
 
 import json
 import re

@@ -1,4 +1,4 @@
-"""Tests the mutation run (benchmarks/mutation_run.py, issue 34) asked for: each kills mutants
+"""Tests the mutation run (harness/mutation_run.py, issue 34) asked for: each kills mutants
 of the Python layers no other test killed. Every expectation is TensorFlow's, Keras', torch.nn's,
 a float64 computation's (`torch_lstm_grad.reference`, or written out here) or a documented
 contract or refusal, never this package's own numbers."""

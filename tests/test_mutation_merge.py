@@ -1,11 +1,11 @@
-"""benchmarks/mutation_run.py --merge: two runs made from one copy of the results, each on its
+"""harness/mutation_run.py --merge: two runs made from one copy of the results, each on its
 own mutants, merge without either's stale copy of the other's records winning (the slip of
 efc651a, which lost confirmations when runs were merged one at a time)."""
 
 import importlib.util
 import os
 
-_PATH = os.path.join(os.path.dirname(__file__), os.pardir, "benchmarks", "mutation_run.py")
+_PATH = os.path.join(os.path.dirname(__file__), os.pardir, "harness", "mutation_run.py")
 
 
 def _mutation_run():

@@ -8,7 +8,7 @@ respect to the input, the initial states and every weight.
 
 Issue 34: planted bugs (h0 passed as c0, the final h returned as c) passed the suite because no
 test gave a Keras layer a non-zero initial state; the mutation run
-(benchmarks/mutation_run.py) found what else no test looked at. Every expectation here is
+(harness/mutation_run.py) found what else no test looked at. Every expectation here is
 Keras' own numbers, from the Keras layer built in the test."""
 
 import warnings

@@ -1,4 +1,4 @@
-"""The graph readers against TF running rewired graphs (benchmarks/rewire_graphs.py): TF1 cells
+"""The graph readers against TF running rewired graphs (harness/rewire_graphs.py): TF1 cells
 frozen from static_rnn and dynamic_rnn, and Keras 3 exports, one operand of one op of the step
 read from another tensor of the same shape; each conversion must be refused, or agree with TF
 running the rewired file, never be a port of the cell TF no longer computes. A seeded sample of
@@ -22,7 +22,7 @@ from tf_oracle import available as _tf_available
 
 pytestmark = pytest.mark.skipif(not _tf_available(), reason="TensorFlow is not installed")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-HARNESS = os.path.join(ROOT, "benchmarks", "rewire_graphs.py")
+HARNESS = os.path.join(ROOT, "harness", "rewire_graphs.py")
 LIMIT = 8  # rewires per artifact (14 artifacts)
 
 

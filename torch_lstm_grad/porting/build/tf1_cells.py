@@ -22,7 +22,6 @@ from ... import layouts, modules
 from ..describe.description import LayerDescription
 from .context import BuildContext, make_entry, tensor
 
-
 __all__ = ["PARAMS", "build", "cudnn_entry", "module_from_entry"]
 
 _LSTM_CELLS = {

@@ -1,8 +1,8 @@
 """The sha256 of what the compiled extension is built from (setup.py, the build environment
 probe, every file under csrc/): benchmarks/gpu_prebuild.sh records it beside a prebuilt .so and
-benchmarks/gpu_check.sh refuses a prebuilt .so whose sources differ from the tree it runs in.
+release/gpu_check.sh refuses a prebuilt .so whose sources differ from the tree it runs in.
 
-    python benchmarks/sources_hash.py [ROOT]    (prints the hash; ROOT: the repository root)
+    python release/sources_hash.py [ROOT]    (prints the hash; ROOT: the repository root)
 """
 
 import hashlib

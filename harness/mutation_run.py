@@ -1,13 +1,13 @@
 """Mutation testing of the Python layers (issue 34): plant one refactor-like bug at a time in a
 copy of the package, run the tests that reach it, and report the mutants no test kills.
 
-    python benchmarks/mutation_run.py                       # every file of FILES, then a report
-    python benchmarks/mutation_run.py --files torch_lstm_grad/keras_layers.py
-    python benchmarks/mutation_run.py --list --files torch_lstm_grad/modules.py
-    python benchmarks/mutation_run.py --show 'modules.py#12'       # the mutant's diff
-    python benchmarks/mutation_run.py --only 'modules.py#12' --tests tests/test_port_states.py
-    python benchmarks/mutation_run.py --report benchmarks/results/mutation-2026-11-26.md
-    python benchmarks/mutation_run.py --results benchmarks/results/mutation-results.json \
+    python harness/mutation_run.py                       # every file of FILES, then a report
+    python harness/mutation_run.py --files torch_lstm_grad/keras_layers.py
+    python harness/mutation_run.py --list --files torch_lstm_grad/modules.py
+    python harness/mutation_run.py --show 'modules.py#12'       # the mutant's diff
+    python harness/mutation_run.py --only 'modules.py#12' --tests tests/test_port_states.py
+    python harness/mutation_run.py --report benchmarks/results/mutation-2026-11-26.md
+    python harness/mutation_run.py --results benchmarks/results/mutation-results.json \
         --merge /tmp/mutA.json /tmp/mutB.json --base <the commit the runs copied it from>
 
 The working tree is never written: the package (with its built `_C.abi3.so`), tests/,
@@ -40,7 +40,7 @@ a one-letter-different sibling (`h0` / `c0`, `fw` / `bw`); `+` / `-`, `*` / `/`.
 strings, f-strings, docstrings, annotations, `raise` and `assert` statements (error text),
 `extra_repr` / `__repr__`, warnings and prints.
 
-Equivalent mutants are listed in benchmarks/mutation_equivalents.txt, one `KEY  # reason` a
+Equivalent mutants are listed in harness/mutation_equivalents.txt, one `KEY  # reason` a
 line, KEY as printed by --list (file::function::description); the report counts them apart.
 """
 
@@ -59,7 +59,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-EQUIVALENTS = os.path.join(REPO, "benchmarks", "mutation_equivalents.txt")
+EQUIVALENTS = os.path.join(REPO, "harness", "mutation_equivalents.txt")
 
 # The tests written to kill the run's survivors and the new state tests first in every
 # selection: the fast, targeted ones.
@@ -596,8 +596,8 @@ def make_scratch(scratch: str) -> None:
     if os.path.exists(scratch):
         shutil.rmtree(scratch)
     os.makedirs(scratch)
-    # benchmarks/: the fuzz tests run its harness (fuzz_readers.py) from the copy.
-    for part in ("torch_lstm_grad", "tests", "examples", "benchmarks"):
+    # harness/: the fuzz tests run its harness (fuzz_readers.py) from the copy.
+    for part in ("torch_lstm_grad", "tests", "examples", "harness"):
         shutil.copytree(os.path.join(REPO, part), os.path.join(scratch, part),
                         ignore=shutil.ignore_patterns("__pycache__", "results"))  # fmt: skip
     shutil.copy(os.path.join(REPO, "pyproject.toml"), scratch)
@@ -1203,7 +1203,7 @@ def write_report(path, results, mutants) -> None:
     lines.append(f"| all | {run} ({gen}) | {killed} | {equal} | {surv} | {unc} | {score} |")
     text = "\n".join(lines) + "\n"
     if equivalents:
-        text += "\nEquivalent mutants (benchmarks/mutation_equivalents.txt):\n\n"
+        text += "\nEquivalent mutants (harness/mutation_equivalents.txt):\n\n"
         for m, r in equivalents:
             where = m.key.split("::", 1)[1]
             text += f"- `{m.file.rsplit('/', 1)[-1]}` L{r['line']} `{where}`: {eq[m.key]}\n"

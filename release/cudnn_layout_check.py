@@ -6,7 +6,7 @@ layers, both directions, projection (LSTM), skip_input, float16/float32/float64;
 runs the CPU op on the same buffer and compares outputs, so a layout both sides misread alike
 would still show.
 
-    python benchmarks/cudnn_layout_check.py [--json FILE]
+    python release/cudnn_layout_check.py [--json FILE]
 
 Exits 2 without a CUDA device / CUDA build; 1 when any configuration fails.
 """

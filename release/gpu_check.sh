@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # The GPU session's check (issues 18 and 33), one device call of at most 8 minutes on an H100:
 #
-#   bash benchmarks/gpu_check.sh [OUT_DIR]      (default: $OUT, else gpu-check-out)
+#   bash release/gpu_check.sh [OUT_DIR]      (default: $OUT, else gpu-check-out)
 #
 # from the repository root, with .gpu-prebuilt carried (benchmarks/gpu_prebuild.sh builds it on
 # a CPU machine beforehand: the GPU machine's own build takes 3.5-6 minutes). Steps, each under
 # `timeout`, each writing its log as it runs (a killed call still returns what it had):
 #   env      nvidia-smi, torch, cuDNN, the prebuilt's record                      -> env.txt
 #   install  the prebuilt .so, only if the machine's torch (version and git hash) and these
-#            sources (benchmarks/sources_hash.py) are the ones it was built for; else a build
+#            sources (release/sources_hash.py) are the ones it was built for; else a build
 #            here (minutes: the later steps may then not fit)                      -> env.txt
 #   doctor   python -m torch_lstm_grad doctor                                      -> env.txt
 #   (no CUDA device: stops here with exit code 2, the dry run on a CPU machine)
@@ -16,9 +16,9 @@
 #            tf_keras files and cutkum's frozen graph against TF's stored numbers -> tests.log
 #   layout   the params layout against cudnnGetRNNWeightParams, every configuration
 #                                                                    -> tests.log, layout.json
-#   weights  torch's flattened cuDNN weights (benchmarks/cudnn_weight_order.py) against
+#   weights  torch's flattened cuDNN weights (release/cudnn_weight_order.py) against
 #            tests/data/cudnn_weight_order_h200.txt, the CPU tests' copy       -> tests.log
-#   memcheck compute-sanitizer memcheck over every CUDA kernel (benchmarks/gpu_memcheck.py,
+#   memcheck compute-sanitizer memcheck over every CUDA kernel (release/gpu_memcheck.py,
 #            float32) without the caching allocator                           -> sanitizer.log
 #   bench    benchmarks/bench_gpu.py on three shapes, paired with nn.LSTM -> bench.log, bench.json
 # summary.txt: one line per step. Seven files in all (the device tool returns eight at most).
@@ -74,7 +74,7 @@ prebuilt_problem() {
   "$PY" - "$PREBUILT" <<'EOF'
 import pathlib, runpy, sys
 import torch
-sys.path.insert(0, "benchmarks")
+sys.path.insert(0, "release")
 from sources_hash import sources_hash
 pre = pathlib.Path(sys.argv[1])
 if not (pre / "_C.abi3.so").is_file():
@@ -145,13 +145,13 @@ per_test=()
 step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
   tests/test_cuda.py tests/test_cuda_modules.py tests/test_cuda_ports.py tests/test_cudnn_rnn.py \
   tests/test_opcheck.py
-step layout 50 tests.log "$PY" benchmarks/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
+step layout 50 tests.log "$PY" release/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 # cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
-step weights 30 tests.log bash -c "diff <(\"$PY\" benchmarks/cudnn_weight_order.py) \
+step weights 30 tests.log bash -c "diff <(\"$PY\" release/cudnn_weight_order.py) \
   tests/data/cudnn_weight_order_h200.txt && echo 'weights: as recorded'"
 if command -v compute-sanitizer >/dev/null; then
   step memcheck 120 sanitizer.log env PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer \
-    --tool memcheck --error-exitcode 3 --leak-check no "$PY" benchmarks/gpu_memcheck.py
+    --tool memcheck --error-exitcode 3 --leak-check no "$PY" release/gpu_memcheck.py
   grep -q "Device not supported" "$OUT_DIR/sanitizer.log" \
     && note "memcheck: compute-sanitizer does not support this machine's runtime (gVisor?)"
 else

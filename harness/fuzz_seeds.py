@@ -1,7 +1,7 @@
 """Writes the valid seed files that `fuzz_readers.py` mutates: one small model per format that
 `torch-lstm-grad convert` reads, each written by TF / Keras themselves.
 
-    python benchmarks/fuzz_seeds.py DIR
+    python harness/fuzz_seeds.py DIR
 
 DIR/<format>/ gets the files (tests/data/fuzz_seeds/ holds the committed copy, so the CI fuzz
 test needs no TensorFlow to write them). Formats: keras (Keras 3 `.keras`), h5 (Keras 3's

@@ -20,7 +20,7 @@ toolkit here). The versions share this source tree, so they run one after the ot
 in-tree .so is the last version's afterwards. Not part of the test suite (minutes per version,
 GBs of wheels).
 
-    python benchmarks/torch_versions.py --venvs /tmp/venvs 2.11.0 2.13.0 2.15.0
+    python release/torch_versions.py --venvs /tmp/venvs 2.11.0 2.13.0 2.15.0
 """
 
 from __future__ import annotations
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
         meta = {
             "date": date,
             "log": os.path.basename(log_path),
-            "command": "python benchmarks/torch_versions.py " + shlex.join(sys.argv[1:]),
+            "command": "python release/torch_versions.py " + shlex.join(sys.argv[1:]),
             "machine": f"{os.cpu_count()} CPUs",
             "python": sys.version.split()[0],
             "compiler": _sh(["c++", "--version"], log)[1].splitlines()[0],

@@ -4,7 +4,7 @@ flat buffer flatten_parameters() made, one model a line. tests/data/cudnn_weight
 is this script's output on an H200 (cuDNN 9.19, torch 2.11.0+cu130, 2026-11-26), the oracle
 tests/test_cudnn_rnn.py holds the params layout to on machines without a GPU.
 
-    python benchmarks/cudnn_weight_order.py > cudnn_weight_order.txt
+    python release/cudnn_weight_order.py > cudnn_weight_order.txt
 """
 
 import torch

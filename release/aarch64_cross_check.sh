@@ -2,7 +2,7 @@
 # Does the CPU extension build for aarch64 (Graviton, Ampere, Linux on Apple Silicon)? Issue 31's
 # cross-compile check, on an x86-64 machine without an aarch64 one:
 #
-#   bash benchmarks/aarch64_cross_check.sh [WORK_DIR]      (default /tmp/tlg-aarch64)
+#   bash release/aarch64_cross_check.sh [WORK_DIR]      (default /tmp/tlg-aarch64)
 #
 # 1. torch's aarch64 wheel from PyPI (TORCH_SPEC, default torch==2.13.0; ~430 MB, kept in
 #    WORK_DIR) unpacked for its headers and libraries;

@@ -3,7 +3,7 @@ then import that very file and run the block-op tests with each venv's Python (e
 the same torch; the .so is built against torch's C++ ABI, which is per torch version, and
 Python's limited API 3.10, which is not per Python).
 
-    python benchmarks/python_versions.py VENV_BUILD VENV [VENV ...] [--tests T ...] [--report F]
+    python release/python_versions.py VENV_BUILD VENV [VENV ...] [--tests T ...] [--report F]
 
 Each VENV is a virtual environment with torch, numpy, pytest and expecttest installed (the
 same torch in every one). The tree is copied to a scratch directory, built there by

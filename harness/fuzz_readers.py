@@ -2,11 +2,11 @@
 valid files: a corrupt or hostile file must end in a clean refusal (exit 2, one line naming the
 file) or a conversion, never a traceback, a crash, a hang or a runaway allocation.
 
-    python benchmarks/fuzz_readers.py --mutants 2000 --seed 0 [--formats keras,h5,...]
+    python harness/fuzz_readers.py --mutants 2000 --seed 0 [--formats keras,h5,...]
         [--readers tensorflow,tensorbundle] [--timeout 20] [--seeds DIR] [--keep-bad DIR]
-    python benchmarks/fuzz_readers.py --one tf2_ckpt:17 --seed 0 --keep-bad /tmp/m
+    python harness/fuzz_readers.py --one tf2_ckpt:17 --seed 0 --keep-bad /tmp/m
 
-Seeds: tests/data/fuzz_seeds/ (written by `benchmarks/fuzz_seeds.py` with TF and Keras) and
+Seeds: tests/data/fuzz_seeds/ (written by `harness/fuzz_seeds.py` with TF and Keras) and
 two committed tf_keras files of tests/data/keras2/; the `.pt` seed is converted from the
 `.keras` one at the start of the run. Mutant `i` of a format is a function of (--seed, format,
 i): `--one FORMAT:I` reruns it alone and `--keep-bad` keeps the files of every bad one.

@@ -1,5 +1,5 @@
 """Every CUDA kernel of the extension once, float32, small shapes: the program that
-benchmarks/gpu_check.sh runs under `compute-sanitizer --tool memcheck` with
+release/gpu_check.sh runs under `compute-sanitizer --tool memcheck` with
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 (so each tensor is its own allocation and a read or write past
 one is seen; under the caching allocator it would land in a pooled neighbour).
 
@@ -10,7 +10,7 @@ block_lstm_inference with and without sequence_length and w_proj, GRUBlockCell, 
 zero-length and padded rows, batch-major, dropout) with the copying and the consuming backward,
 and cudnn_rnn_inference. Prints one line per case; exits 1 when a case raises, 2 without a GPU.
 
-    python benchmarks/gpu_memcheck.py
+    python release/gpu_memcheck.py
 """
 
 from __future__ import annotations

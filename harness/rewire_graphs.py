@@ -3,7 +3,7 @@ conversion against TensorFlow running the rewired file: a graph reader must refu
 computes anything other than its cell, or port it exactly, never port the cell TF no longer
 computes.
 
-    python benchmarks/rewire_graphs.py [--limit N] [--seed 0] [--artifacts a,b] [--only TEXT]
+    python harness/rewire_graphs.py [--limit N] [--seed 0] [--artifacts a,b] [--only TEXT]
         [--plant NAME] [--json PATH]
 
 Artifacts (written at the start by TF 2.21 and Keras 3): TF1 cells frozen by
