@@ -56,8 +56,8 @@ if CUDA is not None:
 try:
     # The pip package's ninja, first on PATH whenever it is installed: its binary may not be on
     # PATH (a venv that is not active), and a system ninja of another version would find the
-    # other's .ninja_log unreadable and recompile everything (issue 30: the README's second
-    # command rebuilt all after the first had built with /usr/bin/ninja).
+    # other's .ninja_log unreadable and recompile everything (the README's second command would
+    # rebuild all after the first had built with /usr/bin/ninja).
     import ninja
 
     os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
@@ -203,7 +203,7 @@ class BuildWithNotice(BuildExtension):
             os.makedirs(target, exist_ok=True)
             with open(os.path.join(target, "_build_info.py"), "w") as f:
                 f.write(header + info)
-            # An earlier build's _C.cpython-3XX-*.so would be imported before this _C.abi3.so
+            # Another build's _C.cpython-3XX-*.so would be imported before this _C.abi3.so
             # (the import system tries the interpreter's own suffix first).
             for stale in glob.glob(os.path.join(target, "_C.*")):
                 if os.path.basename(stale) != built and stale.endswith((".so", ".pyd")):

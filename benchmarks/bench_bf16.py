@@ -1,5 +1,5 @@
-"""bfloat16 against float32 for the block ops on CPU (issue 6: bf16 should be the faster one where
-the CPU has bf16 instructions).
+"""bfloat16 against float32 for the block ops on CPU (bfloat16 is meant to be the faster one
+where the CPU has bf16 instructions).
 
 BlockLSTM (peepholes, cell_clip=3) forward + backward through BlockLSTMGrad, the default shapes
 of the bench command, each dtype timed over the same wall time; prints ms and the bf16/fp32

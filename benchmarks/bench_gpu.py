@@ -1,4 +1,4 @@
-"""GPU benchmarks (issue 18), paired as on the CPU: ours and torch.nn.LSTM (cuDNN) called in
+"""GPU benchmarks, paired as on the CPU: ours and torch.nn.LSTM (cuDNN) called in
 shuffled rounds of one call each, every call followed by a device synchronisation, the ratio the
 median of the per-round ratios (`torch_lstm_grad.tools.bench._time_paired`).
 
@@ -11,8 +11,8 @@ Per shape (T, B, H; I = H), fwd+bwd, TF32 off:
 * cudnn varied: CudnnRNNV3 with lengths spread over [T/2, T] vs `pack_padded_sequence` +
   `nn.LSTM` + `pad_packed_sequence`, float32.
 
-Targets (issues 18, 33): block fwd+bwd <= 1.0x nn.LSTM for H >= 256; CudnnRNNV3 <= 1.02x with
-equal lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid (27 shapes) takes
+Targets (docs/performance.md): block fwd+bwd <= 1.0x nn.LSTM; CudnnRNNV3 <= 1.0x with equal
+lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid (27 shapes) takes
 about three minutes; release/gpu_check.sh runs three of them.
 
     python benchmarks/bench_gpu.py [--json FILE] [--min-run-time S] [--shape T,B,H ...]
@@ -34,7 +34,7 @@ import torch_lstm_grad
 from torch_lstm_grad import raw_ops as R
 from torch_lstm_grad.tools.bench import _time_paired, _varied_lengths
 
-# Issue 33's grid: T = 100, H = 256 / 512 / 1024, B = 1 / 32 / 128.
+# The default grid: T = 100, H = 256 / 512 / 1024, B = 1 / 32 / 128.
 SHAPES = [(100, B, H) for H in (256, 512, 1024) for B in (1, 32, 128)]
 
 
@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--json", help="write the results here")
     p.add_argument("--min-run-time", type=float, default=0.4, help="seconds per case and impl")
-    p.add_argument("--shape", action="append", help="T,B,H (repeatable; default: issue 33's grid)")
+    p.add_argument("--shape", action="append", help="T,B,H (repeatable; default: the grid above)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("bench_gpu: no CUDA device visible (torch.cuda.is_available() is False)",

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Builds, on a CPU machine, the extension the GPU machine runs (issue 33): that machine has
-# Python 3.12, torch 2.11.0+cu130 (PyPI's CUDA 13.0 build), cuDNN 9 and an H100/H200 (sm_90),
-# no package registry, and 15 minutes a session, which a 3.5-6 minute build there would eat.
+# Builds, on a CPU machine, the extension a lent GPU machine runs: that machine has Python
+# 3.12, torch 2.11.0+cu130 (PyPI's CUDA 13.0 build), cuDNN 9 and an H100/H200 (sm_90), no
+# package registry and little time, which a 3.5-6 minute build there would eat.
 #
 #   bash benchmarks/gpu_prebuild.sh [DIR]        (default DIR: .gpu-prebuilt, ignored by git)
 #
 # 1. a Python 3.12 venv (pyenv's 3.12, or python3.12 on PATH) with torch==2.11.0 from PyPI
-#    (kept in ~/.cache/torch_lstm_grad, reused by later runs);
+#    (kept in ~/.cache/torch_lstm_grad and reused);
 # 2. the tracked sources copied to a scratch directory and built there for sm_90 (one
 #    _C.abi3.so: CPU + CUDA kernels, -O3 -g0);
 # 3. DIR/_C.abi3.so, DIR/_build_info.py (torch version and git hash, archs, cuDNN) and

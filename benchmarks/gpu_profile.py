@@ -1,4 +1,4 @@
-"""Where the GPU time goes (issue 33's speed work): for each shape, ours and nn.LSTM (cuDNN)
+"""Where the GPU time goes: for each shape, ours and nn.LSTM (cuDNN)
 fwd+bwd, the time the host takes to enqueue a call (no synchronisation), the wall time of a
 synchronised call, the device's kernel time per call and its kernels (torch.profiler), so that
 a launch-bound case (host time = wall time, kernels idle between launches) tells itself apart

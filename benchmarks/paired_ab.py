@@ -1,8 +1,7 @@
 """Paired in-process A/B of two variants of the CPU kernels, against torch.nn.LSTM.
 
-How this project's speed experiments are measured (benchmarks/results/README.md, fifth session):
-build both variants into one extension behind a temporary switch that the C++ reads on every
-call, e.g.
+How this project's kernel variants are compared (docs/performance.md): build both variants
+into one extension behind a temporary switch that the C++ reads on every call, e.g.
 
     const char* v = std::getenv("TLG_VARIANT"); const bool b = v && v[0] == '1';
 

@@ -26,9 +26,9 @@ shape that does not depend on the op (TF imports it: no cycle). Each is converte
 * error: any other exception in convert or verify (a traceback).
 
 Exit status 1 on a FAIL or an error. `--plant NAME` disables one of the readers' checks first
-(`tf1_closed`: tf1_graph's closed-step rule; `keras_bias_rows`: keras_graph's GRU bias rows),
-so that a run shows the harness finds what that check catches; `--only TEXT` keeps the rewires
-of ops whose name contains TEXT.
+(`tf1_closed`: graphs/tf1_cells.py's closed-step rule; `keras_bias_rows`: graphs/keras_loops.py's
+GRU bias rows), so that a run shows the harness finds what that check catches; `--only TEXT` keeps
+the rewires of ops whose name contains TEXT.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Does the CPU extension build for aarch64 (Graviton, Ampere, Linux on Apple Silicon)? Issue 31's
+# Does the CPU extension build for aarch64 (Graviton, Ampere, Linux on Apple Silicon)? A
 # cross-compile check, on an x86-64 machine without an aarch64 one:
 #
 #   bash release/aarch64_cross_check.sh [WORK_DIR]      (default /tmp/tlg-aarch64)

@@ -1,7 +1,7 @@
 """Does cuDNN place every matrix and bias where `params_layout` (the CPU kernels' and the params
 ops' layout) says? One CudnnRNNV3 call per configuration on the GPU; the CUDA op compares every
 pseudo-layer's `cudnnGetRNNWeightParams` addresses with the layout on its first use of a model
-and raises, naming cuDNN's offsets, where they differ (issue 18, item 1). Every mode, 1-3
+and raises, naming cuDNN's offsets, where they differ. Every mode, 1-3
 layers, both directions, projection (LSTM), skip_input, float16/float32/float64; each case also
 runs the CPU op on the same buffer and compares outputs, so a layout both sides misread alike
 would still show.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU session's check (issues 18 and 33), one device call of at most 8 minutes on an H100:
+# The check a lent GPU machine runs, one device call of at most 8 minutes on an H100/H200:
 #
 #   bash release/gpu_check.sh [OUT_DIR]      (default: $OUT, else gpu-check-out)
 #

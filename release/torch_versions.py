@@ -1,6 +1,6 @@
 """Build torch_lstm_grad and run its test suite on each torch version of the supported range,
 each in its own venv, the way a user installs it; writes a Markdown report (and the same as
-JSON) to benchmarks/results/.
+JSON) to benchmarks/results/ (its index: benchmarks/results/README.md).
 
 Per version, in a venv with nothing but ``pip install torch==V`` (PyPI's CUDA wheels run on a
 machine without a GPU; 2.13.0 is the local CPU wheel here):

@@ -1,4 +1,4 @@
-"""``python -m torch_lstm_grad``: the ``torch-lstm-grad`` command (see cli.py)."""
+"""``python -m torch_lstm_grad``: the ``torch-lstm-grad`` command (see tools/cli.py)."""
 
 from .tools.cli import main
 

@@ -1,7 +1,7 @@
 """Autograd for the forward ops: the backward of each is TF's matching Grad op.
 
 Each gradient formula is written once, as the `setup_context`/`backward` pair of a public
-`torch.autograd.Function`; `_registrations.py` registers the same pair on the op with
+`torch.autograd.Function`; `_library/registrations.py` registers the same pair on the op with
 `torch.library.register_autograd`, so `torch.ops.torch_lstm_grad.*` (and the raw ops over them)
 are differentiable too, also under torch.compile.
 
@@ -9,7 +9,7 @@ are differentiable too, also under torch.compile.
 autograd wrapper of custom ops, whose fixed cost (~10 µs per call without grad, ~70 µs with)
 dominates a B = 1 LSTMBlockCell step; the formula is the same Function's.
 
-Decisions (SPEC §2): the gate outputs `i, f, o, ci, co` (and GRU's `r, u, c`) are marked
+Decisions (docs/differences.md): the gate outputs `i, f, o, ci, co` (and GRU's `r, u, c`) are marked
 non-differentiable, so putting them in a loss is an explicit error instead of TF's silent zero;
 BlockLSTMV2 differentiates through BlockLSTMGradV2 (TF registers the V1 kernel: wrong).
 CudnnRNN's reserve_space/host_reserved (and output_c outside LSTM) are non-differentiable.

@@ -6,10 +6,10 @@ Layouts (one layer, one direction; H units, I inputs; `[a, b]` is a tensor shape
   `kernel [I + H, 4H]` (rows x then h), `bias [4H]`, column blocks **ICFO** (input, cell
   input, forget, output); a `forget_bias` float is added to the f gate at run time.
 * **Keras LSTM**: `kernel [I, 4H]`, `recurrent_kernel [H, 4H]`, `bias [4H]`, blocks **IFCO**;
-  the forget bias lives in `bias` (tf_semantics §8.1).
+  the forget bias lives in `bias` (docs/tf-semantics.md §8.1).
 * **torch.nn.LSTM**: `weight_ih [4H, I]`, `weight_hh [4H, H]`, `bias_ih [4H]`, `bias_hh [4H]`,
   row blocks i, f, g, o (= IFCO); `weight_hr [P, H]` with `proj_size`.
-* **cuDNN canonical** (tf_semantics §7.1): per pseudo-layer `weights = [W_0..W_{G-1},
+* **cuDNN canonical** (docs/tf-semantics.md §7.1): per pseudo-layer `weights = [W_0..W_{G-1},
   R_0..R_{G-1}(, W_proj)]` (`[H, in]`, `[H, P]`, `[P, H]`) and `biases = [bW_0..bW_{G-1},
   bR_0..bR_{G-1}]` (`[H]`); gates lstm i, f, c, o; gru r, z, h; rnn_* one. These are exactly
   torch.nn's row blocks, so torch ⇄ canonical is a split / concatenation.
@@ -108,7 +108,7 @@ def _check_2d(name: str, t: torch.Tensor, cols: int | None = None) -> None:
 def block_lstm_to_keras(kernel: torch.Tensor, bias: torch.Tensor, forget_bias: float = 1.0):
     """Block LSTM `kernel [I + H, 4H]`, `bias [4H]` (ICFO, `forget_bias` added at run time) →
     Keras `(kernel [I, 4H], recurrent_kernel [H, 4H], bias [4H])` (IFCO, `forget_bias` folded
-    into the f block of the bias: tf_semantics §8.3). Peepholes have no Keras equivalent."""
+    into the f block of the bias: docs/tf-semantics.md §8.3). Peepholes have no Keras equivalent."""
     _check_2d("kernel", kernel)
     H = kernel.shape[1] // 4
     if bias.shape != (4 * H,) or kernel.shape[1] != 4 * H or kernel.shape[0] < H:
@@ -243,7 +243,8 @@ def canonical_to_keras_lstm(weights, biases):
 def block_lstm_to_canonical(kernel, bias, forget_bias: float = 1.0, split: str = "input"):
     """Block LSTM (ICFO) → cuDNN canonical lists, `forget_bias` folded into the f gate.
     `split="input"`: `bW = bias`, `bR = 0`; `split="half"`: `bW = bR = bias / 2`, what TF1's
-    CudnnLSTM restore does with a `cudnn_compatible_lstm_cell` checkpoint (tf_semantics §7.5)."""
+    CudnnLSTM restore does with a `cudnn_compatible_lstm_cell` checkpoint
+    (docs/tf-semantics.md §7.5)."""
     weights, biases = keras_lstm_to_canonical(*block_lstm_to_keras(kernel, bias, forget_bias))
     if split == "half":
         total = biases[:4]
@@ -303,7 +304,7 @@ def torch_gru_to_keras(weight_ih, weight_hh, bias_ih, bias_hh):
 
 def keras_gru_to_canonical(kernel, recurrent_kernel, bias):
     """Keras GRU(reset_after=True) → cuDNN canonical (weights W_r, W_z, W_h, R_r, R_z, R_h
-    `[H, ·]`; biases bW_r.., bR_r.. `[H]`): Keras' own cuDNN mapping (tf_semantics §8.2)."""
+    `[H, ·]`; biases bW_r.., bR_r.. `[H]`): Keras' own cuDNN mapping (docs/tf-semantics.md §8.2)."""
     return torch_to_canonical(**keras_gru_to_torch(kernel, recurrent_kernel, bias), rnn_mode="gru")
 
 
@@ -315,7 +316,7 @@ def canonical_to_keras_gru(weights, biases):
 def keras_gru_to_block(kernel, recurrent_kernel, bias):
     """Keras GRU(reset_after=False) `kernel [I, 3H]`, `recurrent_kernel [H, 3H]`, `bias [3H]`
     (z, r, h) → block `(gates_kernel [I + H, 2H] (r, u=z), gates_bias [2H], candidate_kernel
-    [I + H, H], candidate_bias [H])` (tf_semantics §8.3). reset_after=True: ValueError."""
+    [I + H, H], candidate_bias [H])` (docs/tf-semantics.md §8.3). reset_after=True: ValueError."""
     _keras_gru_bias(bias, reset_after=False)
     kz, kr, kh = _blocks(kernel, 3, 1, "kernel")
     rz, rr, rh = _blocks(recurrent_kernel, 3, 1, "recurrent_kernel")
@@ -364,8 +365,8 @@ def keras_cudnn_to_keras(kernel, recurrent_kernel, bias):
     cuDNN's `[U, I]` matrices in row order, `recurrent_kernel [U, G·U]` with each gate block
     transposed, `bias [2·G·U]` = bW then bR) → Keras `LSTM` (`bias = bW + bR`) or
     `GRU(reset_after=True)` (`bias [2, 3U]`) weights: what Keras' HDF5 loader does to load them
-    into those layers (`_convert_rnn_weights`, tf_semantics §7.6), the layers Keras defines them
-    to equal."""
+    into those layers (`_convert_rnn_weights`, docs/tf-semantics.md §7.6), the layers Keras
+    defines them to equal."""
     U = recurrent_kernel.shape[0]
     G = recurrent_kernel.shape[1] // U if U else 0
     if (

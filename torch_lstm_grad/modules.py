@@ -1,7 +1,7 @@
-"""`nn.Module`s mirroring the TF1 layers people port (SPEC §1.2), over `raw_ops`.
+"""`nn.Module`s mirroring the TF1 layers people port (docs/porting.md), over `raw_ops`.
 
 Parameters keep TF's names (where TF's are legal attribute names), shapes and gate orders, so a
-TF checkpoint's tensors load without reshuffling (`porting.py`); conversions to Keras and
+TF checkpoint's tensors load without reshuffling (`porting`); conversions to Keras and
 `torch.nn` layouts are explicit functions in `layouts.py`. Defaults follow TF1's Python layers,
 not the raw ops: `cell_clip=None` means no clipping (the raw ops' default clips at ±3).
 
@@ -247,7 +247,7 @@ class _LSTMBlockBase(nn.Module):
 
 
 _VARIANT_DOC = """
-    Keyword-only variants (issue 16; `torch_lstm_grad.ops.block_lstm_ex` has the math):
+    Keyword-only variants (`torch_lstm_grad.ops.block_lstm_ex` has the math):
     `gate_activation` ("sigmoid", "hard_sigmoid_keras2", "hard_sigmoid_keras3") for i, f, o;
     `activation` ("tanh", "relu", "linear") for ci and co; `clip_gradient` ("straight_through",
     TF's block ops, or "zero", TF1 LSTMCell's clip_by_value); `num_proj` / `proj_clip` (TF1
@@ -395,11 +395,11 @@ class GRUBlockCell(nn.Module):
     (`b_ru`, initialised to 1.0), `candidate_kernel [I + H, H]` = `candidate/kernel` (`w_c`),
     `candidate_bias [H]` = `candidate/bias` (`b_c`, zeros). Rows are x then h. (Contrib's v1
     `GRUBlockCell` stored the gate kernel as `w_c` and the candidate kernel as `w_ru`:
-    tf_semantics §5.4; `porting.py` maps both.)
+    docs/tf-semantics.md §5.4; `porting` maps both.)
 
     `forward(x [B, I], h [B, H] or None (zeros))` returns `(h_new, h_new)` (output, state).
 
-    Keyword-only variants (issue 16): `gate_activation` ("sigmoid", "hard_sigmoid_keras2",
+    Keyword-only variants: `gate_activation` ("sigmoid", "hard_sigmoid_keras2",
     "hard_sigmoid_keras3") for r and u, `activation` ("tanh", "relu", "linear") for the
     candidate. At their defaults the module runs TF's `GRUBlockCell` raw op; otherwise one step
     of the `keras_gru` op (reset_after=False) on the same parameters, which computes
@@ -600,8 +600,8 @@ class _CudnnRNN(nn.Module):
         return attrs
 
     def canonical_weights(self):
-        """`(weights, biases)`: the opaque params as TF's canonical lists (tf_semantics §7.1),
-        copies that are differentiable into `opaque_kernel` (CudnnRNNParamsToCanonicalV2)."""
+        """`(weights, biases)`: the opaque params as TF's canonical lists (docs/tf-semantics.md
+        §7.1), copies that are differentiable into `opaque_kernel` (CudnnRNNParamsToCanonicalV2)."""
         G = {"lstm": 4, "gru": 3}.get(self._rnn_mode, 1)
         n = self.num_layers * self.num_dirs * 2 * G
         out = raw_ops.CudnnRNNParamsToCanonicalV2(
@@ -635,8 +635,8 @@ class _CudnnRNN(nn.Module):
     ):
         """`inputs [T, B, I]` (`[B, T, I]` when not time_major); `initial_state` `(h, c)` for
         LSTM, `(h,)` otherwise, each `[L·D, B, n]` (batch-major: `[B, L·D, n]`, whose memory
-        TF reads as `[L·D, B, n]`, SPEC §2), zeros when None; `sequence_lengths [B]` or None
-        (all T). `training=None` follows `self.training`; dropout applies only in training.
+        TF reads as `[L·D, B, n]`, docs/differences.md), zeros when None; `sequence_lengths [B]`
+        or None (all T). `training=None` follows `self.training`; dropout applies only in training.
         Returns `(outputs [T, B, D·P], (h, c))` for LSTM and `(outputs, (h,))` otherwise."""
         training = self.training if training is None else bool(training)
         B = inputs.shape[1] if time_major else inputs.shape[0]
@@ -752,8 +752,8 @@ class CudnnLSTM(_CudnnRNN):
     """TF1 `tf.contrib.cudnn_rnn.CudnnLSTM` (the `CudnnRNNV3` raw op, rnn_mode="lstm").
 
     One parameter `opaque_kernel` = TF's `<scope>/opaque_kernel`: the params buffer of
-    `CudnnRNNParamsSize` elements, layout of tf_semantics §7 (canonical gate order i, f, c, o;
-    matrices `[out, in]`; double biases). `num_proj` (TF 1.15) adds a projection `[P, H]` per
+    `CudnnRNNParamsSize` elements, layout of docs/tf-semantics.md §7 (canonical gate order i, f,
+    c, o; matrices `[out, in]`; double biases). `num_proj` (TF 1.15) adds a projection `[P, H]` per
     layer and direction. Canonical views: `canonical_weights()`; conversions: `layouts.py`.
     """
 

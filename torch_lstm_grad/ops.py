@@ -1,5 +1,5 @@
 """Ops beyond TensorFlow's raw ops: the LSTM and GRU variants real TF/Keras layers use and TF's
-fused ops lack (issue 16), as fused C++ kernels with their backward.
+fused ops lack, as fused C++ kernels with their backward.
 
 `block_lstm_ex` is BlockLSTM (time-major, the seven outputs) with:
 

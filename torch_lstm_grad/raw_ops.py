@@ -9,7 +9,7 @@ dtype and device, `seq_len_max` to int64, `sequence_lengths` to int32). Every fo
 differentiable: its backward is the Grad/Backprop op of the same name (see autograd.py).
 Layouts: time-major `[T, B, ...]`; LSTM gate blocks ICFO (BlockLSTM, LSTMBlockCell) or IFCO
 (BlockLSTMV2, CudnnRNN*); the CudnnRNN params layout and canonical order are those of
-tf_semantics.md §7 (see `_cudnn.params_layout`).
+docs/tf-semantics.md §7 (see `_library/cudnn_rnn_config.params_layout`).
 """
 
 from __future__ import annotations
@@ -202,8 +202,8 @@ def GRUBlockCellGrad(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h,
 
 
 # ---------------------------------------------------------------------------------------------
-# CudnnRNN family (tf_semantics.md §6–7). CudnnRNN and CudnnRNNV2 run as CudnnRNNV3 with every
-# length = T, time-major, no projection (TF with cuDNN 9 refuses them; SPEC §2).
+# CudnnRNN family (docs/tf-semantics.md §6–7). CudnnRNN and CudnnRNNV2 run as CudnnRNNV3 with every
+# length = T, time-major, no projection (TF with cuDNN 9 refuses them; docs/differences.md).
 
 
 class CudnnRNNOutput(NamedTuple):
@@ -443,7 +443,7 @@ def CudnnRNNParamsToCanonical(num_layers, num_units, input_size, params, num_par
                               rnn_mode="lstm", input_mode="linear_input",
                               direction="unidirectional", dropout=0, seed=0, seed2=0,
                               name=None) -> CudnnRNNParamsToCanonicalOutput:  # fmt: skip
-    """Splits `params` into TF's canonical tensors (tf_semantics.md §7.1), per pseudo-layer
+    """Splits `params` into TF's canonical tensors (docs/tf-semantics.md §7.1), per pseudo-layer
     k = layer·D + direction: weights W_0..W_{G-1} [H, in_l], R_0..R_{G-1} [H, H]; biases
     bW_0..bW_{G-1}, bR_0..bR_{G-1} [H]. G = 4 (lstm i, f, c, o), 3 (gru r, z, h), 1 (rnn_*).
     num_params (TF's attribute, checked) is each list's length, num_layers·D·2G.

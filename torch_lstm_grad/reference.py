@@ -2,7 +2,8 @@
 
 Readable and slow: it loops over time in Python and is differentiable with torch autograd. It
 computes in whatever dtype it is given (the tests use float64). It imports nothing but torch, so it
-can be loaded by file path without the compiled extension. Semantics: ``tf_semantics.md`` §1-§5.
+can be loaded by file path without the compiled extension. Semantics: ``docs/tf-semantics.md``
+§1-§5.
 
 * LSTM gate layout of ``w [I+H, 4H]`` / ``b [4H]``: ``gate_order="icfo"`` (BlockLSTM V1,
   LSTMBlockCell: column blocks i, ci, f, o) or ``"ifco"`` (BlockLSTMV2 / Keras: i, f, ci, o).
@@ -11,7 +12,7 @@ can be loaded by file path without the compiled extension. Semantics: ``tf_seman
 * ``block_lstm`` returns zeros in all seven outputs for ``t >= seq_len_max`` (TF zeroes only
   ``cs``/``h`` and leaves ``i, f, o, ci, co`` uninitialised there: a deliberate, documented
   difference).
-* The variants of ``block_lstm_ex`` (issue 16): ``gate_activation`` (i, f, o) ``"sigmoid"``,
+* The variants of ``block_lstm_ex``: ``gate_activation`` (i, f, o) ``"sigmoid"``,
   ``"hard_sigmoid_keras2"`` (``clip(0.2*x + 0.5, 0, 1)``), ``"hard_sigmoid_keras3"``
   (``relu6(x + 3) / 6``); ``activation`` (ci, co) ``"tanh"``, ``"relu"``, ``"linear"``;
   ``clip_gradient="zero"``: the cell clip is a real clamp (TF1 LSTMCell's clip_by_value);

@@ -17,7 +17,7 @@ import torch
 
 from . import checks as C
 
-# Gates per cell (tf_semantics.md §7.1): lstm i, f, c, o; gru r, z, h; rnn_* one.
+# Gates per cell (docs/tf-semantics.md §7.1): lstm i, f, c, o; gru r, z, h; rnn_* one.
 GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 
@@ -52,7 +52,7 @@ class ParamsLayout:
 
     def canonical_weights(self) -> list[tuple[int | None, tuple[int, int]]]:
         """(offset or None, [out, in] shape) of each canonical weight, in TF's canonical order
-        (tf_semantics.md §7.1): per pseudo-layer W_0..W_{G-1}, R_0..R_{G-1}, then W_proj.
+        (docs/tf-semantics.md §7.1): per pseudo-layer W_0..W_{G-1}, R_0..R_{G-1}, then W_proj.
         Layer 0's input matrices under skip_input have offset None and shape [H, 0]."""
         G, H, P = self.gates, self.num_units, self.proj_units
         out = []
@@ -312,7 +312,7 @@ def check_sequence_lengths(lengths, c: RNNConfig) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# Fake kernels (registered in _registrations.py)
+# Fake kernels (registered in registrations.py)
 
 
 def cudnn_rnn_fake(input, input_h, input_c, params, sequence_lengths, rnn_mode, input_mode,

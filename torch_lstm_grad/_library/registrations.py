@@ -1,7 +1,7 @@
 """Import-time registrations, and nothing else: fake kernels and autograd for every op.
 
 Fake kernels give torch.compile / FakeTensor the output metadata without running a kernel;
-they apply the same shape rules as the C++ kernels (`_checks.py` mirrors `csrc/checks.h`,
+they apply the same shape rules as the C++ kernels (`checks.py` mirrors `csrc/checks.h`,
 `cudnn.py` mirrors `csrc/cudnn.h`) and return exactly what the C++ kernels return
 (contiguous tensors of x's dtype and device).
 """

@@ -19,7 +19,7 @@ the TF backend's `rnn`), on the CPU path (the only one without cuDNN's restricti
   next call (`reset_states()` clears them), as Keras' stateful layers do.
 
 The cores are the fused ops: LSTM = `BlockLSTMV2` (Keras' i, f, c, o order, no forget bias, no
-clip; tf_semantics §8.3) with sigmoid gates and tanh, else `ops.block_lstm_ex` (gate_order
+clip; docs/tf-semantics.md §8.3) with sigmoid gates and tanh, else `ops.block_lstm_ex` (gate_order
 "ifco"); GRU = `ops.keras_gru` (both reset positions, Keras' layout as it is); SimpleRNN =
 `CudnnRNNV3` rnn_tanh / rnn_relu. Activation names are `torch_lstm_grad`'s own, unambiguous
 ones (`porting` maps a file's strings to them): gates (Keras `recurrent_activation`)

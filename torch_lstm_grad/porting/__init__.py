@@ -1,16 +1,18 @@
 """Porting TF and Keras files to this package's modules, exactly or not at all.
 
-The flow, one module each:
+The flow, one way (docs/porting.md):
 
-    keras_files.py, checkpoint.py      readers: a file's variables under uniform names, and what
-    (tensorbundle.py, object_graph.py,   the file says about its writer and layers (a Keras
-     tf1_graph.py, proto.py, guard.py)   config, a TF2 object graph, a TF1 meta graph) -> Source;
-                                         a corrupt or hostile file: one ValueError naming it
-    describe_keras.py, describe_tf1.py  Source -> one LayerDescription per recurrent layer
-    (description.py, statements.py)      (description.py): every attribute with its origin
-    builders.py, build_tf1.py           LayerDescription -> module, or Refused
-    convert.py                          convert(): all of it, with the log; load()
-    verify.py                           verify(): a converted file against TF running the file
+    formats/     readers: a file's variables under uniform names, and what the file says about
+                 its writer and layers (a Keras config, a TF2 object graph, a TF1 meta graph)
+                 -> `source.Source`; a corrupt or hostile file: one ValueError naming it
+    decoding/    the bytes under them: protobuf wire and text format, bounded; `guard`
+    graphs/      what a stored graph computes: the GraphDef reader, TF1 cells found by their
+                 ops, Keras layers read back from a SavedModel's loops
+    describe/    Source -> one LayerDescription per layer, every attribute with its origin,
+                 with the user's statements where the file is silent
+    build/       LayerDescription -> module, or Refused
+    convert.py   convert(): all of it, with the log; load()
+    verify.py    verify(): a converted file against TF running the file
 
 `torch-lstm-grad convert` is `convert`; `torch_lstm_grad.load` is `load`.
 """

@@ -1,9 +1,9 @@
 """`convert` and `load`: the whole flow, readers -> layer descriptions -> module builders -> a
 file, and back.
 
-`convert` reads the file (`keras_files`, `checkpoint`), describes every recurrent layer it holds
-(`describe_keras`, `describe_tf1`), builds the modules (`builders`) and writes them with their
-descriptions; the log shows each description attribute with its origin and what it became.
+`convert` reads the file (`formats/`), describes every recurrent layer it holds (`describe/`),
+builds the modules (`build/`) and writes them with their descriptions; the log shows each
+description attribute with its origin and what it became.
 Whatever the modules cannot reproduce exactly raises `Refused` (the CLI exits 2) and nothing is
 written, unless `approximate=True`, which builds the nearest module where one exists and
 returns the difference among the warnings. `load` rebuilds the modules and refuses a file

@@ -69,10 +69,11 @@ class KerasLayer:
     config: dict
     mask_from: str | None = None
     # Where a config key came from when not from a stored config (a layer read back from a
-    # saved graph: `keras_graph.py`), and why the layer could not be read (then config is {}).
+    # saved graph: `graphs/keras_loops.py`), and why the layer could not be read (then config is
+    # {}).
     origins: dict[str, str] = field(default_factory=dict)
     problem: str | None = None
-    # A layer read from a saved graph: its tensors there, for `verify` (keras_graph.py).
+    # A layer read from a saved graph: its tensors there, for `verify` (graphs/keras_loops.py).
     graph_io: dict | None = None
 
 
@@ -90,7 +91,7 @@ class Source:
     keys: dict[str, str] = field(default_factory=dict)
     layers: dict[str, KerasLayer] = field(default_factory=dict)
     config_origin: str = ""
-    graph: object | None = None  # tf1_graph.Graph
+    graph: object | None = None  # graphs.graph_def.Graph
     ignored: dict[str, str] = field(default_factory=dict)
     mask_layers: list[str] = field(default_factory=list)  # layers that produce masks
     signature: str | None = None  # a SavedModel's signature whose functions were read

@@ -376,7 +376,7 @@ class _TF1Cells:
         cell = cell_at(self.g, scope, kind)
         if cell is None or cell.boundary is None:
             raise _Unverifiable(f"the {self.g.label} does not run {scope}")
-        return cell  # its boundary complete: tf1_graph refuses a step without its x, h (c)
+        return cell  # its boundary complete: tf1_cells refuses a step without its x, h (c)
 
     def _graph_def(self, cell, d):
         """The cell's ops as a GraphDef: placeholders `in_<role>`, constants `w_<k>`."""

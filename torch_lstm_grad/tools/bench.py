@@ -67,7 +67,7 @@ except ImportError:  # Windows
     resource = None
 
 DEFAULT_SHAPES = ((50, 32, 256, 256), (100, 16, 128, 512), (20, 64, 512, 512))
-# Issue 19's serving shapes: B = 1 and 8 at H = 256 and 512, a long sequence at B = 4, B = 64.
+# Serving shapes: B = 1 and 8 at H = 256 and 512, a long sequence at B = 4, B = 64.
 INFERENCE_SHAPES = (
     (50, 1, 256, 256),
     (50, 8, 256, 256),
@@ -310,7 +310,7 @@ def _time_paired(fns: dict, min_run_time: float,
     `faults`, if given, gets each one's minor page faults per call (the process's, so its
     worker threads' too): glibc hands large freed buffers back to the kernel or keeps them,
     depending on the heap's layout, which differs from process to process, and the same code
-    then runs up to 1.8x slower (benchmarks/results/cpu-issue31-2026-11-26d.md)."""
+    then runs up to 1.8x slower (docs/performance.md)."""
     number = {}
     for name, fn in fns.items():
         fn()  # warm-up (oneDNN primitive creation, allocator)

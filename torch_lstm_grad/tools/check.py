@@ -1,8 +1,8 @@
 """Parity of every raw op with TensorFlow or the float64 reference: the cases and the one loop.
 
-Used by ``torch-lstm-grad check`` (cli.py) and by the tests. The cases are data: :data:`OPS` (what
-each op takes and which dtypes TF has kernels for), the configs (:data:`LSTM_CONFIGS`, ...) and
-:data:`TOLERANCES`. :func:`run_checks` runs each (op, config, dtype) once through
+Used by ``torch-lstm-grad check`` (tools/cli.py) and by the tests. The cases are data: :data:`OPS`
+(what each op takes and which dtypes TF has kernels for), the configs (:data:`LSTM_CONFIGS`, ...)
+and :data:`TOLERANCES`. :func:`run_checks` runs each (op, config, dtype) once through
 ``torch_lstm_grad.raw_ops`` and once through the oracle, and returns one :class:`Row` per output.
 
 Inputs are generated in float64 and rounded to the case's dtype; both sides get the same rounded
@@ -265,7 +265,8 @@ def run_checks(oracle: str, seed: int = 0, ops=None) -> list[Row]:
                 ours = ours if isinstance(ours, tuple) else (ours,)
                 for name, mine, theirs in zip(names, ours, expected, strict=True):
                     if oracle == "tf" and cfg.seq_short and spec.forward is None and name in _GATES:
-                        # TF leaves the gates at t >= seq_len_max uninitialised (SPEC §2).
+                        # TF leaves the gates at t >= seq_len_max uninitialised
+                        # (docs/differences.md).
                         mine, theirs = mine[:SEQ_SHORT], theirs[:SEQ_SHORT]
                     err, scale = _max_abs_err(mine, theirs)
                     rows.append(Row(op, label, dname, oracle, name, err, tol * max(1.0, scale)))

@@ -1,5 +1,4 @@
-"""TF1 cell descriptions -> this package's TF1-layout modules (`modules.py`), the TF1 half of
-`builders.py`.
+"""TF1 cell descriptions -> this package's TF1-layout modules (`torch_lstm_grad/modules.py`).
 
 * tf1.LSTMCell, tf1.BasicLSTMCell, tf1.LSTMBlockCell, tf1.CudnnCompatibleLSTMCell ->
   `LSTMBlockCell` (one step; `LSTMBlockFusedCell` takes the same state_dict for a sequence);
@@ -174,7 +173,7 @@ def cudnn_entry(ctx, d: LayerDescription) -> dict:
 
 
 def _cudnn_cell_canonical(kind, v, names, in_size, H):
-    """One (layer, direction)'s canonical `(weights, biases)` lists (tf_semantics §7.1)."""
+    """One (layer, direction)'s canonical `(weights, biases)` lists (docs/tf-semantics.md §7.1)."""
     if kind == "lstm":
         kernel = tensor(v[names["kernel"]])
         if kernel.shape != (in_size + H, 4 * H):

@@ -1,6 +1,6 @@
 """The protobuf wire format, decoded by hand, for the few TF messages porting reads without
 TensorFlow: the checkpoint index (`tensorbundle.py`), the TF2 object graph (`object_graph.py`)
-and TF1 meta graphs (`tf1_graph.py`).
+and GraphDefs (`graphs/graph_def.py`).
 
 A message is a run of `varint tag` + value, `tag = field << 3 | wire type`: 0 varint, 1 fixed64,
 2 length-delimited (bytes, strings, sub-messages, packed repeated scalars), 5 fixed32.

@@ -9,12 +9,12 @@ Which variables form a cell: by scope and leaf name.
   `cudnn_compatible_lstm_cell`: `CudnnCompatibleLSTMCell`).
 * `gates/kernel`, `gates/bias`, `candidate/kernel`, `candidate/bias`: TF1 `GRUCell` /
   `GRUBlockCellV2`; contrib v1's `w_ru`, `w_c`, `b_ru`, `b_c` (kernels told apart by shape).
-* TF1 contrib `CudnnLSTM`/`CudnnGRU` canonical names (tf_semantics §7.5), uni- and
+* TF1 contrib `CudnnLSTM`/`CudnnGRU` canonical names (docs/tf-semantics.md §7.5), uni- and
   bidirectional, summed biases split in halves as TF1's restore does, or the old separate
   `bias_cudnn_0/1`. An `opaque_kernel` alone is refused: its model is not stored.
 
 What each cell computed: a checkpoint stores weights only. The meta graph saved next to it
-(`<prefix>.meta`, `tf1_graph.py`) names the op or the op pattern that used the variables, and
+(`<prefix>.meta`, `graphs/tf1_cells.py`) names the op or the op pattern that used the variables, and
 with it the class and `forget_bias`, `cell_clip`, `activation`, `proj_clip`. Without a graph
 (or for a cell the graph does not hold), these come from `--set`, or with `--assume-defaults`
 from the TF1 class defaults (forget_bias 1.0, no clip, tanh); otherwise the cell is refused,
@@ -51,7 +51,7 @@ _FUSED_CLASS = {
 # cuDNN LSTM's names promise. BlockLSTMV2 reads Keras' i, f, c, o (and a GRU op no LSTM).
 _ICFO_LSTM = {"BlockLSTM", "LSTMBlockCell", "LSTMCell", "BasicLSTMCell"}
 
-# TF1 contrib CudnnLSTM / CudnnGRU canonical names (tf_semantics §7.5): `<outer>/` then
+# TF1 contrib CudnnLSTM / CudnnGRU canonical names (docs/tf-semantics.md §7.5): `<outer>/` then
 # `[rnn/]multi_rnn_cell/cell_<l>/` or `stack_bidirectional_rnn/cell_<l>/bidirectional_rnn/<fw|bw>/`
 # then the cell scope and a leaf.
 _CUDNN_NAME = re.compile(

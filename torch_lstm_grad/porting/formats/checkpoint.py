@@ -11,7 +11,7 @@ the environment variable TORCH_LSTM_GRAD_CHECKPOINT_READER). Then:
   aside. The graph's object names tell Keras 3 (`_operations`, `_functional`, `_tracked`)
   from tf.keras (`layer_with_weights-N`), whose version the checkpoint does not store.
 * TF1: variables keep their names; the `<prefix>.meta` graph, when it is there, is read for the
-  cells' attributes (`tf1_graph.py`).
+  cells' attributes (`graphs/tf1_cells.py`).
 """
 
 from __future__ import annotations

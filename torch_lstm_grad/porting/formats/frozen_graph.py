@@ -3,9 +3,9 @@ read without TensorFlow: binary `.pb` or text `.pbtxt`.
 
 Freezing replaces each variable with a `Const` node of the same name holding its value (the
 `<name>/read` identities stay), so the weights are the graph's floating-point constants and the
-cells are found as in a TF1 meta graph (`tf1_graph.py`, `describe_tf1.py`): by the variables'
-scopes and leaf names, then by the ops that read them. The variables of a frozen graph are its
-`Const` nodes holding floating-point tensors of rank >= 1 (scalars are an op's constants: a
+cells are found as in a TF1 meta graph (`graphs/tf1_cells.py`, `describe/tf1_cells.py`): by the
+variables' scopes and leaf names, then by the ops that read them. The variables of a frozen graph
+are its `Const` nodes holding floating-point tensors of rank >= 1 (scalars are an op's constants: a
 forget bias, a clip); those that are no recurrent cell's are listed as left out.
 """
 

@@ -21,10 +21,10 @@ What each layer computed:
 * `keras_metadata.pb` (tf.keras / tf_keras 2.x; SavedMetadata {nodes = 1 {node_path = 3,
   identifier = 4, metadata = 5 (JSON)}}; before TF 2.5 the same JSON in the object graph's
   `user_object.metadata`): the model config and the Keras version, as a `.h5` file's;
-* otherwise (Keras 3, `tf.saved_model.save`) the saved functions' graphs: `keras_graph.py`
+* otherwise (Keras 3, `tf.saved_model.save`) the saved functions' graphs: `graphs/keras_loops.py`
   reads each recurrent layer back from the loop that computes it, in the functions the chosen
   signature runs (`serving_default`, or `signature=`);
-* TF1: the cells' op patterns (`tf1_graph.py`), as for a checkpoint with its meta graph.
+* TF1: the cells' op patterns (`graphs/tf1_cells.py`), as for a checkpoint with its meta graph.
 """
 
 from __future__ import annotations

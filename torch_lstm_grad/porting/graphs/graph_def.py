@@ -48,7 +48,7 @@ INPUT_ARGS = {
 # in an IndexError). Checked against TF's op registry in test_tf1_graph.
 _ARITY = {
     # (Add and AddV2 are left to the describers, which refuse the layer whose step holds one,
-    # naming it: keras_graph's and tf1_graph's own "has 3 inputs, not 2".)
+    # naming it: keras_loops' and tf1_cells' own "has 3 inputs, not 2".)
     **dict.fromkeys(("MatMul", "BiasAdd", "Mul", "Minimum", "Maximum", "Split"), 2),
     **{op: len(args) for op, args in INPUT_ARGS.items()},
 }
