@@ -46,7 +46,7 @@ from .modules import (  # noqa: E402
     LSTMBlockCell,
     LSTMBlockFusedCell,
 )
-from .porting import load, verify  # noqa: E402
+from .porting import load, load_model, verify  # noqa: E402
 
 __version__ = "0.1.0"
 
@@ -76,6 +76,7 @@ __all__ = [
     "keras_layers",
     "layouts",
     "load",
+    "load_model",
     "modules",
     "ops",
     "porting",

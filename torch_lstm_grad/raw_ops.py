@@ -4,8 +4,9 @@ Each function takes `tf.raw_ops.<Op>`'s arguments (same names, order and default
 accepted and ignored) and returns a NamedTuple with TF's output names. A port replaces
 `tf.raw_ops.BlockLSTM(...)` with `torch_lstm_grad.raw_ops.BlockLSTM(...)`.
 
-Inputs are torch tensors; numpy arrays and Python scalars/lists are converted (floats to x's
-dtype and device, `seq_len_max` to int64, `sequence_lengths` to int32). Every forward op is
+Inputs are torch tensors; numpy arrays and Python scalars/lists are converted as TF's eager ops
+convert them (floats to the dtype and device of the op's first float torch tensor, `seq_len_max`
+to int64, `sequence_lengths` keeping their integer dtype; docs/api.md). Every forward op is
 differentiable: its backward is the Grad/Backprop op of the same name (see autograd.py).
 Layouts: time-major `[T, B, ...]`; LSTM gate blocks ICFO (BlockLSTM, LSTMBlockCell) or IFCO
 (BlockLSTMV2, CudnnRNN*); the CudnnRNN params layout and canonical order are those of

@@ -198,6 +198,14 @@ class KerasRNN(nn.Module):
             output = outputs[-1]
         return (output, *finals) if self.return_state else output
 
+    def compute_mask(self, inputs, mask):
+        """Keras' output masks: the input mask on the sequence output (none on a last-step
+        output), none on the states."""
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0] if mask else None
+        out = mask if self.return_sequences else None
+        return [out] + [None] * self.num_states if self.return_state else out
+
     def _run_masked(self, x, states, mask):
         T, B = mask.shape
         counts = mask.to(torch.int64).cumsum(0)  # unmasked steps up to and including t
@@ -404,6 +412,18 @@ class KerasBidirectional(nn.Module):
         if fw.return_state:
             return (*out, *states) if isinstance(out, list) else (out, *states)
         return out
+
+    def compute_mask(self, inputs, mask):
+        """Keras' output masks: the input mask on each sequence output, none on a last-step
+        output or a state."""
+        if isinstance(mask, (list, tuple)):
+            mask = mask[0] if mask else None
+        seq = self.forward_layer.return_sequences
+        out = [mask if seq else None] * (1 if self.merge_mode else 2)
+        states = self.forward_layer.num_states + self.backward_layer.num_states
+        if self.forward_layer.return_state:
+            return out + [None] * states
+        return out[0] if self.merge_mode else out
 
     def extra_repr(self) -> str:
         return f"merge_mode={self.merge_mode!r}"

@@ -17,7 +17,7 @@ The flow, one way (docs/porting.md):
 `torch-lstm-grad convert` is `convert`; `torch_lstm_grad.load` is `load`.
 """
 
-from .convert import FORMAT, convert, describe, load, read_source, read_variables
+from .convert import FORMAT, convert, describe, load, load_model, read_source, read_variables
 from .describe.description import Attr, LayerDescription, Refusal, Refused
 from .describe.statements import Statements
 from .formats.checkpoint import READER_ENV
@@ -36,6 +36,7 @@ __all__ = [
     "convert",
     "describe",
     "load",
+    "load_model",
     "read_source",
     "read_variables",
     "verify",

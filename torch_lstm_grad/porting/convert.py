@@ -29,14 +29,17 @@ import numpy as np
 import torch
 
 from .build import build, module_from_entry
+from .build.context import BuildContext
+from .build.keras_model import build_model, module_from_spec
 from .decoding import guard
 from .describe.description import LayerDescription, Refused
+from .describe.keras_model import describe_model
 from .describe.keras_rnn import describe_keras
 from .describe.statements import Statements
 from .describe.tf1_cells import describe_tf1
 from .formats.checkpoint import read_checkpoint
 from .formats.frozen_graph import is_graph_def, read_graph_def
-from .formats.keras_files import is_keras_file, read_keras, read_keras_config
+from .formats.keras_files import is_keras_file, read_config_file, read_keras
 from .formats.saved_model import is_saved_model, read_saved_model
 from .source import Source, Writer, keras_rnn_scopes, keras_version_tuple
 
@@ -64,8 +67,9 @@ def read_source(path, reader: str | None = None, config=None, signature=None) ->
     else:
         source = read_checkpoint(path, reader)
     if config is not None:
-        layers, masks, version = read_keras_config(os.fspath(config))
-        source.layers, source.mask_layers = layers, masks
+        source.layers, source.mask_layers, version, source.model_config = read_config_file(
+            os.fspath(config)
+        )
         source.config_origin = f"--config {os.fspath(config)}"
         if version and source.writer.keras_version is None:
             source.writer = Writer(
@@ -153,6 +157,7 @@ def convert(
     forget_bias: float | None = None,
     reader: str | None = None,
     signature: str | None = None,
+    layers_only: bool = True,
     log=print,
     warn=_stderr,
 ) -> dict:
@@ -162,9 +167,10 @@ def convert(
     does not say; `config`: a Keras model config for a weights-only file; `assume_defaults`:
     take the class defaults for whatever a TF1 checkpoint without its meta graph does not store;
     `forget_bias`: shorthand for `sets=["forget_bias=..."]`; `signature`: a SavedModel's
-    signature whose functions describe the layers (default serving_default). Raises
-    `Refused` (a ValueError)
-    listing every attribute it cannot reproduce, and writes nothing then. Returns the saved
+    signature whose functions describe the layers (default serving_default). Where the file
+    holds a Keras model config (or `config` gives one), the whole model is ported too
+    (`load_model` reads it), unless `layers_only`. Raises `Refused` (a ValueError) listing
+    every attribute or layer it cannot reproduce, and writes nothing then. Returns the saved
     dict."""
     statements = Statements.from_args(sets, keras_version, assume_defaults, forget_bias)
     source = read_source(src, reader, config, signature)
@@ -204,13 +210,18 @@ def convert(
     build_warnings += more
     for w in build_warnings:
         warn(f"WARNING: {w}")
-    used_vars = set()
+    model = None
+    if source.model_config is not None and not layers_only:
+        model = _whole_model(source, descriptions, approximate, log)
+    used_vars = set(model["used"]) if model else set()
     for name, e in entries.items():
         used_vars |= set(e["used"])
         params = ", ".join(f"{k} {list(t.shape)}" for k, t in e["state_dict"].items())
         log(f"{name}: {e['class']} <- {', '.join(e['used'])}; params: {params}")
     for name in sorted(set(source.variables) - used_vars):
         log(f"not a recurrent layer's weight (left out): {name}")
+    if model is not None:
+        log(f"model: {model['spec']['name']} as one KerasModel (load_model)")
     for name, why in sorted(source.ignored.items()):
         log(f"ignored: {name} ({why})")
     data = {
@@ -219,17 +230,58 @@ def convert(
         "approximate": bool(build_warnings),
         "modules": entries,
     }
+    if model is not None:
+        data["model"] = {k: model[k] for k in ("spec", "state_dict", "description")}
     data[_DIGEST_KEY] = _digest(data)
     torch.save(data, out)
     return data
 
 
-def load(path) -> dict[str, torch.nn.Module]:
-    """The modules of a file written by `convert` (`torch-lstm-grad convert`), by name. Each
-    carries its layer description as `module.port_description`. Raises ValueError for a file
-    this version cannot honour (an older format, which did not record what each layer
-    computed or carried no digest, or a layer variant this version's kernels lack) and for one
-    that is damaged or was changed after convert wrote it (its SHA-256 digest)."""
+def _whole_model(source: Source, rnn: list[LayerDescription], approximate: bool, log) -> dict:
+    """The whole Keras model of `source`: its description logged, its module built; raises
+    Refused naming every layer it cannot port."""
+    m, refusals = describe_model(source, rnn)
+    if m is None or refusals:
+        raise Refused(refusals)
+    log(f"model: {m.class_name} {m.name!r}, Keras {m.keras_major}'s semantics; inputs "
+        + ", ".join(f"{r[0]} {s['shape']} {s['dtype']}" for r, s in
+                    zip(m.inputs, m.input_specs, strict=True))  # fmt: skip
+        + "; outputs " + ", ".join(f"{r[0]}:{r[1]}:{r[2]}" for r in m.outputs))
+    for line in _model_lines(m, {d.name for d in rnn}):
+        log("  " + line)
+    ctx = BuildContext(source.variables, approximate)
+    built = build_model(ctx, source, m)
+    if built is None or ctx.refusals:
+        raise Refused(ctx.refusals)
+    module, spec, used = built
+    state = {k: v.detach().clone() for k, v in module.state_dict().items()}
+    return {"spec": spec, "state_dict": state, "description": _model_dict(m), "used": used}
+
+
+def _model_lines(m, printed: set[str], indent: str = "") -> list[str]:
+    out = []
+    for name, d in m.layers.items():
+        if hasattr(d, "calls"):  # a nested model
+            out.append(f"{indent}{name}: nested {d.class_name}")
+            out += _model_lines(d, printed, indent + "  ")
+        elif d is not None and d.name not in printed:
+            out += [indent + line for line in d.lines()]
+    return out
+
+
+def _model_dict(m) -> dict:
+    return {
+        "name": m.name,
+        "class_name": m.class_name,
+        "keras_major": m.keras_major,
+        "layers": {
+            n: (_model_dict(d) if hasattr(d, "calls") else d.to_dict()) for n, d in m.layers.items()
+        },
+    }
+
+
+def _read_converted(path) -> dict:
+    """A file written by `convert`, checked: its format and its SHA-256 digest."""
     with guard.reading(path, "not a readable torch-lstm-grad convert file", ("torch", "zipfile")):
         # torch.load's zip reader raises RuntimeError on a damaged archive, its weights-only
         # unpickler UnpicklingError (or others) on a damaged pickle: errors of the file.
@@ -252,14 +304,24 @@ def load(path) -> dict[str, torch.nn.Module]:
             f"{path}: its contents do not match the SHA-256 digest written with them: the file "
             "was changed or damaged after convert wrote it"
         )
-    if not isinstance(data.get("modules"), dict):
-        raise ValueError(f"{path}: no modules")
     if data.get("approximate"):
         warnings.warn(
             f"{path} was converted with --approximate: its modules differ from the "
             "TF/Keras layers (see each module's port_description)",
-            stacklevel=2,
+            stacklevel=3,
         )
+    return data
+
+
+def load(path) -> dict[str, torch.nn.Module]:
+    """The modules of a file written by `convert` (`torch-lstm-grad convert`), by name. Each
+    carries its layer description as `module.port_description`. Raises ValueError for a file
+    this version cannot honour (an older format, which did not record what each layer
+    computed or carried no digest, or a layer variant this version's kernels lack) and for one
+    that is damaged or was changed after convert wrote it (its SHA-256 digest)."""
+    data = _read_converted(path)
+    if not isinstance(data.get("modules"), dict):
+        raise ValueError(f"{path}: no modules")
     out = {}
     for name, e in data["modules"].items():
         try:
@@ -272,3 +334,26 @@ def load(path) -> dict[str, torch.nn.Module]:
             ) from err
         out[name] = module
     return out
+
+
+def load_model(path) -> torch.nn.Module:
+    """The whole Keras model of a file written by `convert`, as one `KerasModel`: called with
+    the model's inputs in Keras' order, returning Keras' outputs; `keras_weights()` maps Keras'
+    weight names to its tensors. Raises ValueError for a file that holds no whole model (its
+    source stored no model config, or it was converted with `--layers-only`), that this
+    version cannot build, or that is damaged or changed (its digest)."""
+    data = _read_converted(path)
+    model = data.get("model")
+    if not isinstance(model, dict):
+        raise ValueError(
+            f"{path}: holds no whole model (the source stored no Keras model config, or it was "
+            "converted with --layers-only); torch_lstm_grad.load() returns its layers"
+        )
+    try:
+        module = module_from_spec(model["spec"])
+        module.load_state_dict(model["state_dict"])
+    except (NotImplementedError, ValueError, TypeError, KeyError, AttributeError,
+            RuntimeError) as err:  # fmt: skip
+        raise ValueError(f"{path}: the model cannot be built by this version: {err}") from err
+    module.port_description = model["description"]
+    return module

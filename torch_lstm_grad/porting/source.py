@@ -95,6 +95,12 @@ class Source:
     ignored: dict[str, str] = field(default_factory=dict)
     mask_layers: list[str] = field(default_factory=list)  # layers that produce masks
     signature: str | None = None  # a SavedModel's signature whose functions were read
+    model_config: dict | None = None  # the Keras model config as stored (whole-model ports)
+    # Keras files: each layer's variables (keys of `variables`) in the file's order, under the
+    # layer's name (a `.keras` file's nested layers: its path of layer names), and each
+    # variable's name as the file writes it, where that differs (`dense/kernel:0`).
+    layer_weights: dict[str, list[str]] = field(default_factory=dict)
+    stored_names: dict[str, str] = field(default_factory=dict)
 
 
 # A cell's scope; Keras 3 puts an RNN's several cells under `stacked_rnn_cells`.

@@ -50,7 +50,7 @@ def report(load_problem: str | None = None) -> dict:
     built = {k: v for k, v in vars(info).items() if k.isupper()} if info else None
     loaded = load_problem is None
     return {
-        "torch_lstm_grad": os.path.dirname(os.path.abspath(__file__)),
+        "torch_lstm_grad": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
         "python": f"{platform.python_version()} ({sys.executable})",
         "torch": _torch(),
         "extension": {

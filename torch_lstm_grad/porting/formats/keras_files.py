@@ -40,7 +40,13 @@ from ..decoding import guard
 from ..source import KerasLayer, Source, Writer, keras_version_tuple
 from .hdf5_check import check_hdf5
 
-__all__ = ["is_keras_file", "layers_from_config", "read_keras", "read_keras_config"]
+__all__ = [
+    "is_keras_file",
+    "layers_from_config",
+    "read_keras",
+    "read_keras_config",
+    "read_config_file",
+]
 
 _CELL_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _MASK_PRODUCERS = {"Masking", "Embedding"}
@@ -151,6 +157,8 @@ def _walk_config(cfg: dict, out: dict[str, KerasLayer], masks: list[str], depth:
     if depth > _MAX_NESTING:
         raise ValueError(f"model config: models nested more than {_MAX_NESTING} deep")
     inner = cfg.get("config", {})
+    if isinstance(inner, list) and cfg.get("class_name") == "Sequential":
+        inner = {"layers": inner}  # Keras 2.0-2.1: a Sequential's config is its layer list
     if not isinstance(inner, dict):
         raise ValueError(f"model config: a layer's config is a {type(inner).__name__}")
     layers = inner.get("layers")
@@ -220,11 +228,14 @@ def layers_from_config(cfg: dict) -> tuple[dict[str, KerasLayer], list[str]]:
 # -- weights ------------------------------------------------------------------------------------
 
 
-def _keras3_weights(h5, limit: int) -> dict[str, np.ndarray]:
-    """A Keras 3 weights file: `layers/.../vars/<i>`, named by the `name` attributes."""
+def _keras3_weights(h5, limit: int, by_layer: dict | None = None) -> dict[str, np.ndarray]:
+    """A Keras 3 weights file: `layers/.../vars/<i>`, named by the `name` attributes.
+    `by_layer` gets each vars group's variable names in index order, under the path of layer
+    names that owns it (`dense`, `lstm/lstm_cell`, `head/dense`)."""
     import h5py
 
     out: dict[str, np.ndarray] = {}
+    by_layer = {} if by_layer is None else by_layer
 
     def visit(path, obj):
         if not isinstance(obj, h5py.Dataset):
@@ -256,8 +267,11 @@ def _keras3_weights(h5, limit: int) -> dict[str, np.ndarray]:
         value = _float_array(obj, limit)
         if value is not None:
             out["/".join([*names, leaf])] = value
+            by_layer.setdefault("/".join(names), []).append((index, "/".join([*names, leaf])))
 
     h5.visititems(visit)
+    for path, entries in by_layer.items():
+        by_layer[path] = [name for _, name in sorted(entries)]
     return out
 
 
@@ -271,9 +285,17 @@ def _name(obj, default: str, limit: int) -> str:
     return _str(value) or default
 
 
-def _legacy_weights(group, limit: int) -> dict[str, np.ndarray]:
-    """A legacy layout: one group per layer listing its `weight_names`."""
+def _legacy_weights(group, limit: int, models=frozenset(), by_layer: dict | None = None,
+                    stored: dict | None = None) -> dict[str, np.ndarray]:
+    """A legacy layout: one group per layer listing its `weight_names`. A weight belongs to the
+    layer its name's first part names, but where that is the group's name with a number added (a
+    model loaded twice in one process saves `dense_7_1/kernel:0` under layer `dense_7`): the group's
+    layer (not in the group of a nested model, `models`, which holds its layers'). `by_layer` gets
+    each layer's variable names in the file's order, `stored` each variable's name as the file
+    writes it."""
     out: dict[str, np.ndarray] = {}
+    by_layer = {} if by_layer is None else by_layer
+    stored = {} if stored is None else stored
     for layer in group:
         names = _attr(group[layer], "weight_names", limit)
         if names is None:
@@ -283,9 +305,44 @@ def _legacy_weights(group, limit: int) -> dict[str, np.ndarray]:
         for n in names:
             n = _str(n)
             value = _float_array(group[layer][n], limit)
-            if value is not None:
-                out[n.removesuffix(":0")] = value
+            if value is None:
+                continue
+            first, _, rest = n.removesuffix(":0").partition("/")
+            renamed = first.startswith(f"{layer}_") and first[len(layer) + 1 :].isdecimal()
+            owner = layer if renamed and layer not in models else first
+            key = f"{owner}/{rest}" if rest else n.removesuffix(":0")
+            if layer in models and first == layer and "/" in rest:  # Keras 3: `head/dense/kernel`
+                owner = f"{first}/{rest.partition('/')[0]}"
+            out[key] = value
+            by_layer.setdefault(owner, []).append(key)
+            stored[key] = n
     return out
+
+
+def _nested_models(cfg) -> frozenset[str]:
+    """The names of the models nested in a model config (their h5 groups hold their layers')
+    weights)."""
+    out: set[str] = set()
+
+    def walk(c, depth=0):
+        if not isinstance(c, dict) or depth > _MAX_NESTING:
+            return
+        inner = c.get("config")
+        layers = inner if isinstance(inner, list) else (inner or {}).get("layers") if (
+            isinstance(inner, dict)) else None  # fmt: skip
+        if not isinstance(layers, list):
+            return
+        for layer in layers:
+            if isinstance(layer, dict) and layer.get("class_name") in ("Sequential", "Functional",
+                                                                     "Model"):  # fmt: skip
+                cfg = layer.get("config")
+                name = layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None)
+                if isinstance(name, str):
+                    out.add(name)
+            walk(layer, depth + 1)
+
+    walk(cfg)
+    return frozenset(out)
 
 
 def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
@@ -298,9 +355,12 @@ def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
 
     attrs = keras_attrs(h5)
     if "layers" in h5 and "vars" in h5 and "keras_version" not in attrs:
-        variables = _keras3_weights(h5, limit)
+        by_layer: dict[str, list[str]] = {}
+        variables = _keras3_weights(h5, limit, by_layer)
         writer = Writer("keras", None, 3, "the Keras 3 weights layout; the version is not stored")
-        return Source(path, f"Keras 3 weights ({file_label})", writer, variables)
+        source = Source(path, f"Keras 3 weights ({file_label})", writer, variables)
+        source.layer_weights = by_layer
+        return source
     if "model_weights" in h5:
         weights = h5["model_weights"]
         attrs = attrs or keras_attrs(weights)
@@ -316,11 +376,17 @@ def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
     backend = attrs.get("backend")
     how = "keras_version attribute" + (f", backend {backend}" if backend else "")
     writer = Writer("keras", version, major, how if version else "no keras_version attribute")
-    source = Source(path, "", writer, _legacy_weights(weights, limit))
     config = _attr(h5, "model_config", limit)
-    if config is not None:
+    model_config = _json(_str(config), "model_config") if config is not None else None
+    by_layer: dict[str, list[str]] = {}
+    stored: dict[str, str] = {}
+    variables = _legacy_weights(weights, limit, _nested_models(model_config), by_layer, stored)
+    source = Source(path, "", writer, variables)
+    source.layer_weights, source.stored_names = by_layer, stored
+    if model_config is not None:
         source.format = f"Keras legacy HDF5 model ({file_label}: model_config + weights)"
-        source.layers, source.mask_layers = layers_from_config(_json(_str(config), "model_config"))
+        source.model_config = model_config
+        source.layers, source.mask_layers = layers_from_config(source.model_config)
         source.config_origin = "the file's model_config"
     else:
         source.format = f"Keras legacy HDF5 weights ({file_label}: weights only, no config)"
@@ -364,6 +430,7 @@ def _read_keras(path: str) -> Source:
         )
         source.format = "Keras .keras archive (config.json + model.weights.h5)"
         if config is not None:
+            source.model_config = config
             source.layers, source.mask_layers = layers_from_config(config)
             source.config_origin = "config.json"
         return source
@@ -376,11 +443,19 @@ def read_keras_config(path: str) -> tuple[dict[str, KerasLayer], list[str], str 
     """`(layers, mask producers, keras_version or None)` of a model config given on its own: a
     JSON file (`model.to_json()`, or a `.keras` archive's config.json), a `.keras` archive or a
     legacy `.h5` holding `model_config`."""
+    return read_config_file(path)[:3]
+
+
+def read_config_file(path: str):
+    """`read_keras_config`'s three, and the model config itself."""
     with guard.reading(path, "Keras model config", _LIBRARIES):
-        layers, masks, version = _read_keras_config(path)
+        cfg, version = _read_keras_config(path)
+        if isinstance(cfg, str):  # json.dump(model.to_json(), f): the JSON text, as a string
+            cfg = json.loads(cfg)
+        layers, masks = layers_from_config(cfg)
     if version is not None and not isinstance(version, str):
         raise guard.CorruptFile(f"{path}: keras_version {version!r} is not a string")
-    return layers, masks, version
+    return layers, masks, version, cfg
 
 
 def _read_keras_config(path: str):
@@ -390,7 +465,7 @@ def _read_keras_config(path: str):
             cfg = _json(_zip_member(z, "config.json", size), "config.json")
             meta = _json(_zip_member(z, "metadata.json", size), "metadata.json") if (
                 "metadata.json" in z.namelist()) else {}  # fmt: skip
-        return (*layers_from_config(cfg), meta.get("keras_version"))
+        return cfg, meta.get("keras_version")
     if _is_h5(path):
         h5, limit = _open_h5(path)
         with h5:
@@ -398,11 +473,9 @@ def _read_keras_config(path: str):
             if config is None:
                 raise ValueError(f"--config {path}: an HDF5 file without model_config")
             version = _attr(h5, "keras_version", limit)
-            return (
-                *layers_from_config(_json(_str(config), "model_config")),
-                _str(version) if version is not None else None,
-            )
+            version = _str(version) if version is not None else None
+            return _json(_str(config), "model_config"), version
     with open(path, "rb") as fh:
         cfg = json.loads(fh.read())
     version = cfg.get("keras_version") if isinstance(cfg, dict) else None
-    return (*layers_from_config(cfg), version)
+    return cfg, version

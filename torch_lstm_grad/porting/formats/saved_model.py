@@ -238,6 +238,7 @@ def _apply_keras_metadata(source: Source, entries: dict, where: str) -> None:
     config = _layered_config(root) if root is not None else None
     if config is None:
         config = {"class_name": "Model", "config": {"layers": _subclassed_layers(entries)}}
+    source.model_config = config if isinstance(config, dict) else None
     source.layers, source.mask_layers = layers_from_config(config)
     source.config_origin = where
     major = keras_version_tuple(version)[0] if version else 2
