@@ -5,7 +5,7 @@ copy of the package, run the tests that reach it, and report the mutants no test
     python harness/mutation_run.py --files torch_lstm_grad/keras_layers.py
     python harness/mutation_run.py --list --files torch_lstm_grad/modules.py
     python harness/mutation_run.py --show 'modules.py#12'       # the mutant's diff
-    python harness/mutation_run.py --only 'modules.py#12' --tests tests/test_port_states.py
+    python harness/mutation_run.py --only 'modules.py#12' --tests tests/modules/test_modules.py
     python harness/mutation_run.py --report benchmarks/results/mutation-2026-11-26.md
     python harness/mutation_run.py --results benchmarks/results/mutation-results.json \
         --merge /tmp/mutA.json /tmp/mutB.json --base <the commit the runs copied it from>
@@ -61,65 +61,98 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 EQUIVALENTS = os.path.join(REPO, "harness", "mutation_equivalents.txt")
 
-# The tests written to kill the run's survivors and the new state tests first in every
-# selection: the fast, targeted ones.
-_FIRST_TESTS = ["tests/test_mutation_kills.py", "tests/test_port_states.py"]
+# The tests written to kill the run's survivors and the state tests, in the files of the modules
+# they test, first in every selection: the fast, targeted ones.
+_FIRST_TESTS = [
+    "tests/ops/test_ops_defaults.py",
+    "tests/ops/test_raw_ops_conversion.py",
+    "tests/porting/describe/test_statements.py",
+    "tests/porting/test_build.py",
+    "tests/porting/test_convert.py",
+    "tests/keras_layers/test_recurrent.py",
+    "tests/modules/test_modules.py",
+    "tests/layouts/test_layouts.py",
+    "tests/ops/test_autograd.py",
+    "tests/porting/describe/test_tf1_cells.py",
+    "tests/porting/graphs/test_tf1_cells.py",
+]
 _KERAS_TESTS = [
     *_FIRST_TESTS,
-    "tests/test_porting_keras.py",
-    "tests/test_gru_variants.py",
-    "tests/test_lstm_variants.py",
-    "tests/test_porting_keras2.py",
+    "tests/porting/test_keras.py",
+    "tests/ops/test_ops_gru_variants.py",
+    "tests/ops/integration/test_gru_variants.py",
+    "tests/ops/test_ops_lstm_variants.py",
+    "tests/ops/integration/test_lstm_variants.py",
+    "tests/porting/test_keras2.py",
 ]
 _MODULE_TESTS = [
     *_FIRST_TESTS,
-    "tests/test_modules.py",
-    "tests/test_lstm_variants.py",
-    "tests/test_gru_variants.py",
-    "tests/test_gru_block_cell.py",
-    "tests/test_inference.py",
-    "tests/test_layouts.py",
-    "tests/test_accuracy_vs_float64.py",
-    "tests/test_porting_tf1.py",
+    "tests/ops/test_ops_lstm_variants.py",
+    "tests/ops/integration/test_lstm_variants.py",
+    "tests/ops/test_ops_gru_variants.py",
+    "tests/ops/integration/test_gru_variants.py",
+    "tests/ops/test_raw_ops_gru_block_cell.py",
+    "tests/ops/test_ops_inference.py",
+    "tests/ops/integration/test_inference.py",
+    "tests/ops/test_raw_ops_accuracy.py",
+    "tests/porting/test_tf1.py",
 ]
 _PORTING_TESTS = [
     *_FIRST_TESTS,
-    "tests/test_porting_keras.py",
-    "tests/test_porting_keras2.py",
-    "tests/test_porting_tf1.py",
-    "tests/test_porting_saved_model.py",
-    "tests/test_porting_readers.py",
-    "tests/test_keras_describer.py",
-    "tests/test_saved_model_tampered.py",
-    "tests/test_saved_model_variables.py",
-    "tests/test_saved_model_loop_context.py",
-    "tests/test_describe_tf1_mutants.py",
+    "tests/porting/test_keras.py",
+    "tests/porting/test_keras2.py",
+    "tests/porting/test_tf1.py",
+    "tests/porting/test_saved_model.py",
+    "tests/porting/test_source.py",
+    "tests/porting/decoding/test_proto.py",
+    "tests/porting/decoding/test_guard.py",
+    "tests/porting/formats/test_tensorbundle.py",
+    "tests/porting/formats/test_checkpoint.py",
+    "tests/porting/formats/test_object_graph.py",
+    "tests/porting/formats/test_frozen_graph.py",
+    "tests/porting/formats/test_saved_model.py",
+    "tests/porting/graphs/test_graph_def.py",
+    "tests/porting/describe/test_keras_rnn.py",
+    "tests/robustness/test_saved_model_tampered.py",
+    "tests/robustness/test_saved_model_loop_context.py",
     # the one reader of a SavedModel layer's graph_io (what --verify feeds and fetches); last,
     # as it runs TF on each file
-    "tests/test_verify.py",
+    "tests/porting/test_verify.py",
 ]
 # The readers of the files users hold (byte formats, protobufs, graphs) and the converter around
 # them: every porting test reads its file through them; the fuzz tests feed them hostile bytes.
-_READER_TESTS = [*_PORTING_TESTS[:-1], "tests/test_fuzz_readers.py", _PORTING_TESTS[-1]]
+_READER_TESTS = [
+    *_PORTING_TESTS[:-1],
+    "tests/robustness/test_fuzz_readers.py",
+    _PORTING_TESTS[-1],
+]
 _OP_TESTS = [
     *_FIRST_TESTS,
-    "tests/test_modules.py",
-    "tests/test_lstm_variants.py",
-    "tests/test_gru_variants.py",
-    "tests/test_gru_block_cell.py",
-    "tests/test_lstm_block_ops.py",
-    "tests/test_gradcheck.py",
-    "tests/test_inference.py",
-    "tests/test_reference.py",
-    "tests/test_accuracy_vs_float64.py",
-    "tests/test_bad_input.py",
-    "tests/test_tf_ported_lstm_ops.py",
-    "tests/test_tf_ported_gru_ops.py",
-    "tests/test_tf_ported_cudnn_rnn.py",
+    "tests/ops/test_ops_lstm_variants.py",
+    "tests/ops/integration/test_lstm_variants.py",
+    "tests/ops/test_ops_gru_variants.py",
+    "tests/ops/integration/test_gru_variants.py",
+    "tests/ops/test_raw_ops_gru_block_cell.py",
+    "tests/ops/test_raw_ops_lstm_block.py",
+    "tests/ops/test_ops_inference.py",
+    "tests/ops/integration/test_inference.py",
+    "tests/ops/test_reference.py",
+    "tests/ops/test_raw_ops_accuracy.py",
+    "tests/ops/test_raw_ops_bad_input.py",
+    "tests/tf_ported/test_tf_ported_lstm_ops.py",
+    "tests/tf_ported/test_tf_ported_gru_ops.py",
+    "tests/tf_ported/test_tf_ported_cudnn_rnn.py",
     # the CudnnRNNBackprop* raw ops and the ops' shape functions are called by these only
-    "tests/test_cudnn_rnn.py",
-    "tests/test_tf_ported_shape_fns.py",
+    "tests/ops/test_raw_ops_cudnn_rnn.py",
+    "tests/ops/integration/test_cudnn_rnn.py",
+    "tests/tf_ported/test_tf_ported_shape_fns.py",
 ]
+
+
+def _led_by(selection: list[str], *first: str) -> list[str]:
+    """`selection` with the test files `first` at its head (each once)."""
+    return [*first, *(t for t in selection if t not in first)]
+
 
 # Target file -> its test selection, in the order of the issue's priorities.
 FILES = {
@@ -132,12 +165,14 @@ FILES = {
     "torch_lstm_grad/porting/describe/keras_rnn.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/describe/tf1_cells.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/graphs/keras_loops.py": _PORTING_TESTS,
-    "torch_lstm_grad/layouts.py": [
-        "tests/test_layouts.py",
-        *_FIRST_TESTS,
-        "tests/test_modules.py",
-        "tests/test_lstm_variants.py",
-    ],  # fmt: skip
+    "torch_lstm_grad/layouts.py": _led_by(
+        [
+            *_FIRST_TESTS,
+            "tests/ops/test_ops_lstm_variants.py",
+            "tests/ops/integration/test_lstm_variants.py",
+        ],
+        "tests/layouts/test_layouts.py",
+    ),
     "torch_lstm_grad/autograd.py": _OP_TESTS,
     "torch_lstm_grad/ops.py": _OP_TESTS,
     "torch_lstm_grad/raw_ops.py": _OP_TESTS,
@@ -160,15 +195,28 @@ FILES = {
     # checked first against protobuf's own text parser, HDF5's own addresses, TF's own
     # checksums, OrderedCode and string tensors, the weights Keras holds, and TF's own reading
     # of graphs
-    "torch_lstm_grad/porting/decoding/textproto.py": ["tests/test_textproto.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/formats/hdf5_check.py": ["tests/test_hdf5_check.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/formats/tensorbundle.py": [
-        "tests/test_tensorbundle.py",
-        *_READER_TESTS,
-    ],
-    "torch_lstm_grad/porting/formats/keras_files.py": ["tests/test_keras_files.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/graphs/graph_def.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
-    "torch_lstm_grad/porting/graphs/tf1_cells.py": ["tests/test_tf1_graph.py", *_READER_TESTS],
+    "torch_lstm_grad/porting/decoding/textproto.py": _led_by(
+        _READER_TESTS, "tests/porting/decoding/test_textproto.py"
+    ),
+    "torch_lstm_grad/porting/formats/hdf5_check.py": _led_by(
+        _READER_TESTS, "tests/porting/formats/test_hdf5_check.py"
+    ),
+    "torch_lstm_grad/porting/formats/tensorbundle.py": _led_by(
+        _READER_TESTS, "tests/porting/formats/test_tensorbundle.py"
+    ),
+    "torch_lstm_grad/porting/formats/keras_files.py": _led_by(
+        _READER_TESTS, "tests/porting/formats/test_keras_files.py"
+    ),
+    "torch_lstm_grad/porting/graphs/graph_def.py": _led_by(
+        _READER_TESTS,
+        "tests/porting/graphs/test_graph_def.py",
+        "tests/porting/graphs/test_tf1_cells.py",
+    ),
+    "torch_lstm_grad/porting/graphs/tf1_cells.py": _led_by(
+        _READER_TESTS,
+        "tests/porting/graphs/test_tf1_cells.py",
+        "tests/porting/graphs/test_graph_def.py",
+    ),
 }
 
 SKIP_FUNCS = {"extra_repr", "__repr__", "__str__"}
@@ -656,8 +704,7 @@ class _Recorder:
 
 def _use_scratch(scratch):
     os.chdir(scratch)
-    sys.path.insert(0, scratch)
-    sys.path.insert(0, os.path.join(scratch, "tests"))
+    sys.path.insert(0, scratch)  # the package and `tests` (the suite's helpers: tests.helpers)
     os.environ["PYTHONPATH"] = scratch + os.pathsep + os.environ.get("PYTHONPATH", "")
 
 

@@ -2,7 +2,7 @@
 layers, both directions, with and without projection, each parameter's element offset in the
 flat buffer flatten_parameters() made, one model a line. tests/data/cudnn_weight_order_h200.txt
 is this script's output on an H200 (cuDNN 9.19, torch 2.11.0+cu130, 2026-11-26), the oracle
-tests/test_cudnn_rnn.py holds the params layout to on machines without a GPU.
+tests/ops/test_raw_ops_cudnn_rnn.py holds the params layout to on machines without a GPU.
 
     python release/cudnn_weight_order.py > cudnn_weight_order.txt
 """

@@ -143,8 +143,9 @@ fi
 per_test=()
 "$PY" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout 60)
 step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
-  tests/test_cuda.py tests/test_cuda_modules.py tests/test_cuda_ports.py tests/test_cudnn_rnn.py \
-  tests/test_opcheck.py
+  tests/ops/test_cuda.py tests/modules/test_modules_cuda.py tests/porting/test_cuda.py \
+  tests/ops/test_raw_ops_cudnn_rnn.py tests/ops/integration/test_cudnn_rnn.py \
+  tests/ops/integration/test_block_ops.py
 step layout 50 tests.log "$PY" release/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 # cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
 step weights 30 tests.log bash -c "diff <(\"$PY\" release/cudnn_weight_order.py) \

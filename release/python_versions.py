@@ -25,10 +25,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TESTS = [
-    "tests/test_lstm_block_ops.py",
-    "tests/test_gru_block_cell.py",
-    "tests/test_reference.py",
-    "tests/test_lstm_variants.py",
+    "tests/ops/test_raw_ops_lstm_block.py",
+    "tests/ops/test_raw_ops_gru_block_cell.py",
+    "tests/ops/test_reference.py",
+    "tests/ops/test_ops_lstm_variants.py",
+    "tests/ops/integration/test_lstm_variants.py",
 ]
 
 

@@ -4,9 +4,7 @@ import pytest
 import torch
 
 # TORCH_LSTM_GRAD_REQUIRE_TF=1 (set by .ci/run): TF-dependent skips fail (tests/tf_required.py).
-from tf_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
-
-import torch_lstm_grad
+from tests.tf_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
 
 # TensorFlow 2.21 and triton 3.9 (torch 2.15's) each carry LLVM: importing triton after
 # TensorFlow aborts the process ("LLVM ERROR: inconsistency in registered CommandLine options"),
@@ -15,14 +13,12 @@ import torch_lstm_grad
 with contextlib.suppress(ImportError):
     import triton  # noqa: F401
 
-CUDA_OK = torch.cuda.is_available() and torch_lstm_grad.built_with_cuda()
-_CUDA_SKIP = (
-    "no CUDA device visible" if not torch.cuda.is_available() else "extension built without CUDA"
-)
+from tests.helpers import CUDA_OK, CUDA_SKIP  # noqa: E402
+
 DEVICES = [
     "cpu",
     pytest.param(
-        "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=_CUDA_SKIP)]
+        "cuda", marks=[pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=CUDA_SKIP)]
     ),
 ]
 

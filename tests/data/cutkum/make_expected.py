@@ -1,11 +1,11 @@
 """Writes expected.npz beside it: TensorFlow's own run of cutkum's frozen graph on seeded inputs,
-for the tests that have no TensorFlow to run it (tests/test_cuda_ports.py, on the GPU machine).
+for the tests that have no TensorFlow to run it (tests/porting/test_cuda.py, on the GPU machine).
 
     python tests/data/cutkum/make_expected.py
 
 Stores x [T, B, 80], lengths [B], state [1, B, 896] (the three GRUs' initial states,
 concatenated) and outputs (the graph's rnn/TensorArrayStack/TensorArrayGatherV3, [T, B, 128])
-with keep_prob 1. tests/test_porting_tf1.py::test_published_frozen_graph_cutkum runs TF on the
+with keep_prob 1. tests/porting/test_tf1.py::test_published_frozen_graph_cutkum runs TF on the
 same inputs and checks these outputs are what TF computes there.
 """
 

@@ -1,4 +1,4 @@
-"""Writes the Keras 2 fixtures of tests/test_porting_keras2.py with tf_keras (Keras 2.21, the
+"""Writes the Keras 2 fixtures of tests/porting/test_keras2.py with tf_keras (Keras 2.21, the
 Keras 2 that TF 2.21 ships as a separate package), and what tf_keras computes on them.
 
 Run by hand where tf_keras is installed (it requires `tensorflow`; with tensorflow-cpu installed,

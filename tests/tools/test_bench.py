@@ -1,0 +1,67 @@
+"""`torch-lstm-grad bench`: a tiny shape runs and writes its JSON (paired ratios), the inference
+and module rows, the page-fault count per call, a bad shape refused."""
+
+import json
+import sys
+
+import pytest
+import torch
+
+from torch_lstm_grad.tools import cli
+
+
+def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli.main(
+        ["bench", "--shape", "2,2,3,4", "--no-tf", "--min-run-time", "0.01", "--json", str(out)]
+    )
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "2,2,3,4" in table and "fwd+bwd" in table
+    data = json.loads(out.read_text())
+    assert {"date", "cpu_model", "torch_version", "torch_threads", "results"} <= set(data)
+    assert [r["pass"] for r in data["results"]] == ["fwd", "fwd+bwd"]
+    assert all(r["ms"]["ours"] > 0 and r["ms"]["nn.LSTM"] > 0 for r in data["results"])
+    assert all(r["ms"]["TF"] is None for r in data["results"])
+    # ours/nn.LSTM is the median of paired per-round ratios, not the ratio of the medians.
+    assert all(r["ratio"]["ours/nn.LSTM"] > 0 and r["paired_rounds"] >= 7 for r in data["results"])
+    assert all(r["ratio"]["ours/TF"] is None for r in data["results"])
+
+
+def test_bench_inference_and_module_rows(tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    code = cli.main(
+        ["bench", "--mode", "all", "--shape", "3,1,3,4", "--no-tf", "--min-run-time", "0.01",
+         "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0
+    table = capsys.readouterr().out
+    assert "inference" in table and "CudnnLSTM/nn.LSTM" in table and "us/step" in table
+    rows = json.loads(out.read_text())["results"]
+    assert [r["pass"] for r in rows] == ["inference", "fwd", "fwd+bwd"]
+    names = ("LSTMBlockFusedCell", "CudnnLSTM")
+    for r in rows:
+        assert all(r["ms"][k] > 0 and r["ratio"][f"{k}/nn.LSTM"] > 0 for k in names)
+    assert rows[0]["us_per_step"]["nn.LSTM"] == pytest.approx(rows[0]["ms"]["nn.LSTM"] * 1e3 / 3)
+    assert rows[1]["ratio"]["ours/nn.LSTM"] > 0
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="glibc's mmap threshold; ru_minflt")
+def test_bench_counts_page_faults_per_call():
+    """The bench's page-fault count per call: a buffer above glibc's largest mmap threshold
+    (32 MB) is mapped afresh and faulted in on every call (8,192 pages of 4 KB at 32 MB; fewer
+    with huge pages), a call that allocates nothing takes none."""
+    from torch_lstm_grad.tools import bench as _bench
+
+    faults = {}
+    _bench._time_paired({"fresh": lambda: torch.ones(64 << 20, dtype=torch.uint8),
+                         "none": lambda: None}, 0.05, faults)  # fmt: skip
+    assert faults["none"] < 5
+    assert faults["fresh"] > 10
+
+
+def test_bench_rejects_a_bad_shape(capsys):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["bench", "--shape", "2,2,3", "--no-tf"])
+    assert exc.value.code == 2
+    assert "T,B,I,H" in capsys.readouterr().err
