@@ -27,6 +27,7 @@ from .convolutional import (
 )
 from .core import (
     KerasActivation,
+    KerasActivityRegularization,
     KerasAlphaDropout,
     KerasDense,
     KerasDropout,
@@ -46,7 +47,11 @@ from .merging import (
     KerasSubtract,
 )
 from .model import KerasModel
-from .normalization import KerasBatchNormalization, KerasLayerNormalization
+from .normalization import (
+    KerasBatchNormalization,
+    KerasLayerNormalization,
+    KerasUnitNormalization,
+)
 from .operations import KerasOp
 from .recurrent import KerasBidirectional, KerasGRU, KerasLSTM, KerasRNN, KerasSimpleRNN
 from .reshaping import KerasFlatten, KerasPermute, KerasRepeatVector, KerasReshape
@@ -54,6 +59,7 @@ from .wrappers import KerasTimeDistributed
 
 __all__ = [
     "KerasActivation",
+    "KerasActivityRegularization",
     "KerasAdd",
     "KerasAlphaDropout",
     "KerasAverage",
@@ -89,6 +95,7 @@ __all__ = [
     "KerasSpatialDropout1D",
     "KerasSubtract",
     "KerasTimeDistributed",
+    "KerasUnitNormalization",
     "KerasUpSampling1D",
     "KerasZeroPadding1D",
     "Layer",

@@ -1,6 +1,6 @@
-"""Keras' core layers: Dense, Embedding, Activation, Masking, and the layers that are the
-identity at `training=False` (Dropout, SpatialDropout1D, GaussianNoise, GaussianDropout,
-AlphaDropout).
+"""Keras' core layers: Dense, Embedding, Activation, Masking, ActivityRegularization (the
+identity: its penalty is a loss term), and the layers that are the identity at `training=False`
+(Dropout, SpatialDropout1D, GaussianNoise, GaussianDropout, AlphaDropout).
 
 Weights keep Keras' names and layouts (`Dense.kernel [in, units]`, `Embedding.embeddings
 [input_dim, output_dim]`), so a file's arrays load as they are. In training mode the noise
@@ -21,6 +21,7 @@ from .base import Layer, float_dtype
 
 __all__ = [
     "KerasActivation",
+    "KerasActivityRegularization",
     "KerasAlphaDropout",
     "KerasDense",
     "KerasDropout",
@@ -126,6 +127,19 @@ class KerasMasking(Layer):
 
     def extra_repr(self) -> str:
         return f"mask_value={self.mask_value}, {super().extra_repr()}"
+
+
+class KerasActivityRegularization(Layer):
+    """`ActivityRegularization(l1, l2)`: the identity (its penalty is a loss term, which a port
+    does not add); passes the mask on."""
+
+    supports_masking = True
+
+    def __init__(self, *, keras_major: int = 3):
+        super().__init__(keras_major)
+
+    def forward(self, inputs, mask=None):
+        return inputs
 
 
 class _Noise(Layer):

@@ -19,7 +19,7 @@ from torch import nn
 
 from .base import Layer, float_dtype
 
-__all__ = ["KerasBatchNormalization", "KerasLayerNormalization"]
+__all__ = ["KerasBatchNormalization", "KerasLayerNormalization", "KerasUnitNormalization"]
 
 # Keras' backend.epsilon(): Keras 3 adds it to the masked moments' count.
 _KERAS_EPSILON = 1e-7
@@ -143,3 +143,25 @@ class KerasLayerNormalization(Layer):
 
     def extra_repr(self) -> str:
         return f"axis={self.axis}, epsilon={self.epsilon}, {super().extra_repr()}"
+
+
+class KerasUnitNormalization(Layer):
+    """`UnitNormalization(axis=-1)`: `x · rsqrt(sum(x²))` over `axis`, bounded as each Keras
+    bounds it: Keras 3 `min(rsqrt(sum(x²)), 1e12)`, tf_keras (`tf.linalg.l2_normalize`)
+    `rsqrt(max(sum(x²), 1e-12))`; passes the mask on."""
+
+    supports_masking = True
+
+    def __init__(self, axis=-1, *, keras_major: int = 3):
+        super().__init__(keras_major)
+        self.axis = axis
+
+    def forward(self, inputs, mask=None):
+        axes = _axes(self.axis, inputs.dim())
+        square_sum = inputs.square().sum(dim=axes, keepdim=True)
+        if self.keras_major == 2:
+            return inputs * torch.rsqrt(torch.clamp(square_sum, min=1e-12))
+        return inputs * torch.clamp(torch.rsqrt(square_sum), max=1e12)
+
+    def extra_repr(self) -> str:
+        return f"axis={self.axis}, {super().extra_repr()}"

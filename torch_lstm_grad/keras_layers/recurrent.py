@@ -90,6 +90,7 @@ class KerasRNN(nn.Module):
         stateful: bool = False,
         time_major: bool = False,
         zero_output_for_mask: bool | None = False,
+        masked_outputs: str = "previous_output",
         device=None,
         dtype=None,
     ) -> None:
@@ -111,6 +112,14 @@ class KerasRNN(nn.Module):
         self.zero_output_for_mask = None if zero_output_for_mask is None else bool(
             zero_output_for_mask
         )
+        # A masked step's output (without zero_output_for_mask): the previous step's output
+        # with zeros before the first unmasked step (Keras >= 2.3 and Keras 3), or the previous
+        # state with the initial state before it (Keras <= 2.2's backends: `states[0]`).
+        if masked_outputs not in ("previous_output", "previous_state"):
+            raise ValueError(
+                f"masked_outputs: 'previous_output' or 'previous_state', got {masked_outputs!r}"
+            )
+        self.masked_outputs = masked_outputs
         G, U = self.gates, self.units
         self.kernel = nn.Parameter(torch.empty(self.input_size, G * U, **factory))
         self.recurrent_kernel = nn.Parameter(torch.empty(U, G * U, **factory))
@@ -216,8 +225,12 @@ class KerasRNN(nn.Module):
         outputs, finals = self._run(packed, states, lengths)
         index = (counts - 1).clamp(min=0)
         out = outputs.gather(0, index.unsqueeze(-1).expand(-1, -1, outputs.shape[2]))
-        keep = mask if self.zero_output_for_mask else counts > 0
-        return out * keep.unsqueeze(-1).to(out.dtype), finals
+        if self.zero_output_for_mask:
+            return out * mask.unsqueeze(-1).to(out.dtype), finals
+        started = (counts > 0).unsqueeze(-1)
+        if self.masked_outputs == "previous_state":  # the initial h before the first step
+            return torch.where(started, out, states[0].unsqueeze(0)), finals
+        return out * started.to(out.dtype), finals
 
     @staticmethod
     def _final(seq: torch.Tensor, initial: torch.Tensor, lengths) -> torch.Tensor:

@@ -35,6 +35,7 @@ _PLAIN = {
     "keras.Dense": K.KerasDense,
     "keras.Embedding": K.KerasEmbedding,
     "keras.Activation": K.KerasActivation,
+    "keras.ActivityRegularization": K.KerasActivityRegularization,
     "keras.Masking": K.KerasMasking,
     "keras.Dropout": K.KerasDropout,
     "keras.SpatialDropout1D": K.KerasSpatialDropout1D,
@@ -43,6 +44,7 @@ _PLAIN = {
     "keras.AlphaDropout": K.KerasAlphaDropout,
     "keras.BatchNormalization": K.KerasBatchNormalization,
     "keras.LayerNormalization": K.KerasLayerNormalization,
+    "keras.UnitNormalization": K.KerasUnitNormalization,
     "keras.Conv1D": K.KerasConv1D,
     "keras.MaxPooling1D": K.KerasMaxPooling1D,
     "keras.AveragePooling1D": K.KerasAveragePooling1D,
@@ -144,7 +146,7 @@ def _kwargs(d: LayerDescription, shapes: list, major: int) -> dict:
         kw["cropping"] = v("cropping", (1, 1))
     elif kind == "UpSampling1D":
         kw["size"] = v("size", 2)
-    elif kind == "Concatenate":
+    elif kind in ("Concatenate", "UnitNormalization"):
         kw["axis"] = v("axis", -1)
     if "dtype" in d.attrs and kind in ("Dense", "Embedding", "BatchNormalization",
                                        "LayerNormalization", "Conv1D"):  # fmt: skip

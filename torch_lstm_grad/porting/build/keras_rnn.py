@@ -48,6 +48,8 @@ def recurrent_module(ctx: BuildContext, d: LayerDescription):
         "time_major": d.value("time_major"),
         "zero_output_for_mask": d.value("zero_output_for_mask"),
     }
+    if d.value("masked_outputs", "previous_output") != "previous_output":
+        config["masked_outputs"] = d.value("masked_outputs")
     if d.kind != "keras.SimpleRNN":
         config["recurrent_activation"] = d.value("gate_activation")
     if d.kind in ("keras.GRU", "keras.CuDNNGRU"):

@@ -61,6 +61,7 @@ LAYER_KEYS: dict[str, dict] = {
                            "virtual_batch_size": None, "adjustment": None},  # fmt: skip
     "LayerNormalization": {"axis": -1, "epsilon": 1e-3, "center": True, "scale": True,
                            "rms_scaling": False},  # fmt: skip
+    "UnitNormalization": {"axis": -1},
     "Conv1D": {"filters": None, "kernel_size": None, "strides": 1, "padding": "valid",
                "data_format": "channels_last", "dilation_rate": 1, "groups": 1,
                "activation": None, "use_bias": True, "lora_rank": None, "lora_alpha": None},
@@ -78,6 +79,7 @@ LAYER_KEYS: dict[str, dict] = {
     "Cropping1D": {"cropping": (1, 1), "data_format": "channels_last"},
     "UpSampling1D": {"size": 2},
     "Concatenate": {"axis": -1},
+    "ActivityRegularization": {"l1": 0.0, "l2": 0.0},
     "Add": {},
     "Subtract": {},
     "Multiply": {},
@@ -94,7 +96,8 @@ _ONLY_DEFAULT = {
     ("BatchNormalization", "adjustment"), ("BatchNormalization", "synchronized"),
 }  # fmt: skip
 # Training-time noise: noted, not applied at training=False.
-_NOTES = {"noise_shape", "seed", "fused", "renorm_clipping", "renorm_momentum", "lora_alpha"}
+_NOTES = {"noise_shape", "seed", "fused", "renorm_clipping", "renorm_momentum", "lora_alpha",
+          "l1", "l2"}  # fmt: skip
 # The classes of Keras' own layers that the port does not compute (refused by name).
 _OWN_UNSUPPORTED_HINT = "not a layer class this version ports (docs/porting.md, 'Whole models')"
 
@@ -484,6 +487,8 @@ class _Describer:
         policy = cfg.get("dtype")
         if isinstance(policy, dict):
             policy = (policy.get("config") or {}).get("name")
+        if cls == "Embedding" and policy in ("int32", "int64"):
+            policy = None  # Keras 2.0-2.1 stored the Embedding's input dtype here
         if policy not in (None, "float32", "float64"):
             self.refuse(name, "dtype", policy, "a mixed-precision or non-float policy")
         if policy is not None:

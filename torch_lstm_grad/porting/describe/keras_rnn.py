@@ -156,6 +156,14 @@ class _Writer:
         major, minor, _, _ = keras_version_tuple(self.version)
         return (major, minor) >= (2, 3)
 
+    def legacy_masks(self) -> bool:
+        """Whether the writer is Keras 2.0-2.2 (masked steps: the previous state; a
+        Bidirectional zeroes nothing)."""
+        if self.version is None:
+            return False
+        major, minor, _, tf = keras_version_tuple(self.version)
+        return major == 2 and minor <= 2 and not tf
+
 
 def _infer_class(rest: list[str], weights: dict, variables: dict) -> str | None:
     for part in reversed(rest):
@@ -339,12 +347,18 @@ class _Describer:
                 d.set(key, False, f"default of {self.writer.how}", stored=False)
         if cls in _CUDNN:
             d.set("zero_output_for_mask", None, f"{cls} takes no mask (Keras refuses one)")
+        elif self.writer.legacy_masks():
+            d.set("zero_output_for_mask", False, f"{self.writer.how}: Keras <= 2.2 has none",
+                  stored=False)  # fmt: skip
+            d.set("masked_outputs", "previous_state",
+                  f"{self.writer.how}: Keras <= 2.2's backends give a masked step the previous "
+                  "state (the initial state before the first unmasked step)", stored=False)
         elif not self.writer.masks_verified():
             d.set(
                 "zero_output_for_mask",
                 None,
-                f"{self.writer.how}: masked-step outputs of "
-                "Keras <= 2.2 are not reproduced (calls with a mask raise)",
+                f"{self.writer.how}: the Keras version is not known, and masked-step outputs "
+                "differ between Keras <= 2.2 and later (calls with a mask raise)",
                 stored=False,
             )
         found, dtype, origin, stored = self._config_value(names, config, "dtype")
@@ -580,8 +594,10 @@ class _Describer:
                 go_backwards_by_structure=(role == "backward"),
             )
             self.origins = outer_origins
-            # Keras' Bidirectional forces zero_output_for_mask = return_sequences.
-            if child.value("zero_output_for_mask", False) is not None:
+            # Keras' Bidirectional forces zero_output_for_mask = return_sequences (from 2.3).
+            if child.value("zero_output_for_mask", False) is not None and not (
+                self.writer.legacy_masks()
+            ):
                 child.set(
                     "zero_output_for_mask",
                     child.value("return_sequences"),
