@@ -802,7 +802,104 @@ def verify(
                 _compare(report, name, module, case, theirs, rs, float64)
         except _Unverifiable as err:
             report.not_verified[name] = str(err)
+    if _has_model(converted):
+        _verify_model(report, tf, oracle, converted, batches, lengths, rng)
     return report
+
+
+MODEL = "(whole model)"
+
+
+def _has_model(converted) -> bool:
+    return isinstance(torch.load(converted, weights_only=True).get("model"), dict)
+
+
+def _model_inputs(model, spec: list[dict], B: int, T: int, rng) -> list[np.ndarray]:
+    """Random inputs of each of the model's inputs: token ids below an Embedding's
+    `input_dim` (trailing zeros in the first row where it masks zeros, as padding), normal
+    floats else; free axes take B (the batch) and T."""
+    from .. import keras_layers
+
+    consumers = {}
+    for node in model.graph["nodes"]:
+        args = node["args"]
+        for ref in [args] if isinstance(args, list) and len(args) == 3 and isinstance(
+            args[0], str
+        ) else []:  # fmt: skip
+            consumers.setdefault(ref[0], model.get_submodule(node["layer"]))
+    out = []
+    for ref, s in zip(model.graph["inputs"], spec, strict=True):
+        shape = list(s["shape"] or [None, None])
+        shape = [B if k == 0 else (T if d is None else int(d)) for k, d in enumerate(shape)]
+        layer = consumers.get(ref[0])
+        if isinstance(layer, keras_layers.KerasEmbedding) or "int" in str(s["dtype"]):
+            high = layer.input_dim if isinstance(layer, keras_layers.KerasEmbedding) else 10
+            x = rng.integers(1, high, shape).astype(np.int32)
+            if isinstance(layer, keras_layers.KerasEmbedding) and layer.mask_zero and len(
+                shape
+            ) > 1:  # fmt: skip
+                x[0, shape[1] // 2 :] = 0
+        else:
+            x = rng.standard_normal(shape).astype(np.float32)
+        out.append(x)
+    return out
+
+
+def _verify_model(report, tf, oracle, converted, batches, lengths, rng) -> None:
+    """The whole model: Keras running the file's model against `load_model(converted)`, on
+    random inputs of every input's kind; every output, the float inputs' gradients and every
+    trainable weight's gradient (by position in Keras' `model.weights`)."""
+    from .convert import load_model
+
+    keras_model = getattr(oracle, "model", None)
+    if keras_model is None:
+        report.not_verified[MODEL] = "the file's model is not loaded by Keras here"
+        return
+    ours = load_model(converted).eval()
+    spec = torch.load(converted, weights_only=True)["model"]["spec"]["input_specs"]
+    weights = list(ours.keras_weights().values())
+    if len(weights) != len(keras_model.weights):
+        report.not_verified[MODEL] = (
+            f"Keras' model has {len(keras_model.weights)} weights, the port {len(weights)}"
+        )
+        return
+    trainable = {id(w) for w in keras_model.trainable_weights}
+    pairs = [(w, p) for w, p in zip(keras_model.weights, weights, strict=True)
+             if id(w) in trainable]  # fmt: skip
+    fixed = any(s["shape"] and len(s["shape"]) > 1 and s["shape"][1] is not None for s in spec)
+    for B in batches:
+        for T in lengths[-1:] if fixed else lengths:
+            xs = _model_inputs(ours, spec, B, T, rng)
+            ins = [tf.constant(x) for x in xs]
+            try:
+                with tf.GradientTape() as tape:
+                    for t in ins:
+                        if t.dtype.is_floating:
+                            tape.watch(t)
+                    outs = _flat(keras_model(ins if len(ins) > 1 else ins[0], training=False))
+                    loss, rs = _tf_loss(tf, outs, outs, rng)
+                floats = [t for t in ins if t.dtype.is_floating]
+                grads = tape.gradient(loss, floats + [w for w, _ in pairs])
+            except Exception as err:  # TF's own refusal to run it here
+                why = (str(err).strip().splitlines() or [""])[0]
+                report.not_verified[MODEL] = f"Keras could not run it ({type(err).__name__}: {why})"
+                return
+            label = f"model B={B} " + ", ".join(str(list(x.shape[1:])) for x in xs)
+            if label not in report.cases:
+                report.cases.append(label)
+            tx = [torch.tensor(x, requires_grad=x.dtype.kind == "f") for x in xs]
+            mine = ours(*tx)
+            mine = list(mine) if isinstance(mine, tuple) else [mine]
+            loss_ours = sum((m * torch.as_tensor(r)).sum() for m, r in zip(mine, rs, strict=True))
+            wanted = [t for t in tx if t.requires_grad] + [p for _, p in pairs]
+            got = torch.autograd.grad(loss_ours, wanted, allow_unused=True)
+            for k, (m, o) in enumerate(zip(mine, outs, strict=True)):
+                report.add(MODEL, f"output {k}", _scaled(m.detach().numpy(), o.numpy()))
+            for k, (g, t) in enumerate(zip(got, grads, strict=True)):
+                what = f"d input {k}" if k < len(floats) else f"d {pairs[k - len(floats)][0].name}"
+                theirs = np.zeros(1) if t is None else tf.convert_to_tensor(t).numpy()
+                g = np.zeros_like(theirs) if g is None else g.numpy()
+                report.add(MODEL, what, _scaled(g, theirs))
 
 
 def _compare(report, name, module, case, theirs: _TFResult, rs, float64: bool) -> None:
