@@ -21,6 +21,7 @@ from . import ops, raw_ops
 from ._library import cudnn_rnn_config
 from ._library.checks import LSTM_EX_CHOICES, check_choice
 from .autograd import call_no_grad
+from .packed_weights import PANEL_MAX_ROWS, PackedWeights, records_grad
 
 __all__ = [
     "CudnnGRU",
@@ -53,62 +54,6 @@ _LSTM_VARIANT_DEFAULTS = {
     "clip_gradient": "straight_through",
     "gate_order": "icfo",
 }
-
-
-def _records_grad(*tensors) -> bool:
-    """Whether autograd would record a graph through an op on these tensors."""
-    return torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-
-
-# The panel kernels of the small-batch CPU products (csrc/cpu/small_batch.h: kMaxPanelRows)
-# take up to this many rows; only then is a packed recurrent weight worth preparing.
-_PANEL_MAX_ROWS = 64
-
-
-class _PackedWeights:
-    """Weights in pack_recurrent_weight's layout, prepared once per version of the parameter
-    they come from (keyed by its data_ptr and its `_version`, which every in-place write
-    through the parameter or a view of it (optimizer steps, `copy_`, `load_state_dict`,
-    `torch.nn.init`) advances; writes through `.data` bypass the version counter as they
-    bypass autograd, so after one call `clear()`). Only for what the kernels use them for:
-    float32 on the CPU (recurrent weights: batches of at most _PANEL_MAX_ROWS rows); not while
-    compiling (the kernels pack per call there)."""
-
-    def __init__(self) -> None:
-        self._key = None
-        self._packed: list[torch.Tensor] = []
-
-    def clear(self) -> None:
-        self._key, self._packed = None, []
-
-    def lookup(self, param: torch.Tensor, make, like: torch.Tensor, what=None):
-        """make(param) once per version of param (and per `what`: which of its parts)."""
-        if (
-            like.device.type != "cpu"
-            or param.dtype != torch.float32
-            or torch.compiler.is_compiling()
-        ):
-            return None
-        key = (param.data_ptr(), param._version, param.shape, param.device, what)
-        if self._key != key:
-            with torch.no_grad():
-                self._packed = make(param.detach())
-            self._key = key
-        return self._packed
-
-    def get(self, kernel: torch.Tensor, input_size: int, inputs: torch.Tensor):
-        """(packed_w, packed_x) of block_lstm_inference for a block LSTM kernel [I + P, 4H]:
-        its recurrent rows packed (batches the panels take) and its input rows (any batch: the
-        input projection's rows are T·B), or None each."""
-        small = inputs.shape[1] <= _PANEL_MAX_ROWS
-        found = self.lookup(
-            kernel,
-            lambda w: [ops.pack_recurrent_weight(w[input_size:], 4) if small else None,
-                       ops.pack_recurrent_weight(w[:input_size], 4)],
-            inputs,
-            small,
-        )  # fmt: skip
-        return (None, None) if found is None else tuple(found)
 
 
 class _LSTMBlockBase(nn.Module):
@@ -160,13 +105,13 @@ class _LSTMBlockBase(nn.Module):
             self.w_o_diag = nn.Parameter(torch.empty(H, **factory))
         if self.num_proj is not None:
             self.projection_kernel = nn.Parameter(torch.empty(H, self.num_proj, **factory))
-        self._packed = _PackedWeights()
+        self._packed = PackedWeights()
         self.reset_parameters()
 
-    def _prepared(self) -> _PackedWeights:
+    def _prepared(self) -> PackedWeights:
         found = self.__dict__.get("_packed")  # absent from modules pickled before it existed
         if found is None:
-            found = self._packed = _PackedWeights()
+            found = self._packed = PackedWeights()
         return found
 
     def release_prepared_weights(self) -> None:
@@ -317,7 +262,7 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
         T, B = inputs.shape[0], inputs.shape[1]
         cs0, h0 = self._zero_state(B, inputs) if initial_state is None else initial_state
         wci, wcf, wco = self._peepholes(inputs)
-        if not _records_grad(inputs, cs0, h0, *self.parameters()):
+        if not records_grad(inputs, cs0, h0, *self.parameters()):
             return self._inference(inputs, cs0, h0, wci, wcf, wco, sequence_length)
         if sequence_length is None:
             seq_len_max = T
@@ -365,7 +310,7 @@ class LSTMBlockFusedCell(_LSTMBlockBase):
 
     def _inference(self, inputs, cs0, h0, wci, wcf, wco, sequence_length):
         # The same numbers through block_lstm_inference: only h and the final state are
-        # written, and the recurrent weight is read in its packed form (see _PackedWeights).
+        # written, and the recurrent weight is read in its packed form (see PackedWeights).
         if sequence_length is not None:
             sequence_length = torch.as_tensor(sequence_length, device=inputs.device)
         packed_w, packed_x = self._prepared().get(self.kernel, self.input_size, inputs)
@@ -653,7 +598,7 @@ class _CudnnRNN(nn.Module):
             c0 = initial_state[1] if self._rnn_mode == "lstm" else inputs.new_zeros(())
         if self._rnn_mode != "lstm":
             c0 = inputs.new_zeros(())
-        if not _records_grad(inputs, h0, c0, self.opaque_kernel) and (
+        if not records_grad(inputs, h0, c0, self.opaque_kernel) and (
             not training or self.dropout == 0 or self.num_layers == 1
         ):
             # Nothing to differentiate and no dropout to draw: the inference forward, with the
@@ -711,8 +656,8 @@ class _CudnnRNN(nn.Module):
         skip_input, where layer 0 has no W); [] where not prepared."""
         found = self.__dict__.get("_packed")
         if found is None:
-            found = self._packed = _PackedWeights()
-        recurrent = self._rnn_mode == "lstm" and batch <= _PANEL_MAX_ROWS
+            found = self._packed = PackedWeights()
+        recurrent = self._rnn_mode == "lstm" and batch <= PANEL_MAX_ROWS
 
         def make(params):
             layout = cudnn_rnn_config.params_layout(**self._attrs())

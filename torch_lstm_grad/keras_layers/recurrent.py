@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .. import ops, raw_ops
+from ..packed_weights import PackedWeights, records_grad
 
 __all__ = ["KerasBidirectional", "KerasGRU", "KerasLSTM", "KerasRNN", "KerasSimpleRNN"]
 
@@ -285,6 +286,8 @@ class KerasLSTM(KerasRNN):
 
     def _run(self, x, states, lengths):
         h0, c0 = states
+        if not records_grad(x, h0, c0, self.kernel, self.recurrent_kernel, self.bias):
+            return self._inference(x, h0, c0, lengths)
         w = torch.cat([self.kernel, self.recurrent_kernel], 0)
         if (self.recurrent_activation, self.activation) == ("sigmoid", "tanh"):
             # Keras' LSTM is BlockLSTMV2 exactly: IFCO, no forget bias, no clip (§8.3).
@@ -299,6 +302,22 @@ class KerasLSTM(KerasRNN):
                 gate_activation=self.recurrent_activation, activation=self.activation,
             )  # fmt: skip
         return out.h, [self._final(out.h, h0, lengths), self._final(out.cs, c0, lengths)]
+
+    def _inference(self, x, h0, c0, lengths):
+        # Where no gradient is recorded: block_lstm_inference, the same numbers, writing only
+        # h and the final states, with the weights packed once per version (packed_weights.py).
+        prepared = self.__dict__.get("_prepared_weights")
+        if prepared is None:
+            prepared = self._prepared_weights = PackedWeights()
+        w, packed_w, packed_x = prepared.keras_lstm(self.kernel, self.recurrent_kernel, x)
+        if w is None:
+            w = torch.cat([self.kernel, self.recurrent_kernel], 0)
+        out = ops.block_lstm_inference(
+            x, c0, h0, w, self.bias, packed_w=packed_w, packed_x=packed_x,
+            sequence_length=lengths, forget_bias=0.0, gate_order="ifco",
+            gate_activation=self.recurrent_activation, activation=self.activation,
+        )  # fmt: skip
+        return out.h, [out.h_last, out.cs]
 
 
 class KerasGRU(KerasRNN):
