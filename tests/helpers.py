@@ -74,6 +74,7 @@ def tf_module():
 
 
 def _to_tf(tf, name, value):
+    """A keyword argument of `tf_raw` as TF takes it."""
     if name == "seq_len_max":
         return tf.constant(int(value), dtype=tf.int64)
     if isinstance(value, torch.Tensor):
@@ -98,6 +99,7 @@ def tf_raw(op_name, **kwargs):
 
 
 def keras_module():
+    """Keras 3 (on TensorFlow, imported single-threaded by `tf_module` first)."""
     tf_module()
     import keras
 
@@ -105,6 +107,8 @@ def keras_module():
 
 
 def rnn_cell_impl():
+    """TF1's Python cells (`rnn_cell_impl`: LSTMCell, GRUCell, BasicLSTMCell, ...) as TF 2.21 ships
+    them, TF imported single-threaded first."""
     tf_module()
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
 
@@ -129,6 +133,7 @@ PORT_TOL = 1e-5  # scaled: max |ours - TF| / max(1, max |TF|), float32
 
 
 def scaled_error(ours, theirs) -> float:
+    """max |ours - theirs| / max(1, max |theirs|), the shapes equal (NumPy; 0 for empty tensors)."""
     ours = ours.detach().cpu().numpy() if torch.is_tensor(ours) else np.asarray(ours)
     theirs = np.asarray(theirs)
     assert ours.shape == theirs.shape, f"shape {ours.shape} vs TF's {theirs.shape}"
@@ -149,10 +154,13 @@ def assert_close(named: dict, tol: float = PORT_TOL) -> None:
 
 
 def scaled_error_f64(got, want):
+    """max |got - want| / max(1, max |want|), `got` taken to float64 (torch tensors)."""
     return ((got.double() - want).abs().max() / want.abs().max().clamp_min(1.0)).item()
 
 
 def assert_np_close(got, want, rtol=1e-6, atol=1e-6, msg=""):
+    """np.testing.assert_allclose of `got` (a tensor or an array) with `want`, in float64,
+    assertAllClose's default rtol = atol = 1e-6 (TF's tests' tolerance) unless given."""
     got = got.detach().cpu().numpy() if torch.is_tensor(got) else np.asarray(got)
     np.testing.assert_allclose(got.astype(np.float64), np.asarray(want, np.float64), rtol=rtol,
                                atol=atol, err_msg=msg)  # fmt: skip
@@ -162,6 +170,7 @@ def assert_np_close(got, want, rtol=1e-6, atol=1e-6, msg=""):
 
 
 def rng(seed: int) -> np.random.Generator:
+    """NumPy's default generator seeded with `seed`."""
     return np.random.default_rng(seed)
 
 
@@ -173,6 +182,8 @@ def randomize(weights, seed: int) -> None:
 
 
 def loss_weights(arrays, seed: int) -> list[np.ndarray]:
+    """A standard-normal array the shape of each of `arrays`: the weights of a loss that uses
+    every output."""
     r = rng(seed)
     return [r.standard_normal(np.shape(a)).astype(np.float32) for a in arrays]
 
@@ -188,10 +199,12 @@ def nan_strided(t):
 
 
 def grad_leaves(inp):
+    """A copy of each input that requires grad (the leaves of autograd)."""
     return {k: v.clone().requires_grad_() for k, v in inp.items()}
 
 
 def counted_rand(*shape, seed=[0]):  # noqa: B006 (a counter)
+    """uniform [-0.5, 0.5) float32 of `shape`, each call with the next seed of a counter."""
     seed[0] += 1
     return np.random.default_rng(seed[0]).uniform(-0.5, 0.5, shape).astype(np.float32)
 
@@ -200,10 +213,12 @@ def counted_rand(*shape, seed=[0]):  # noqa: B006 (a counter)
 
 
 def randn(*shape, dtype=torch.float32):
+    """torch.randn(shape) in `dtype` (float32 by default)."""
     return torch.randn(shape, dtype=dtype)
 
 
 def set_args(**new):
+    """An edit of a bad-input case's arguments: each `new` value set (called first if callable)."""
     def mutate(a):
         for k, v in new.items():
             a[k] = v() if callable(v) else v
@@ -227,11 +242,14 @@ CUDNN_GATES = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
 
 
 def cudnn_uniform(*shape, lo=-1.0, hi=1.0, dtype=torch.float64):
+    """uniform [lo, hi) of `shape` in `dtype` (float64 by default)."""
     return torch.empty(shape, dtype=dtype).uniform_(lo, hi)
 
 
 @dataclass(frozen=True)
 class CudnnCfg:
+    """One CudnnRNN model: mode, L layers, D directions, input size I, H units, projection P (0:
+    none), T steps, batch B."""
     mode: str = "lstm"
     L: int = 1
     D: int = 1
@@ -263,6 +281,7 @@ class CudnnCfg:
 
 def cudnn_params_size(c: CudnnCfg, input_mode="linear_input", S=torch.int32,
                       T=torch.float64) -> int:
+    """CudnnRNNParamsSize of the model: its opaque params' element count."""
     out = raw_ops.CudnnRNNParamsSize(num_layers=c.L, num_units=c.H, input_size=c.I, T=T, S=S,
                                      rnn_mode=c.mode, input_mode=input_mode,
                                      direction=c.direction, num_proj=c.P)  # fmt: skip
@@ -270,10 +289,12 @@ def cudnn_params_size(c: CudnnCfg, input_mode="linear_input", S=torch.int32,
 
 
 def cudnn_rand_params(c: CudnnCfg, input_mode="linear_input", dtype=torch.float64, scale=0.6):
+    """Opaque params of the model, uniform [-scale, scale)."""
     return cudnn_uniform(cudnn_params_size(c, input_mode), lo=-scale, hi=scale, dtype=dtype)
 
 
 def cudnn_states(c: CudnnCfg, B=None, dtype=torch.float64):
+    """(input_h, input_c) of the model, time-major (input_c a 0-d zero for modes without c)."""
     B = c.B if B is None else B
     h0 = cudnn_uniform(c.L * c.D, B, c.n, dtype=dtype)
     c0 = (cudnn_uniform(c.L * c.D, B, c.H, lo=-2, hi=2, dtype=dtype) if c.lstm
@@ -282,6 +303,7 @@ def cudnn_states(c: CudnnCfg, B=None, dtype=torch.float64):
 
 
 def cudnn_fwd_inputs(c: CudnnCfg, dtype=torch.float64, B=None):
+    """(input, input_h, input_c, params) of the model, time-major, random."""
     B = c.B if B is None else B
     x = cudnn_uniform(c.T, B, c.I, dtype=dtype)
     h0, c0 = cudnn_states(c, B, dtype)
@@ -422,6 +444,8 @@ EX_NAMES = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b", "w_proj")
 
 
 def block_lstm_ex_inputs(T, dtype, proj, seed=0):
+    """block_lstm_ex's tensors by name, [T, EX_B, EX_I] input, EX_H units and, with `proj`, an
+    EX_P projection, in `dtype` from one seeded float64 draw."""
     g = torch.Generator().manual_seed(seed)
     n = EX_P if proj else EX_H
 
@@ -445,6 +469,8 @@ GRU_B, GRU_I, GRU_H = 3, 4, 5  # noqa: E741
 
 
 def keras_gru_inputs(T, dtype, reset_after, use_bias=True, seed=0):
+    """keras_gru's tensors (x, h_prev, kernel, recurrent_kernel, bias or None), [T, GRU_B, GRU_I]
+    input, GRU_H units, the bias [2, 3H] with reset_after, [3H] without, from one seeded draw."""
     g = torch.Generator().manual_seed(seed)
 
     def r(*shape, scale=1.0):
@@ -464,10 +490,12 @@ _OPS = torch.ops.torch_lstm_grad
 
 
 def tree_leaves(tree):
+    """The tensors of a (nested) op output."""
     return torch.utils._pytree.tree_leaves(tree)
 
 
 def assert_same_outputs(got, want):
+    """Two op outputs equal bit for bit: the same leaves, shapes and dtypes."""
     got, want = tree_leaves(got), tree_leaves(want)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -476,6 +504,7 @@ def assert_same_outputs(got, want):
 
 
 def inference_fused_cell(H, I, dtype=torch.float32, **kw):  # noqa: E741
+    """An LSTMBlockFusedCell with a random bias (not the zeros it starts with)."""
     m = modules.LSTMBlockFusedCell(H, I, dtype=dtype, **kw)
     with torch.no_grad():
         m.bias.normal_(0, 0.5)
@@ -484,6 +513,8 @@ def inference_fused_cell(H, I, dtype=torch.float32, **kw):  # noqa: E741
 
 def inference_block_args(dtype=torch.float32, proj=False, packed=False, lengths=False,
                          requires=False):  # fmt: skip
+    """The positional arguments of ops.block_lstm_inference: with a projection, packed
+    recurrent (and, from T·B >= 64, input) weights, per-row lengths, a weight requiring grad."""
     T, B, I, H, P = 5, 2, 3, 20, (6 if proj else 20)  # noqa: E741
     if packed:
         T = 40  # T·B >= 64: the input projection reads packed_x (AVX-512 CPUs)
@@ -502,6 +533,8 @@ def inference_block_args(dtype=torch.float32, proj=False, packed=False, lengths=
 
 def inference_cudnn_args(mode="lstm", packed=False, lengths=False, time_major=True,
                          direction="bidirectional"):  # fmt: skip
+    """The positional arguments of ops.cudnn_rnn_inference for a one-layer CudnnLSTM/GRU module's
+    weights, with the packed weights the module prepares, per-row lengths, either layout."""
     m = {"lstm": modules.CudnnLSTM, "gru": modules.CudnnGRU}[mode](1, 20, 3, direction=direction)
     D = 2 if direction == "bidirectional" else 1
     x = torch.randn(4, 2, 3) if time_major else torch.randn(2, 4, 3)
@@ -528,6 +561,7 @@ def stored_keras2(prefix: str) -> dict:
 
 
 def _keras_param(mods, path):
+    """Our parameter for tf_keras' weight path (`bi/forward_lstm/.../kernel`)."""
     parts = path.split("/")
     module = mods[parts[0]]
     if isinstance(module, keras_layers.KerasBidirectional):
@@ -597,10 +631,12 @@ def step_cells(cells, x_t, lengths, initial=None):
 
 
 def step_cell(cell, x_t, lengths):
+    """`step_cells` of one cell."""
     return step_cells([cell], x_t, lengths)
 
 
 def flat(out) -> list:
+    """A module's output as a list (one tensor, or the tuple it returns)."""
     return list(out) if isinstance(out, (list, tuple)) else [out]
 
 
@@ -626,14 +662,18 @@ def keras_run(model, inputs: list[np.ndarray], seed: int):
 
 
 def torch_loss(outs, rs) -> torch.Tensor:
+    """Σ_k Σ out_k·R_k, the loss `keras_run` differentiates, on our outputs."""
     return sum((o * torch.from_numpy(r)).sum() for o, r in zip(outs, rs, strict=True))
 
 
 def module_params(module: torch.nn.Module, prefix: str = "") -> dict[str, torch.nn.Parameter]:
+    """A module's parameters by name, each name prefixed with `prefix`."""
     return {f"{prefix}{n}": p for n, p in module.named_parameters()}
 
 
 def cli_convert(src, tmp_path, capsys, *extra, code=0):
+    """`torch-lstm-grad convert SRC -o tmp_path/out.pt` through the CLI's main: (the modules
+    loaded, the log) when it exits with 0; its stderr when `code` is another expected exit code."""
     out = tmp_path / "out.pt"
     assert cli.main(["convert", str(src), "-o", str(out), *extra]) == code, capsys.readouterr()
     captured = capsys.readouterr()
@@ -690,6 +730,7 @@ STATES_T, STATES_B, STATES_I = 6, 4, 3  # noqa: E741
 
 
 def random_states(n: int, units: int, seed: int) -> list[np.ndarray]:
+    """`n` initial states [STATES_B, units], uniform [-0.9, 0.9)."""
     r = np.random.default_rng(seed)
     return [r.uniform(-0.9, 0.9, (STATES_B, units)).astype(np.float32) for _ in range(n)]
 
@@ -723,6 +764,7 @@ def chain_model(make_layers, mask: bool, seed: int):
 
 
 def _run_chain(mods, names, x, mask):
+    """Our modules `names` chained on x (and the mask): (the input leaf, every output)."""
     outs, y = [], torch.from_numpy(x).requires_grad_()
     x_t = y
     m = None if mask is None else torch.from_numpy(mask)
@@ -763,6 +805,8 @@ def compare_chain(model, names, mods, seed, mask: bool, last_only: bool = False)
 
 
 def save_model(model, path, how: str) -> str:
+    """A Keras model saved as a SavedModel by `model.export` (how="export") or
+    tf.saved_model.save; its path."""
     tf = tf_module()
     if how == "export":
         model.export(str(path), verbose=False)
@@ -772,6 +816,7 @@ def save_model(model, path, how: str) -> str:
 
 
 def graph_readable_kinds(keras):
+    """Keras 3 layers of every kind the loop reader reads from a SavedModel."""
     return [
         keras.layers.LSTM(5, return_sequences=True, go_backwards=True, name="lstm_back"),
         keras.layers.LSTM(4, return_sequences=True, return_state=True, use_bias=False),
@@ -803,6 +848,7 @@ TF1_LENGTHS = np.array([5, 2, 4], np.int32)
 
 
 def _tf1_randomize(sess, tf, variables, seed):
+    """uniform [-0.6, 0.6) into every variable of a TF1 session."""
     r = np.random.default_rng(seed)
     for v in variables:
         v.load(r.uniform(-0.6, 0.6, v.shape.as_list()).astype(np.float32), sess)
@@ -937,6 +983,8 @@ def tf1_params(run, cell, scope, table, scoped=False):
 
 
 def tf1_block_lstm_graph(tf, xs):
+    """A TF1 graph running tf.raw_ops.BlockLSTM (peepholes, forget bias 0.7, clip 0.5) on
+    variables under lstm_fused_cell/: (outputs, (c, h)) for TF1Run."""
     with tf.compat.v1.variable_scope("lstm_fused_cell"):
         w = tf.compat.v1.get_variable("kernel", [TF1_I + 3, 12])
         b = tf.compat.v1.get_variable("bias", [12])
@@ -960,6 +1008,7 @@ def tf1_block_lstm_graph(tf, xs):
 
 
 def _tf1_cudnn_lstm(tf, seq, n_in, H, separate, forget_bias):
+    """CudnnCompatibleLSTMCell's math on canonical variables, by tf.raw_ops.BlockLSTM."""
     get = tf.compat.v1.get_variable
     k = get("kernel", [n_in + H, 4 * H])
     b = get("bias", [4 * H])
@@ -984,6 +1033,7 @@ def _tf1_cudnn_lstm(tf, seq, n_in, H, separate, forget_bias):
 
 
 def _tf1_cudnn_gru(tf, seq, n_in, H, separate, forget_bias):
+    """CudnnCompatibleGRUCell's math on canonical variables, step by step with TF ops."""
     get = tf.compat.v1.get_variable
     gk = get("gates/kernel", [n_in + H, 2 * H])
     gb = get("gates/bias", [2 * H])
@@ -1086,10 +1136,12 @@ GRAPH_B, GRAPH_T, GRAPH_I, GRAPH_H = 2, 3, 3, 4
 
 
 def graph_rand(*shape, seed=0):
+    """A standard-normal float32 array of `shape` (a graph's constants)."""
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
 def tf_graph_def(build):
+    """The GraphDef TF builds from `build()` in a graph of its own."""
     import tensorflow as tf
 
     g = tf.Graph()
@@ -1124,6 +1176,7 @@ def dynamic_rnn_cells_v1():
 
 
 def static_rnn_clipped_lstm():
+    """TF1's LSTMCell(cell_clip=1.5) run by static_rnn over two steps."""
     import tensorflow as tf
     from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl as rci
 
@@ -1135,6 +1188,7 @@ def static_rnn_clipped_lstm():
 
 
 def pb_varint(v: int) -> bytes:
+    """`v` as a protobuf varint (negative numbers as their 64-bit two's complement)."""
     v &= (1 << 64) - 1
     out = bytearray()
     while True:
@@ -1157,9 +1211,9 @@ def pb_table_block(entries, restarts=1) -> bytes:
 
 def pb_sstable(entries=(), blocks=None, restarts=1) -> bytes:
     """An SSTable (a checkpoint's .index) of `entries` (key, value) in one data block, or of
-    `blocks` (data blocks of raw entries, as `_block` takes them, each with `restarts`), every
-    crc32c right: what a hostile writer makes, the checksums no obstacle. The index block keys
-    each data block by its last key, which TF's reader seeks."""
+    `blocks` (data blocks of raw entries, as `pb_table_block` takes them, each with `restarts`),
+    every crc32c right: what a hostile writer makes, the checksums no obstacle. The index block
+    keys each data block by its last key, which TF's reader seeks."""
     import struct
 
     from torch_lstm_grad.porting.formats.tensorbundle import masked_crc32c
@@ -1188,6 +1242,7 @@ def pb_sstable(entries=(), blocks=None, restarts=1) -> bytes:
 
 
 def pb_field(number: int, wire: int, payload: bytes) -> bytes:
+    """A protobuf field: its tag, the payload's length for wire type 2, the payload."""
     return pb_varint(number << 3 | wire) + (pb_varint(len(payload)) if wire == 2 else b"") + payload
 
 
@@ -1207,11 +1262,13 @@ def edited_saved_model(src, dst, edit):
 
 
 def set_float_const(const, value) -> None:
+    """Set the float32 Const node `const` to `value`."""
     tf = tf_module()
     const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.float32(value)))
 
 
 def set_int_const(const, values) -> None:
+    """Set the int32 Const node `const` to `values`."""
     tf = tf_module()
     const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.array(values, np.int32)))
 

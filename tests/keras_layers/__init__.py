@@ -1,0 +1,1 @@
+"""keras_layers/: the Keras layer modules against Keras itself."""

@@ -4,11 +4,9 @@ non-zero initial states, every final state (`return_state`), `stateful` across c
 states, both `zero_output_for_mask`, `time_major`; for LSTM (both kernels: BlockLSTMV2 and the
 variant op), GRU (both reset positions), SimpleRNN and Bidirectional (every merge mode). Each
 case compares the outputs, every state and the gradients of one loss using all of them with
-respect to the input, the initial states and every weight.
-
-Issue 34: planted bugs (h0 passed as c0, the final h returned as c) passed the suite because no
-test gave a Keras layer a non-zero initial state; the mutation run
-(harness/mutation_run.py) found what else no test looked at. Every expectation here is
+respect to the input, the initial states and every weight: h0 passed as c0, or the final h
+returned as c, shows only with non-zero initial states and every state returned. Also the
+modules' defaults (Keras 3's), their refusals and their initialisers. Every expectation here is
 Keras' own numbers, from the Keras layer built in the test."""
 
 import numpy as np

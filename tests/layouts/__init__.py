@@ -1,0 +1,1 @@
+"""layouts.py: the weight layout converters."""

@@ -1,6 +1,11 @@
 """layouts.py: gate orders on labelled weights, exact round trips (torch.equal), the refused GRU
 conversions, and Keras LSTM/GRU layers (TF backend, CPU, float32) against our modules after
-conversion: outputs, final states, and gradients w.r.t. the inputs and every Keras weight."""
+conversion: outputs, final states, and gradients w.r.t. the inputs and every Keras weight. And
+the converters' contracts: forget_bias defaults that are the cells' (each conversion computes
+its source's step: TF's LSTMBlockCell, a float64 Keras step, torch.nn.LSTMCell), new tensors
+never views, shape refusals naming the argument, a kernel of no input rows, Keras 2's CuDNNLSTM
+and CuDNNGRU weights as tf_keras' loader converts them, opaque params round trips with a
+projection, torch.nn RNNs without bias, and cudnn_to_torch_rnn's input modes."""
 
 import os
 
@@ -336,7 +341,8 @@ def test_keras_gru_reset_before_vs_gru_block_cell():
         _close(("keras_gru_vs_block", "d" + name), g, w)
 
 
-# -- layouts.py ------------------------------------------------------------------------------------
+# ---------------------------------------------------------------------------------------------
+# The converters' defaults, contracts and refusals
 
 
 def _keras_lstm_step(x, h, c, kernel, recurrent_kernel, bias):

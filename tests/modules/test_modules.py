@@ -1,6 +1,9 @@
-"""The nn.Modules of torch_lstm_grad.modules (SPEC §1.2) against the raw ops, TF1's fused-cell
-semantics (built from tf.raw_ops.BlockLSTM + masking, as contrib's LSTMBlockFusedCell did) and
-torch.nn.LSTM/GRU/RNN through the converters of layouts.py (float64)."""
+"""The nn.Modules of torch_lstm_grad.modules (docs/api.md, "modules") against the raw ops, TF1's
+fused-cell semantics (built from tf.raw_ops.BlockLSTM + masking, as contrib's
+LSTMBlockFusedCell did) and torch.nn.LSTM/GRU/RNN through the converters of layouts.py
+(float64); the TF1 modules' initialisers, refusals, edge batches (one row, no rows, zero and one
+steps) and given states against TF, Keras and float64; the Cudnn* modules' gradient to an
+initial state alone, dropout and its seeds, and lengths given as a list."""
 
 import numpy as np
 import pytest
@@ -25,7 +28,7 @@ from torch_lstm_grad import layouts, modules, raw_ops
 TOL_TF32 = 1e-5
 # float64 ours vs torch.nn float64: measured <= 6.7e-16.
 TOL_F64 = 1e-12
-# Largest error seen per comparison (see the parity figures in the report).
+# Largest error seen per comparison (kept for inspection).
 MAX_ERR = {}
 
 
@@ -94,7 +97,7 @@ def test_defaults_and_init():
 @pytest.mark.parametrize("peephole", [False, True])
 def test_wiring_lstm_block_cell_module_vs_raw_op(peephole):
     """Wiring, not parity: the module passes its parameters and attributes to the raw op (ours
-    against ours; the raw op is checked against TF in test_lstm_block_ops.py)."""
+    against ours; the raw op is checked against TF in tests/ops/test_raw_ops_lstm_block.py)."""
     cell = modules.LSTMBlockCell(4, 3, forget_bias=0.5, use_peephole=peephole).double()
     with torch.no_grad():
         cell.bias[8:12] = 10.0  # f ≈ 1: |cs| ≈ |cs_prev| > 3, where the raw op's default clips

@@ -6,11 +6,17 @@ Each op is checked through its three differentiable paths: the raw op
 (`torch.ops.torch_lstm_grad.x`, what torch.compile traces), w.r.t. every float input, with
 peepholes on and off, `seq_len_max` equal to and below T, and with `requires_grad` on subsets
 of the inputs. The differentiable outputs are `cs` and `h` (GRU: `h`); the gate outputs are
-non-differentiable (SPEC §2). gradcheck keeps its default `check_undefined_grad=True`.
+non-differentiable (docs/differences.md). gradcheck keeps its default
+`check_undefined_grad=True`.
 
-The cell clip is straight-through by design (SPEC §2: TF's gradient kernels ignore it), so the
-gradchecks run with `cell_clip=0`; `test_*_clip_is_straight_through` pin the decision down: with
-the clip active our gradient is the reference's straight-through gradient, not the true one.
+The cell clip is straight-through by design (docs/differences.md: TF's gradient kernels ignore it),
+so the gradchecks run with `cell_clip=0`; `test_*_clip_is_straight_through` pin the decision down:
+with the clip active our gradient is the reference's straight-through gradient, not the true one.
+
+Also: each public Function applied with its defaults computes what the op computes with TF's
+defaults (the float64 reference), KerasGRUFunction's gate outputs are not differentiable,
+CudnnRNNFunction's defaults are CudnnRNNV3's, the op name of TF's is_training error belongs to
+its call only, and the raw ops under torch.func.vmap (no gradient) run per sample.
 """
 
 import re
@@ -220,7 +226,8 @@ def test_gru_block_cell_gradcheck_subset(subset):
 
 
 # ---------------------------------------------------------------------------------------------
-# Gate outputs are non-differentiable (SPEC §2: an explicit error rather than TF's silent zero)
+# Gate outputs are non-differentiable (docs/differences.md: an explicit error rather than TF's
+# silent zero)
 
 
 def test_gate_outputs_are_not_differentiable():

@@ -162,7 +162,7 @@ def test_params_layout_is_cudnns(L, bidirectional, proj):
 
 
 # ---------------------------------------------------------------------------------------------
-# issue 16's variant ops: block_lstm_ex and keras_gru, every variant, against the CPU kernels.
+# The variant ops: block_lstm_ex and keras_gru, every variant, against the CPU kernels.
 
 _VARIANTS = [
     ("sigmoid", "tanh", "straight_through"),
@@ -215,7 +215,7 @@ def test_keras_gru_matches_cpu(dtype, reset_after, gate, act, _clip):
     _compare(results[0], results[1], dtype)
 
 
-# --- the cuDNN calls' own behaviour (issue 18): dropout states, reserve device, retain_graph ---
+# --- the cuDNN calls' own behaviour: dropout states, reserve device, retain_graph ---------------
 
 
 def _dropout_model(seed, seed2, dropout=0.5, L=2, dtype=torch.float32):
@@ -303,7 +303,7 @@ def test_cudnn_rnn_v3_low_precision_matches_cpu(dtype, tol):
         torch.testing.assert_close(b.cpu().float(), a.float(), atol=tol, rtol=tol)
 
 
-# --- issue 33: the reserve's device and owner, inference ops, float16/bfloat16 block ops ---
+# --- the reserve's device and owner, inference ops, float16/bfloat16 block ops ----------------
 
 
 def _backprop_args(fwd, ins, reserve):

@@ -1,4 +1,4 @@
-"""keras_gru (issue 16): Keras' GRU over a sequence, fused, with the gate / candidate activation
+"""keras_gru: Keras' GRU over a sequence, fused, with the gate / candidate activation
 variants and both reset modes, against the float64 reference, Keras itself, gradcheck, opcheck
 and torch.compile; GRUBlockCell's variant attributes and the GRUBlockFusedCell module.
 

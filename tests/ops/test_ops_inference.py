@@ -1,4 +1,4 @@
-"""The forward for callers that record no gradient (issue 19): block_lstm_inference and
+"""The forward for callers that record no gradient: block_lstm_inference and
 cudnn_rnn_inference, the packed recurrent weights the small-batch CPU kernels read
 (pack_recurrent_weight), and the modules that call them under no_grad / inference_mode.
 

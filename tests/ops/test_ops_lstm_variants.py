@@ -1,4 +1,4 @@
-"""block_lstm_ex (issue 16): the LSTM activation / clip-gradient variants and TF1 LSTMCell's
+"""block_lstm_ex: the LSTM activation / clip-gradient variants and TF1 LSTMCell's
 projection, against the float64 reference, TF/Keras themselves, gradcheck, opcheck and
 torch.compile; and the modules' variant attributes.
 

@@ -4,13 +4,13 @@ ULPS_AT_ROUNDING ulps of the tensor's largest value (float32's rounding level fo
 TF's own errors reach 1.7 ulps of it, and which side rounds closer there is chance).
 
 TF's side is TF 2.21 on the CPU: its BlockLSTM / BlockLSTMGrad, LSTMBlockCell(Grad) and
-GRUBlockCell(Grad) kernels for the block ops (float32 only), and its composite cells for
-CudnnRNN, which has no CPU kernel (tests/tf_composite.py). The truth: the project's float64
-reference (torch_lstm_grad.reference) for the block ops, TF's composite in float64 for
-CudnnRNN, our kernels in float64 for BlockLSTM (their float64 is checked against the
-reference at 1e-12 elsewhere). Inputs uniform [0, 1) as TF's CudnnRNN tests draw them, so
-sums over steps do not cancel; weights as TF's tests draw them (uniform +-0.01; +-0.5 for
-the GRU, whose TF test initialises with Glorot).
+GRUBlockCell(Grad) kernels for the block ops (float32 only), and its composite cells for CudnnRNN,
+which has no CPU kernel (composite_rnn, tests/helpers.py). The truth: the project's float64
+reference (torch_lstm_grad.reference) for the block ops, TF's composite in float64 for CudnnRNN,
+our kernels in float64 for BlockLSTM (their float64 is checked against the reference at 1e-12
+elsewhere). Inputs uniform [0, 1) as TF's CudnnRNN tests draw them, so sums over steps do not
+cancel; weights as TF's tests draw them (uniform +-0.01; +-0.5 for the GRU, whose TF test
+initialises with Glorot).
 
 Shapes: CudnnRNN's NAMED_RNN_TESTCASES small / medium / large (cudnn_rnn_ops_test.py); the
 block LSTM's lstm_ops_test.py shape (B 2, I 3, H 4, T 4) and, since summation order only
@@ -18,7 +18,7 @@ shows on longer sums, CudnnRNN's "large" one (I = H = 128, B 16, T 32); GRU's gr
 shape (B 4, H 5, I 6) and that large one.
 
 RESULTS records every comparison (ours and TF's max error, the floor); `python -m pytest
-tests/test_accuracy_vs_float64.py -s` prints the table at the end of the module.
+tests/ops/test_raw_ops_accuracy.py -s` prints the table at the end of the module.
 """
 
 import numpy as np
@@ -120,8 +120,8 @@ BLOCK_SHAPES = {"lstm_ops_test": (4, 2, 3, 4), "cudnn_large": (32, 16, 128, 128)
 BLOCK_GRADS = ["x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad",
                "wco_grad", "b_grad"]  # fmt: skip
 # x_grad (over the 4H gate columns), h_prev_grad (the per-step dh, likewise) and w_grad (over all
-# T·B rows) are the long sums that one GEMM added in sequence, 1.7-4.4x TF's error on the
-# "cudnn_large" shape until the CPU kernels summed them pairwise (csrc/cpu/pairwise_gemm.h).
+# T·B rows) are the long sums: added in sequence by one GEMM they are 1.7-4.4x TF's error on
+# the "cudnn_large" shape; the CPU kernels sum them pairwise (csrc/cpu/pairwise_gemm.h).
 
 
 def _block_inputs(T, B, I, H, seed=0):  # noqa: E741
@@ -154,7 +154,8 @@ def _block_case(version, shape):
     tf_g = tf_raw(grad_op, seq_len_max=T, **inp, **fwd_args(tf_fwd), cs_grad=cs_grad,
                   h_grad=h_grad, use_peephole=True)  # fmt: skip
     # The truth: our kernels in float64 (matched to the float64 reference at 1e-12 by
-    # test_lstm_block_ops.py; the reference's autograd loop takes seconds at this shape).
+    # tests/ops/test_raw_ops_lstm_block.py; the reference's autograd loop takes seconds at this
+    # shape).
     inp64 = {k: v.double() for k, v in inp.items()}
     truth_fwd = getattr(raw_ops, op)(seq_len_max=T, **inp64, **attrs)
     truth_g = getattr(raw_ops, grad_op)(seq_len_max=T, **inp64, **fwd_args(truth_fwd),

@@ -1,8 +1,9 @@
-"""Bad input (SPEC §2 "Bad input", tf_semantics.md §10) for the 8 block ops.
+"""Bad input (docs/differences.md, "Bad input raises"; docs/tf-semantics.md §10) for the 8 block
+ops.
 
 Every case raises ValueError (shapes, values) or TypeError (dtypes) with a message that starts
 with the argument's name and gives the expected and the actual shape or value. TensorFlow
-aborts, reads out of bounds or silently accepts many of these; we must not.
+aborts, reads out of bounds or silently accepts many of these; the package refuses them.
 
 Every case that does not depend on a tensor's *value* is also run on the fake path (FakeTensorMode),
 which must raise the same exception type with the same message: this proves
@@ -125,7 +126,7 @@ def _lstm_input_cases(op: str) -> list[Case]:
         "[I + H, 4 * H] = [7, 16]", "got [8, 16]")  # fmt: skip
     add("w_transposed", _set(w=lambda: r(4 * H, I + H)), ValueError, "w",
         "[I + H, 4 * H] = [7, 16]", "got [16, 7]")  # fmt: skip
-    # b: TF's BlockLSTMGrad accepts 4H+1..4H+3 (integer division); we must reject.
+    # b: TF's BlockLSTMGrad accepts 4H+1..4H+3 (integer division); refused here.
     for n in (1, 2, 3):
         add(f"b_4H_plus_{n}", _set(b=lambda n=n: r(4 * H + n)), ValueError, "b",
             "[4 * H] = [16]", f"got [{16 + n}]")  # fmt: skip
@@ -419,8 +420,8 @@ def test_overflowing_sizes_raise_value_error(op, make, name, message):
 
 @pytest.mark.parametrize("op", BLOCK_OPS)
 def test_seq_len_max_uint64_above_int64_is_a_value_error(op):
-    """A uint64 seq_len_max above int64's range is out of [0, T] (it was a conversion
-    RuntimeError); one within range is used."""
+    """A uint64 seq_len_max above int64's range is out of [0, T] (a ValueError, not a
+    conversion RuntimeError); one within range is used."""
     args = valid_args(op)
     args["seq_len_max"] = torch.tensor(2**64 - 1, dtype=torch.uint64)
     with pytest.raises(ValueError) as info:
@@ -446,7 +447,8 @@ def test_value_dependent_seq_len_max_passes_fake_path(op):
 
 # ---------------------------------------------------------------------------------------------
 # seq_len_max given as a Python / numpy scalar: converted by the raw op. A float must not be
-# truncated silently (SPEC: float seq_len_max -> TypeError; TF refuses a float for an int64 input).
+# truncated silently (docs/differences.md: float seq_len_max -> TypeError; TF refuses a float for
+# an int64 input).
 
 
 @pytest.mark.parametrize("value", [2.5, np.float64(2.5), np.array(2.0, dtype=np.float32)],

@@ -1,12 +1,12 @@
-"""The CudnnRNN family on CPU (SPEC §1.1, §2; tf_semantics.md §6–8).
+"""The CudnnRNN family on CPU (docs/tf-semantics.md §6–8; docs/differences.md, "CudnnRNN").
 
-TF has no CPU kernel for these ops (tf_semantics.md §6.1), so the oracles are:
+TF has no CPU kernel for these ops (docs/tf-semantics.md §6.1), so the oracles are:
 - `torch.nn.LSTM` / `GRU` / `RNN` in float64 (same cuDNN math: DOUBLE_BIAS, gru linear-before-
   reset, lstm i,f,g,o; projection = nn.LSTM's proj_size), with the weights moved through
   `raw_ops.CudnnRNNCanonicalToParams(V2)` and the gradients moved back through
   `raw_ops.CudnnRNNParamsToCanonical(V2)`; varied lengths through `pack_padded_sequence`;
 - Keras 3 LSTM/GRU on the TF CPU backend (single layer, params built the way Keras' cuDNN path
-  builds them, tf_semantics.md §8.2), outputs and tape gradients;
+  builds them, docs/tf-semantics.md §8.2), outputs and tape gradients;
 - float64 gradcheck, and self-consistency (V1/V2 vs V3, the Backprop raw ops vs autograd).
 
 Also: params size and canonical round trips, skip_input / auto_select, dropout and its seeds,
@@ -110,7 +110,7 @@ def nn_module(c: Cfg) -> torch.nn.Module:
 
 
 def nn_canonical(m: torch.nn.Module, c: Cfg, grad=False):
-    """(weights, biases) in TF's canonical order (tf_semantics.md §7.1) from nn's parameters
+    """(weights, biases) in TF's canonical order (docs/tf-semantics.md §7.1) from nn's parameters
     (or their .grad): per pseudo-layer W_0..W_{G-1}, R_0..R_{G-1}, [W_proj]; bW..., bR...
     nn's gate order equals cuDNN's (lstm i,f,g,o; gru r,z,n)."""
 
@@ -190,7 +190,7 @@ def nn_run(m, c: Cfg, x, h0, c0, lengths, ups):
 def ours_run(c: Cfg, x, h0, c0, params, lengths, ups, time_major=True, op="V3", **attrs):
     """CudnnRNNV3 (or V1/V2) + autograd with the same loss as nn_run, all in the time-major frame:
     batch-major input is x.transpose(0, 1) and batch-major states are h0's MEMORY read as
-    [B, L*D, n] (TF reinterprets, tf_semantics.md §6.3)."""
+    [B, L*D, n] (TF reinterprets, docs/tf-semantics.md §6.3)."""
     x = x.detach().clone().requires_grad_()
     h0 = h0.detach().clone().requires_grad_()
     c0 = c0.detach().clone().requires_grad_(c.lstm)
@@ -354,8 +354,9 @@ def test_numpy_inputs_are_converted():
 @pytest.mark.parametrize("mode", MODES)
 def test_batch_major_states_are_reinterpreted_not_transposed(mode):
     """time_major=False with L*D > 1: TF reads input_h [B, L*D, n] memory as [L*D, B, n]
-    (tf_semantics.md §6.3, SPEC §2). Ours == the time-major op fed input_h.reshape(L*D, B, n)
-    (and the output states come back the same way); a transpose gives different numbers."""
+    (docs/tf-semantics.md §6.3, docs/differences.md). Ours == the time-major op fed
+    input_h.reshape(L*D, B, n) (and the output states come back the same way); a transpose gives
+    different numbers."""
     c = Cfg(mode=mode, L=2, D=2, I=3, H=3, T=4, B=3)
     params = rand_params(c)
     x = u(c.B, c.T, c.I)
@@ -423,8 +424,8 @@ def test_noncontiguous_inputs_equal_contiguous():
 
 
 # ---------------------------------------------------------------------------------------------
-# Zero-length rows (SPEC §2: allowed; outputs zero, final state = initial state, gradients flow
-# to the initial state)
+# Zero-length rows (docs/differences.md: allowed; outputs zero, final state = initial state,
+# gradients flow to the initial state)
 
 
 @pytest.mark.parametrize("time_major", [True, False], ids=["tm", "bm"])
@@ -622,7 +623,7 @@ def _cfg_id(c: Cfg) -> str:
 def test_wiring_backprop_v3_raw_op_equals_autograd(c, time_major, device):
     """Wiring, not parity: the raw Backprop op called by hand gives what autograd gets from the
     same kernel (ours against ours; the numbers are checked against torch.nn and TF's composite
-    in test_vs_torch_nn and test_tf_ported_cudnn_rnn.py)."""
+    in test_vs_torch_nn and tests/tf_ported/test_tf_ported_cudnn_rnn.py)."""
     x, h0, c0, params = (t.to(device) for t in _fwd_inputs(c))
     seq = torch.tensor([4, 1, 3], dtype=I32)
     if not time_major:
@@ -657,7 +658,7 @@ def test_wiring_backprop_v3_raw_op_equals_autograd(c, time_major, device):
 @pytest.mark.parametrize("mode", MODES)
 def test_wiring_v1_v2_equal_v3_with_full_lengths(mode):
     """Wiring: CudnnRNN / CudnnRNNV2 (and their Backprops) are V3 with every length = T
-    (SPEC §2), ours against ours."""
+    (docs/differences.md), ours against ours."""
     c = Cfg(mode=mode, L=2, D=2, I=3, H=3, T=4, B=3)
     x, h0, c0, params = _fwd_inputs(c)
     ups = upstream(c)
@@ -813,7 +814,7 @@ def test_params_size_equals_nn_and_layout(c):
                                      rnn_mode=c.mode, direction=c.direction,
                                      num_proj=c.P)  # fmt: skip
     assert out.item() == expected
-    # Closed form of tf_semantics.md §7.2.
+    # Closed form of docs/tf-semantics.md §7.2.
     P = c.P or c.H
     closed = sum(c.G * c.H * (c.I if layer == 0 else c.D * P) + c.G * c.H * P
                  + (P * c.H if c.P else 0) + 2 * c.G * c.H
@@ -822,7 +823,7 @@ def test_params_size_equals_nn_and_layout(c):
 
 
 def test_single_layer_lstm_size_formula():
-    """4H(I + H + 2) for one unidirectional LSTM layer (tf_semantics.md §7.2)."""
+    """4H(I + H + 2) for one unidirectional LSTM layer (docs/tf-semantics.md §7.2)."""
     for I, H in ((1, 1), (7, 5), (32, 16)):  # noqa: E741
         assert params_size(Cfg("lstm", 1, 1, I=I, H=H)) == 4 * H * (I + H + 2)
 
@@ -898,7 +899,7 @@ def _nn_canonical_live(m, c: Cfg):
 
 
 def test_single_layer_opaque_layout():
-    """L = D = 1: [W_0..W_{G-1}, R_0..R_{G-1}, bW..., bR...], each row-major (tf_semantics.md
+    """L = D = 1: [W_0..W_{G-1}, R_0..R_{G-1}, bW..., bR...], each row-major (docs/tf-semantics.md
     §7.3, the layout Keras builds)."""
     for mode in MODES:
         c = Cfg(mode, 1, 1, I=5, H=3)
@@ -1196,7 +1197,8 @@ def test_auto_select(mode):
 
 def test_auto_select_with_projection_compares_input_h_units():
     """With num_proj, the forward's auto_select compares input_size with input_h.shape[2] = P
-    (tf_semantics.md §6.5, SPEC §2), the params ops with their num_units argument."""
+    (docs/tf-semantics.md §6.5, docs/differences.md), the params ops with their num_units argument.
+    """
     # input_size == H != P: the forward picks linear_input.
     c = Cfg("lstm", 1, 1, I=4, H=4, P=2, T=3, B=2)
     x, h0, c0, params = _fwd_inputs(c)
@@ -1231,7 +1233,7 @@ def test_skip_input_needs_input_size_equal_num_units(op):
 
 
 # ---------------------------------------------------------------------------------------------
-# Dropout (between layers, training only; tf_semantics.md §6.7)
+# Dropout (between layers, training only; docs/tf-semantics.md §6.7)
 
 
 def _dropout_run(c, inputs, dropout, seed, seed2, is_training=True, requires_grad=False):
@@ -1326,7 +1328,7 @@ def test_dropout_mask_is_inverted_bernoulli(p):
 
 
 def _cpu_dropout_seed(seed: int, seed2: int) -> int:
-    """The README's rule for the CPU generator of a seed pair: TF's 64-bit seed
+    """docs/differences.md's rule for the CPU generator of a seed pair: TF's 64-bit seed
     (seed << 32) | seed2 (seed2 sign-extended), splitmix64's finalizer, the halves xor-ed into
     the 32 bits torch's Mersenne Twister keeps."""
     m64 = (1 << 64) - 1
@@ -1343,9 +1345,9 @@ def _cpu_dropout_seed(seed: int, seed2: int) -> int:
      ("CudnnRNNV3", 7, -3, False), ("CudnnRNNV3", 8, 5, True)],
 )  # fmt: skip
 def test_seed_pair_draws_the_documented_masks(op, seed, seed2, requires_grad):
-    """A pair's first masks are those of a torch generator seeded by the README's rule, through
-    every forward op, with a negative seed2 and through the autograd Function (pairs no other
-    test uses: a pair's generator advances from call to call)."""
+    """A pair's first masks are those of a torch generator seeded by docs/differences.md's rule,
+    through every forward op, with a negative seed2 and through the autograd Function (pairs no
+    other test uses: a pair's generator advances from call to call)."""
     p = 0.4
     mask, _, _ = _visible_mask(p, seed, seed2, op, requires_grad)
     c = _MASK_CFG
@@ -1643,8 +1645,8 @@ def test_params_layout_op():
     flat = ops._cudnn_rnn_params_layout("lstm", "linear_input", "bidirectional", 2, 4, 3, 2)
     c = Cfg("lstm", 2, 2, I=3, H=4, P=2)
     assert flat[0] == params_size(c) and len(flat) == 1 + 6 * 4
-    # cuDNN's order (cudnnGetRNNWeightParams on an H200, cuDNN 9.19: benchmarks/results/
-    # gpu-2026-11-26.md): every pseudo-layer's W [16, in], R [16, 2], proj [2, 4] first, then
+    # cuDNN's order (cudnnGetRNNWeightParams on an H200, cuDNN 9.19; docs/cudnn.md §4): every
+    # pseudo-layer's W [16, in], R [16, 2], proj [2, 4] first, then
     # every pseudo-layer's bW [16], bR [16].
     assert flat[1:] == [0, 48, 80, 384, 400, 3,
                         88, 136, 168, 416, 432, 3,
@@ -1853,8 +1855,8 @@ def _cases(op: str) -> list[Case]:
         )
         add("reserve_space_inference", _set(reserve_space=lambda: torch.zeros(())), ValueError,
             "reserve_space", "is_training=True", "got shape []", vd=True)  # fmt: skip
-        # The reserve carries its forward's configuration and lengths (SPEC §2): a Backprop
-        # with other ones raises (TF computes with the reserve it is given).
+        # The reserve carries its forward's configuration and lengths (docs/differences.md): a
+        # Backprop with other ones raises (TF computes with the reserve it is given).
         add("reserve_space_without_masks", _set(dropout=0.5), ValueError, "reserve_space",
             "made by a forward with dropout = 0", "this call has dropout = 0.5", vd=True,
             args=dict(L=2))  # fmt: skip

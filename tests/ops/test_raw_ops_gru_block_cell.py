@@ -1,11 +1,11 @@
-"""TF parity of GRUBlockCell and GRUBlockCellGrad (TF's reset-before GRU, tf_semantics §5).
+"""TF parity of GRUBlockCell and GRUBlockCellGrad (TF's reset-before GRU, docs/tf-semantics.md §5).
 
 Every output of ``torch_lstm_grad.raw_ops.<Op>`` is compared with ``tf.raw_ops.<Op>`` (CPU; TF's
 GRU kernels are float32 only) and with the pure-torch reference ``torch_lstm_grad.reference`` in
 float64 (those tests run without TensorFlow). Ours also runs float16 and bfloat16 (float32
 inside), checked against the float64 reference. Autograd through ``raw_ops.GRUBlockCell`` must
 equal TF1's Python gradient (GRUBlockCellGrad plus the weight products); r, u and c are not
-differentiable (SPEC §2).
+differentiable (docs/differences.md).
 """
 
 import numpy as np
@@ -57,7 +57,7 @@ MAX_ERR = {}
 
 
 def _inputs(shape, dtype=torch.float32):
-    B, I, H = SHAPES[shape]  # noqa: E741 (the names of tf_semantics.md)
+    B, I, H = SHAPES[shape]  # noqa: E741 (the names of docs/tf-semantics.md)
     return dict(
         x=uniform(B, I, dtype=dtype),
         h_prev=uniform(B, H, dtype=dtype),

@@ -7,10 +7,9 @@ peepholes on/off, cell_clip small (most cells clip) / off / the op's default, a 
 forget_bias for V1, seq_len_max = T, < T and 0, B = 1, H = 1, odd sizes and a batch large enough
 for the kernels to split rows across threads.
 
-Decisions checked (SPEC §2): beyond seq_len_max TF leaves i, f, o, ci, co uninitialised, ours are
-exactly zero; the gate outputs are not differentiable (backward through them raises); the
-autograd of BlockLSTMV2 is correct where TF's registered tape gradient is not.
-"""
+Decisions checked (docs/differences.md): beyond seq_len_max TF leaves i, f, o, ci, co
+uninitialised, ours are exactly zero; the gate outputs are not differentiable (backward through
+them raises); the autograd of BlockLSTMV2 is correct where TF's registered tape gradient is not."""
 
 import numpy as np
 import pytest
@@ -111,7 +110,7 @@ MAX_ERR = {}
 
 
 def _inputs(version, shape, dtype):
-    T, B, I, H = SHAPES[shape]  # noqa: E741 (the names of tf_semantics.md)
+    T, B, I, H = SHAPES[shape]  # noqa: E741 (the names of docs/tf-semantics.md)
     return dict(
         x=uniform(B, I, dtype=dtype) if version == "cell" else uniform(T, B, I, dtype=dtype),
         cs_prev=uniform(B, H, scale=4.0, dtype=dtype),  # > 3 in places: the default clip (3) acts
@@ -698,9 +697,10 @@ def _rel_err(got, want):
 
 @needs_tf
 def test_tf_tape_gradient_of_block_lstm_v2_is_wrong_ours_is_right():
-    """SPEC §2 / tf_semantics §4.3: TF registers BlockLSTMGrad (ICFO) as the gradient of
-    BlockLSTMV2 (IFCO weights), so the tape gradient swaps the f and c blocks. Ours differentiates
-    through BlockLSTMGradV2 and matches the float64 reference; TF's V1 tape gradient is fine."""
+    """docs/differences.md / docs/tf-semantics.md §4.3: TF registers BlockLSTMGrad (ICFO) as the
+    gradient of BlockLSTMV2 (IFCO weights), so the tape gradient swaps the f and c blocks. Ours
+    differentiates through BlockLSTMGradV2 and matches the float64 reference; TF's V1 tape gradient
+    is fine."""
     shape, use_peephole = "odd", True
     T, B, _, H = SHAPES[shape]
     L = T

@@ -32,7 +32,7 @@ ref = _load("_torch_lstm_grad_reference",
 # own rounding; on inputs scaled as below (uniform(-1, 1) * 0.5 weights, O(1) values) the observed
 # differences are ~1e-6 at most.
 ATOL = RTOL = 1e-5
-B, I, H, T = 8, 3, 5, 6  # noqa: E741 (the names of tf_semantics.md)
+B, I, H, T = 8, 3, 5, 6  # noqa: E741 (the names of docs/tf-semantics.md)
 FORGET_BIAS = 0.7  # not the default, so a missing or misplaced forget_bias is caught
 CLIP = 0.3  # small enough that 35-75 % of the cells clip
 

@@ -1,12 +1,11 @@
-"""Ports on the GPU against TensorFlow's own numbers: tf_keras 2.21's files (tests/data/keras2;
-the outputs and gradients tf_keras computed from them are stored beside them, so no TensorFlow is
+"""Ports on the GPU against TensorFlow's own numbers: tf_keras 2.21's files (tests/data/keras2; the
+outputs and gradients tf_keras computed from them are stored beside them, so no TensorFlow is
 needed where this runs), converted as a user would, moved to CUDA, and compared with tf_keras to
 the porting tests' tolerance — training (outputs, input and weight gradients) and no_grad
-inference, which run different ops. test_cuda_modules.py ties each module's GPU run to its CPU
-run; this ties what a converted file computes on the GPU to what TF computed. Skipped, with the
-reason printed, without a GPU or a CUDA build of the extension. TF32 is off. Also a
-published frozen TF1 graph (cutkum's three GRUCells, tests/data/cutkum) against TF's run of it.
-"""
+inference, which run different ops. tests/modules/test_modules_cuda.py ties each module's GPU run
+to its CPU run; this ties what a converted file computes on the GPU to what TF computed. Skipped,
+with the reason printed, without a GPU or a CUDA build of the extension. TF32 is off. Also a
+published frozen TF1 graph (cutkum's three GRUCells, tests/data/cutkum) against TF's run of it."""
 
 import os
 
@@ -90,7 +89,7 @@ CUTKUM = os.path.join(DATA, "cutkum")
 def test_published_frozen_graph_on_the_gpu_matches_tf(tmp_path):
     """cutkum's frozen graph converted, its three GRUCells on the GPU, stepped as dynamic_rnn
     steps them from the stored initial states, against TF's outputs on the same inputs
-    (make_expected.py; tests/test_porting_tf1.py checks them against TF where TF runs). TF
+    (make_expected.py; tests/porting/test_tf1.py checks them against TF where TF runs). TF
     cannot differentiate this imported TF1 loop: outputs only."""
     out = tmp_path / "cutkum.pt"
     assert cli.main(["convert", os.path.join(CUTKUM, "frozen_model.pb"), "-o", str(out)]) == 0

@@ -105,8 +105,8 @@ def test_config_names_the_keras_that_wrote_a_checkpoint():
 
 
 def test_keras2_saved_model(tmp_path, capsys):
-    """tf_keras' `model.save(dir, save_format="tf")` of issue 28's model (LSTM(hard_sigmoid,
-    return_sequences) -> GRU(reset_after=False)): the config and the Keras version from
+    """tf_keras' `model.save(dir, save_format="tf")` of the fixture model LSTM(hard_sigmoid,
+    return_sequences) -> GRU(reset_after=False): the config and the Keras version from
     keras_metadata.pb, the variables by their SavedVariable names; exact against tf_keras' own
     numbers, converted with TensorFlow (where installed) and in a process that cannot import it."""
     src = os.path.join(K2, "saved_model")
@@ -150,9 +150,9 @@ def test_keras2_saved_model_without_its_metadata(tmp_path, capsys):
 
 
 def test_keras2_saved_model_loops_agree_with_its_config():
-    """The tf_keras fixture's saved loops, read as a Keras 3 export's are (keras_graph), give
-    what its keras_metadata.pb config says: tf.keras' loop bodies (Keras 2's hard sigmoid as
-    0.2·x + 0.5 clipped, the GRU's SplitV) read the same way."""
+    """The tf_keras fixture's saved loops, read as a Keras 3 export's are
+    (porting/graphs/keras_loops.py), give what its keras_metadata.pb config says: tf.keras' loop
+    bodies (Keras 2's hard sigmoid as 0.2·x + 0.5 clipped, the GRU's SplitV) read the same way."""
     from torch_lstm_grad.porting.formats.saved_model import read_saved_model
     from torch_lstm_grad.porting.graphs.keras_loops import keras_layers_from_graph
 

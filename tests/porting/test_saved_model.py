@@ -2,7 +2,7 @@
 `tf.saved_model.save` store no Keras config, so each layer is read back from the loop that
 computes it; converted with TensorFlow and without (the same modules); what the saved functions
 compute that the converter does not read is refused by name. (tf_keras' SavedModels:
-test_porting_keras2.py; TF1's: test_porting_tf1.py.)"""
+tests/porting/test_keras2.py; TF1's: tests/porting/test_tf1.py.)"""
 
 import os
 import re
@@ -34,8 +34,9 @@ from torch_lstm_grad import porting
 pytestmark = needs_tf
 
 
-def _issue_model(keras):
-    """The model of issue 28: LSTM(hard_sigmoid, return_sequences) -> GRU, Sequential."""
+def _hard_sigmoid_sequential(keras):
+    """A Sequential LSTM(hard_sigmoid, return_sequences) -> GRU: tf_keras' fixture
+    (tests/data/keras2/saved_model) in Keras 3."""
     model = keras.Sequential(
         [
             keras.Input((T, I)),
@@ -52,7 +53,7 @@ def test_keras3_saved_model(tmp_path, capsys, how):
     """Keras 3's SavedModels store no config: the loops give Keras 3's hard sigmoid, the
     sequence and last-step outputs; exact against Keras' tape, with TF and without."""
     keras = keras_module()
-    model = _issue_model(keras)
+    model = _hard_sigmoid_sequential(keras)
     src = save_model(model, tmp_path / "sm", how)
     mods, log = cli_convert(src, tmp_path, capsys)
     assert "TF2 SavedModel (tags serve; TF 2.21" in log and "signature serving_default" in log
@@ -104,8 +105,7 @@ def test_keras3_export_edge_configs(tmp_path, capsys):
     """Configurations whose loops lack an op the usual ones have: GRUs without biases (both
     reset positions: no bias add after x·K nor h·R) and a SimpleRNN without one, a one-unit GRU
     (its gate blocks one column wide) and LSTM, linear activations (no op between the sum and
-    its readers); read from the export and exact against Keras, outputs and every gradient
-    (issue 34: mutants of the loop reader no test killed)."""
+    its readers); read from the export and exact against Keras, outputs and every gradient."""
     model, names = chain_model(_edge_kinds, mask=False, seed=16)
     src = save_model(model, tmp_path / "sm", "export")
     mods, log = cli_convert(src, tmp_path, capsys)
@@ -167,7 +167,7 @@ def test_keras3_export_signatures(tmp_path, capsys):
     the signatures."""
     keras = keras_module()
     tf = tf_module()
-    model = _issue_model(keras)
+    model = _hard_sigmoid_sequential(keras)
     archive = keras.export.ExportArchive()
     archive.track(model)
     spec = [tf.TensorSpec([None, T, I], tf.float32)]
@@ -247,7 +247,7 @@ def _keras2_config_edited(dst, edit):
 def test_unreadable_directories_and_files(tmp_path, capsys):
     """A directory or file convert cannot read is exit 2 with one line naming it and why."""
     keras = keras_module()
-    good = save_model(_issue_model(keras), tmp_path / "good", "export")
+    good = save_model(_hard_sigmoid_sequential(keras), tmp_path / "good", "export")
     (tmp_path / "empty").mkdir()
     cut = tmp_path / "cut"
     cut.mkdir()

@@ -152,7 +152,7 @@ def test_gru_cell_relu(tmp_path, capsys):
 
 
 def test_gru_cell_linear(tmp_path, capsys):
-    """activation=tf.identity: the candidate multiplied by (1 - u) as it is (it was read as an
+    """activation=tf.identity: the candidate multiplied by (1 - u) as it is (not read as an
     activation "Mul" and refused)."""
     _gru_cell_activation(tmp_path, capsys, "linear", tf_module().identity)
 
@@ -448,9 +448,9 @@ def test_fused_block_lstm_graph(tmp_path, capsys):
 
 
 def _gru_block_graph(tf, xs):
-    """GRUBlockCell steps; TF 2.21 registers no gradient for the op: TF1 contrib's (tf_semantics
-    §5.4, TF's GRUBlockCellGrad kernel then the weights' products), as `--verify` applies it to
-    its own graph."""
+    """GRUBlockCell steps; TF 2.21 registers no gradient for the op: TF1 contrib's
+    (docs/tf-semantics.md §5.4, TF's GRUBlockCellGrad kernel then the weights' products), as
+    `--verify` applies it to its own graph."""
     from torch_lstm_grad.porting.verify import _contrib_gradients
 
     with tf.compat.v1.variable_scope("gru_cell"):

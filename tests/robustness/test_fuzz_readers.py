@@ -22,7 +22,9 @@ from tests.helpers import REPO_ROOT as ROOT
 from tests.helpers import pb_field, pb_sstable, pb_varint, tf_available
 
 HARNESS = os.path.join(ROOT, "harness", "fuzz_readers.py")
-MUTANTS = 12  # per format and reader: about 40 s on one core (the long run: README)
+# per format and reader: about 40 s on one core (the long run: docs/porting.md, "Corrupt and
+# hostile files")
+MUTANTS = 12
 
 
 def _tf_available() -> bool:

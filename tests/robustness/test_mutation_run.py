@@ -1,6 +1,7 @@
 """harness/mutation_run.py --merge: two runs made from one copy of the results, each on its
-own mutants, merge without either's stale copy of the other's records winning (the slip of
-efc651a, which lost confirmations when runs were merged one at a time)."""
+own mutants, merge without either's stale copy of the other's records winning: each run
+contributes only the records it changed since the copy was made (merged one run at a time, a
+run's unchanged copy of the other's records would overwrite the other's new ones)."""
 
 import importlib.util
 import os

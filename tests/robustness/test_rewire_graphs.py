@@ -1,10 +1,10 @@
-"""The graph readers against TF running rewired graphs (harness/rewire_graphs.py): TF1 cells
-frozen from static_rnn and dynamic_rnn, and Keras 3 exports, one operand of one op of the step
-read from another tensor of the same shape; each conversion must be refused, or agree with TF
-running the rewired file, never be a port of the cell TF no longer computes. A seeded sample of
-each artifact runs here (the whole run: README). A second test disables one reader check at a
-time and checks the harness reports the silent wrong ports that check prevents, so the first
-cannot pass by seeing nothing.
+"""The graph readers against TF running rewired graphs (harness/rewire_graphs.py): TF1 cells frozen
+from static_rnn and dynamic_rnn, and Keras 3 exports, one operand of one op of the step read from
+another tensor of the same shape; each conversion must be refused, or agree with TF running the
+rewired file, never be a port of the cell TF no longer computes. A seeded sample of each artifact
+runs here (the whole run: docs/porting.md, "Corrupt and hostile files"). A second test disables one
+reader check at a time and checks the harness reports the silent wrong ports that check prevents,
+so the first cannot pass by seeing nothing.
 
 The harness runs in a subprocess of its own (it converts and verifies in one process, which
 imports TF and Keras once).

@@ -2,10 +2,9 @@
 (the ReverseV2 of go_backwards, the Transpose to time-major, the TensorList it steps through),
 what a masked step outputs and keeps, which mask each select reads, which functions the
 signature runs, and how a cuDNN-traced layer reaches its op. A real Keras 3 export, one field
-changed by TF's own protobuf classes: porting/keras_graph.py must read the layer as Keras wrote
-it or refuse it naming what it found, never read another computation as Keras'. Written for
-issue 34 (mutants of keras_graph.py's `_around`, `_select`, `_mask_source`, `_cudnn_ops` and
-`_reachable_functions` that no other test killed)."""
+changed by TF's own protobuf classes: porting/graphs/keras_loops.py (`_around`, `_select`,
+`_mask_source`, `_cudnn_ops`, `_reachable_functions`) must read the layer as Keras wrote it or
+refuse it naming what it found, never read another computation as Keras'."""
 
 import importlib
 

@@ -1,10 +1,9 @@
 """SavedModels whose saved loops compute something a little other than Keras' cell: a real
 Keras 3 export and tf_keras' fixture (tests/data/keras2/saved_model), with one constant or op of
 a gate's hard sigmoid rewritten by TF's own protobuf classes. The loop reader
-(porting/keras_graph.py) must read the function exactly or refuse the layer naming the op: a
+(porting/graphs/keras_loops.py) must read the function exactly or refuse the layer naming the op: a
 reader that accepted `relu6(x + 3) / 7` or `0.3·x + 0.5` as a hard sigmoid would port another
-function in silence. Written for issue 34 (mutants of keras_graph.py that no other test
-killed)."""
+function in silence."""
 
 import os
 import shutil
@@ -537,7 +536,7 @@ def _bias_rows(first, second):
 
 def _bias_rows_taken_by(op, first, second, reversed_rows=False):
     """The GRU's bias rows taken by `op` (Unpack, StridedSlice `bias[k]` or GatherV2 of k; the
-    forms `keras_graph._row_taken` reads besides Keras 3's Split and Squeeze), row `first` added
+    forms `keras_loops._row_taken` reads besides Keras 3's Split and Squeeze), row `first` added
     to x·K and row `second` to h·R; the Split goes. Attributes at their defaults are left out,
     as TF's SavedModel writer strips them (Unpack's axis 0, StridedSlice's other masks).
     `reversed_rows`: StridedSlice `bias[k, ::-1]`, each row backwards."""
@@ -608,7 +607,7 @@ def _bias_split_along(axis):
 @pytest.mark.parametrize(
     "edit, why",
     [
-        # the input bias added to h·R, the recurrent one to x·K (before: ported as the GRU)
+        # the input bias added to h·R, the recurrent one to x·K (never ported as the GRU)
         (_bias_rows(1, 0), "no bias row 1 added to h·R at "),
         (_bias_rows(0, 0), "no bias row 1 added to h·R at "),
         (_bias_rows(1, 1), "no bias row 0 added to x·K at "),

@@ -1,4 +1,4 @@
-"""Soak, concurrency and determinism on CPU (issue 6).
+"""Soak, concurrency and determinism on CPU.
 
 - Soak: 2,000 forward+backward iterations of BlockLSTM (peepholes, clip) and of CudnnRNNV3
   (lstm, varied lengths including a 0) after a warm-up; the resident set size must stay within
@@ -113,7 +113,8 @@ def _check_trend(baseline: int, samples: list[int], what: str) -> None:
     """No rise over the run's second half, never falling, adding up to more than MONOTONE_MIN
     (a leak's trend). Never falling rather than rising at every sample: a small leak's
     allocations are sometimes served from memory the allocator already had, which leaves one
-    interval flat (seen in a fresh-clone CI run: the planted 4 KiB-an-iteration leak missed)."""
+    interval flat, so a criterion of rising at every sample can miss the planted
+    4 KiB-an-iteration leak."""
     half = samples[len(samples) // 2 - 1 :]
     steps = [b - a for a, b in zip(half, half[1:], strict=False)]
     total = half[-1] - half[0]

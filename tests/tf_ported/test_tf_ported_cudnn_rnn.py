@@ -1,9 +1,9 @@
-"""TensorFlow's own CudnnRNN tests, ported: the op runs on torch_lstm_grad's CPU kernels; TF has
-no CPU kernel for CudnnRNN, so TF's side is what its tests compare cuDNN with, TF's composite
-cells (tests/tf_composite.py: the CudnnCompatible cells' math with TF ops, run by TF 2.21 on
-the CPU), or the literal values TF's tests expect. TF's inputs, shapes, attributes and
-tolerances are kept; where a tolerance was set for TF's GPU run and a float32 CPU comparison
-cannot meet it honestly, the test says so and compares both sides with a float64 truth.
+"""TensorFlow's own CudnnRNN tests, ported: the op runs on torch_lstm_grad's CPU kernels; TF has no
+CPU kernel for CudnnRNN, so TF's side is what its tests compare cuDNN with, TF's composite cells
+(composite_rnn in tests/helpers.py: the CudnnCompatible cells' math with TF ops, run by TF 2.21 on
+the CPU), or the literal values TF's tests expect. TF's inputs, shapes, attributes and tolerances
+are kept; where a tolerance was set for TF's GPU run and a float32 CPU comparison cannot meet it
+honestly, the test says so and compares both sides with a float64 truth.
 
 Sources (tensorflow/tensorflow; TF 1.15's contrib, read for this port):
 - contrib/cudnn_rnn/python/kernel_tests/cudnn_rnn_ops_test.py: CudnnLSTMTest and CudnnGRUTest

@@ -289,7 +289,7 @@ def test_block_lstm_v1_v2_consistency():
     """testBlockLSTMV1V2Consistency: T = B = I = 1, H = 8, inputs uniform [0, 1), V1 with
     forget_bias = cell_clip = 0 against V2 on the IFCO weights. TF asserts V2's tape gradient
     equals V1's ICFO one, which holds only because TF differentiates V2 with the V1 kernel
-    (tf_semantics §4.3; the README's first difference). Ours: equal forwards, and V2's
+    (docs/tf-semantics.md §4.3; docs/differences.md, "Gradients"). Ours: equal forwards, and V2's
     gradients are V1's with the gate blocks moved to IFCO."""
     g = np.random.default_rng(0)
     H = 8
@@ -366,8 +366,8 @@ def _const(value, shape, dtype=torch.float32):
 
 def test_lstm_block_cell_error_handling_unused_peepholes():
     """testLSTMBlockCellErrorHandling: peepholes of the wrong ranks (wci [], wco [28, 17]) with
-    use_peephole=False. TF raises InvalidArgument; ours ignores unused peepholes (the README's
-    bad-input difference) and computes what zero peepholes give."""
+    use_peephole=False. TF raises InvalidArgument; ours ignores unused peepholes
+    (docs/differences.md, "Bad input raises") and computes what zero peepholes give."""
     args = dict(x=_const(0.837607, (28, 29)), cs_prev=_const(0.0, (28, 17)),
                 h_prev=_const(0.592631638, (28, 17)), w=_const(0.887386262, (46, 68)),
                 b=_const(0.75259006, (68,)))  # fmt: skip

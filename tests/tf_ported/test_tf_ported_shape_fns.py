@@ -1,5 +1,6 @@
-"""TensorFlow's shape-function tests of these ops, ported to the fake kernels (FakeTensorMode:
-the shapes torch.compile traces with; the eager ops return the same metadata, test_opcheck.py).
+"""TensorFlow's shape-function tests of these ops, ported to the fake kernels (FakeTensorMode: the
+shapes torch.compile traces with; the eager ops return the same metadata,
+tests/ops/integration/test_block_ops.py).
 
 Sources: tensorflow/core/ops/rnn_ops_test.cc (GRUBlockCell, GRUBlockCellGrad, LSTMBlockCell,
 LSTMBlockCellGrad, BlockLSTM, BlockLSTMGrad) and tensorflow/core/ops/cudnn_rnn_ops_test.cc
@@ -9,7 +10,7 @@ here a ValueError naming the argument. TF infers with unknown dimensions ("?"); 
 kernels get concrete ones, so each case uses the sizes TF's own concrete cases use, and the
 few of TF's rules ours does differently are said where they occur: H comes from cs_prev (TF's
 BlockLSTM takes it from b, "[20] -> 5"), and the peephole ranks are checked only with
-use_peephole (ignored otherwise, the README's bad-input difference).
+use_peephole (ignored otherwise: docs/differences.md, "Bad input raises").
 """
 
 import pytest

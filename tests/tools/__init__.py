@@ -1,0 +1,1 @@
+"""tools/: the command line (check, bench, doctor) and the CUDA build environment."""

@@ -22,7 +22,7 @@ Files (all small; weights randomised, biases included):
 
 `python tests/data/keras2/make_fixtures.py saved_model` writes only:
 * saved_model/: `model.save(dir, save_format="tf")` (a SavedModel with keras_metadata.pb) of
-  issue 28's model, Sequential LSTM(hard_sigmoid, return_sequences) -> GRU(reset_after=False);
+  a Sequential LSTM(hard_sigmoid, return_sequences) -> GRU(reset_after=False);
 * expected_saved_model.npz: what tf_keras computes on it, keyed `savedmodel/...`.
 
 `python tests/data/keras2/make_fixtures.py subclassed` writes only:

@@ -1,0 +1,1 @@
+"""torch.library.opcheck, torch.compile and torch.export of every op, one file per op family."""

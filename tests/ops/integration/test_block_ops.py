@@ -1,4 +1,5 @@
-"""torch.library.opcheck on every block op, and fake/meta metadata against the real kernels.
+"""torch.library.opcheck on every block op, fake/meta metadata against the real kernels, and
+torch.compile through the raw ops; that every registered op has an opcheck somewhere.
 
 opcheck runs its default test_utils (test_schema, test_autograd_registration, test_faketensor,
 test_aot_dispatch_dynamic) on a list of samples per op: float32 and float64, peephole on and off,
@@ -274,6 +275,12 @@ def test_meta_device_metadata_matches_cpu(op_name):
         meta = op(*_meta(args, lambda t: t.to("meta")))
         _assert_same_metadata(meta, real, "meta")
 
+
+# ---------------------------------------------------------------------------------------------
+# torch.compile (backend="aot_eager", fullgraph=True) through the raw ops, forward and backward.
+# aot_eager needs no Inductor codegen; it proves that the fake kernels and the registered
+# autograd compose with Dynamo/AOTAutograd without graph breaks (fullgraph=True turns a break
+# into an error) and that the compiled results equal eager ones.
 
 T, B, I, H = 4, 2, 3, 4  # noqa: E741
 DT = torch.float32

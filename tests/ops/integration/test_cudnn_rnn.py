@@ -95,7 +95,7 @@ def test_opcheck_cudnn_rnn(device):
     if device == "cuda":
         # The GPU's reserve (output 3) is cuDNN's own working memory: two identical calls leave
         # part of it different (an H200, cuDNN 9.19: 64 of a small LSTM's 208 values, up to
-        # 1.37 apart, with the buffer zeroed first: benchmarks/results/gpu-2026-11-26.md), so
+        # 1.37 apart, with the buffer zeroed first; docs/cudnn.md §7), so
         # the AOT test, which compares every output, cannot hold there. The values with a
         # meaning, outputs and gradients, are compared under AOT by the test below.
         utils.remove("test_aot_dispatch_dynamic")

@@ -8,7 +8,7 @@ from torch_lstm_grad import ops
 
 
 def test_opcheck():
-    ops = torch.ops.torch_lstm_grad  # (the name test_opcheck.py's coverage check looks for)
+    ops = torch.ops.torch_lstm_grad  # (the name test_block_ops.py's coverage check looks for)
     for reset_after, use_bias, dtype in (
         (True, True, torch.float32),
         (False, False, torch.float64),

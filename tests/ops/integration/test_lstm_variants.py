@@ -10,7 +10,7 @@ from torch_lstm_grad import ops
 
 
 def test_opcheck():
-    ops = torch.ops.torch_lstm_grad  # (the name test_opcheck.py's coverage check looks for)
+    ops = torch.ops.torch_lstm_grad  # (the name test_block_ops.py's coverage check looks for)
     for proj, peep, dtype in ((False, True, torch.float32), (True, False, torch.float64)):
         inp = _inputs(4, dtype, proj)
         args = [inp[k] for k in NAMES]

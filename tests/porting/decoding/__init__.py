@@ -1,0 +1,1 @@
+"""porting/decoding/: protobuf wire and text format, and the guard around libraries' errors."""

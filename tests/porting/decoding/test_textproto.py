@@ -1,8 +1,9 @@
-"""The text-format reader (`porting/textproto.py`, `.pbtxt` graphs) against protobuf's own: for
-texts that use every field `SCHEMA` names, every DataType, every escape and every spelling of a
-number and a bool, the wire bytes it writes parse to the message that `google.protobuf.text_format`
-parses from the same text (TensorFlow's GraphDef classes are the oracle). What it cannot parse is
-refused with a message naming it; nesting is bounded as protobuf bounds it."""
+"""The text-format reader (`porting/decoding/textproto.py`, `.pbtxt` graphs) against protobuf's
+own: for texts that use every field `SCHEMA` names, every DataType, every escape and every spelling
+of a number and a bool, the wire bytes it writes parse to the message that
+`google.protobuf.text_format` parses from the same text (TensorFlow's GraphDef classes are the
+oracle). What it cannot parse is refused with a message naming it; nesting is bounded as protobuf
+bounds it."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""The Keras describer (porting/describe_keras.py) on real files Keras 3 wrote and then altered
+"""The Keras describer (porting/describe/keras_rnn.py) on real files Keras 3 wrote and then altered
 as an older Keras, a damaged file or a hostile one would have them: weights named without the
 cell scope (Keras <= 2.3's legacy HDF5), a file that does not say its Keras version or says an
 old one, a config that disagrees with the weights, a weight missing or of the wrong shape, two
@@ -8,8 +8,7 @@ holds, and why.
 
 The files start as Keras' own (`model.save("m.h5")`, `model.save("m.keras")`); the edits are
 h5py/zip rewrites of the attributes Keras itself reads (`keras_version`, `model_config`,
-`weight_names`). Written for issue 34: each case kills mutants of describe_keras.py that no
-other test did (`harness/mutation_run.py`)."""
+`weight_names`)."""
 
 import json
 import re
@@ -565,7 +564,7 @@ def _bi_weights(fn):
 )  # fmt: skip
 def test_bidirectional_halves_damaged(files, tmp_path, edit, refusal):
     """A Bidirectional's weights that do not make one forward and one backward half are
-    refused naming what is there (before: a weight directly under the layer raised IndexError)."""
+    refused naming what is there (a weight directly under the layer too, not an IndexError)."""
     _, refusals = _describe(_h5(files, "base", tmp_path, edit))
     assert refusals == [refusal]
     ds, refusals = _describe(_h5(files, "base", tmp_path, _edits(edit, _no_config)),

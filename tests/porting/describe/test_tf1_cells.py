@@ -1,8 +1,11 @@
-"""Tests the mutation run of porting/describe_tf1.py (harness/mutation_run.py, issue 34) asked
-for: TF1 checkpoints written here by TF 2.21 (Saver, with the meta graph, or re-saved by
-SaveV2 with a variable dropped, added or reshaped), their descriptions, refusals and modules.
-Every expectation is TF's numbers, the file's names and shapes, or a refusal naming the
-variable and what it found."""
+"""The TF1 describer (`porting/describe/tf1_cells.py`): TF1 checkpoints written here by TF 2.21
+(Saver, with the meta graph, or re-saved by SaveV2 with a variable dropped, added or reshaped),
+their descriptions, refusals and modules; and, on checkpoints without a meta graph (or with a
+graph cell given), the arguments a checkpoint does not store (`--assume-defaults`, `--set`),
+projections and peepholes of the wrong shape, the clip gradient's rule, the fused ops'
+attributes, GRU cells and CudnnLSTM canonical names. Every expectation is TF's numbers (or TF's
+own defaults), the file's names and shapes, or a refusal naming the variable and what it
+found."""
 
 import numpy as np
 import pytest
@@ -312,13 +315,13 @@ def test_lstmp_cell_with_fewer_kernel_rows_than_units(tmp_path):
     run.compare(outs, state, x_t, tf1_params(run, cell, "rnn/lstm_cell", _LSTM_PARAMS))
 
 
-# -- bugs the mutants showed (fixed in describe_tf1.py) ------------------------------------------
+# -- a graph op that reads canonical names otherwise; a Dense(4H) head ----------------------------
 
 
 def test_canonical_lstm_run_by_block_lstm_v2_refused(tmp_path):
     """BlockLSTMV2 on canonical LSTM names reads the kernel's blocks as Keras' i, f, c, o, not
     the i, c, f, o of the names' CudnnCompatibleLSTMCell: a CudnnLSTM built from them would not
-    compute TF's outputs, so it is refused, naming the op (it was converted, 0.83 off)."""
+    compute TF's outputs, so it is refused, naming the op (converted, it would be 0.83 off)."""
     graph = _block_lstm_graph(("BlockLSTMV2", {"cell_clip": 0.0}))
     run = TF1Run(tmp_path / "m", None, driver=graph, lengths=False, seed=37)
     descriptions, refusals = _describe(run.prefix)
@@ -331,15 +334,15 @@ def test_canonical_lstm_run_by_block_lstm_v2_refused(tmp_path):
 
 def test_dense_head_of_4h_units_is_no_lstm_cell(tmp_path):
     """A Dense(4H) head on the cell's H outputs (kernel [H, 4H], bias [4H]) is no LSTM cell
-    (one of 0 inputs): left out, the cell converted (it was taken for a cell and the
-    conversion refused: "the meta graph's ops around dense are not a cell")."""
+    (one of 0 inputs): left out, the cell converted (not taken for a cell whose conversion is
+    refused: "the meta graph's ops around dense are not a cell")."""
     shapes = [("dense", "h", [H, 4 * H])]
     run = TF1Run(tmp_path / "m", None, driver=_dense_heads(shapes), lengths=False, seed=38)
     descriptions, refusals = _describe(run.prefix)
     assert not refusals and [d.name for d in descriptions] == ["rnn.basic_lstm_cell"]
 
 
-# -- porting/describe_tf1.py ----------------------------------------------------------------------
+# -- without a meta graph, or with a graph cell given ------------------------------------------
 
 
 def _describe_tf1(variables, **statements):

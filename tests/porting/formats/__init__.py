@@ -1,0 +1,1 @@
+"""porting/formats/: the readers of each file format."""

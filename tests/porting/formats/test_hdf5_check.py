@@ -1,10 +1,9 @@
-"""The HDF5 structure check (`porting/hdf5_check.py`) against HDF5 itself: on files h5py writes
-(sizes of offsets and lengths, a user block, B-trees of two levels, continuation chunks,
+"""The HDF5 structure check (`porting/formats/hdf5_check.py`) against HDF5 itself: on files h5py
+writes (sizes of offsets and lengths, a user block, B-trees of two levels, continuation chunks,
 attributes of every kind Keras writes; superblock 1, which h5py never writes, by hand) it walks
-exactly the object headers, continuation chunks, B-tree nodes, symbol table
-nodes and local heaps HDF5 reports or signs; and each bound it keeps is refused one past it, by
-name, and accepted at it. (The same files end to end, in a forked reader: test_fuzz_readers.py.)
-"""
+exactly the object headers, continuation chunks, B-tree nodes, symbol table nodes and local heaps
+HDF5 reports or signs; and each bound it keeps is refused one past it, by name, and accepted at it.
+(The same files end to end, in a forked reader: tests/robustness/test_fuzz_readers.py.)"""
 
 import io
 

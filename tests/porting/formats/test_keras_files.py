@@ -1,4 +1,4 @@
-"""The Keras file reader (`porting/keras_files.py`) against Keras itself: every weight Keras
+"""The Keras file reader (`porting/formats/keras_files.py`) against Keras itself: every weight Keras
 holds in a model (nested models, a Bidirectional, a masking layer, the optimizer's state after
 `fit`) comes out of each file Keras writes under the name Keras gives it and with its value;
 and each bound the reader keeps on a hostile file (a dataset's or attribute's size against the

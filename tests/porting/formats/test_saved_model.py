@@ -1,12 +1,13 @@
 """How a TF2 SavedModel's variables are named and tied to its saved functions
-(porting/saved_model.py: `_tf2_variables`, `_link_variables`), and the refusals of a SavedModel
-whose object graph is missing or corrupt.
+(porting/formats/saved_model.py: `_tf2_variables`, `_link_variables`), and the refusals of a
+SavedModel whose object graph is missing or corrupt.
 
 The checkpoints here are written by TF itself (`tf.raw_ops.SaveV2`, the op `tf.train.Checkpoint`
 saves with) with an object graph built by TF's own protobuf class, so each rule is exercised on
 exactly the case it exists for: a variable saved twice (Keras 3 exports keep a copy under
 `_all_variables`), two different variables under one name, a variable TF stored no name for.
-Written for issue 34 (mutants of saved_model.py that no other test killed)."""
+
+And a SavedModel named by its directory or its saved_model.pb."""
 
 import os
 import shutil

@@ -1,9 +1,11 @@
-"""The TF-free checkpoint reader (`porting/tensorbundle.py`) against TensorFlow's own encoders:
-its crc32c against the checksums TF writes into TFRecords (every length the byte loop and the
-lane-parallel NumPy path take), its OrderedCode against TF's own test vectors and against the
-slice keys TF's Saver writes (starts of 1 to 4 bytes), and its string tensors against TF's
-reader (lengths across every varint boundary). The happy paths of whole checkpoints:
-test_porting_readers.py; hostile files end to end: test_fuzz_readers.py.
+"""The TF-free checkpoint reader (`porting/formats/tensorbundle.py`) against TensorFlow's own
+encoders: its crc32c against the checksums TF writes into TFRecords (every length the byte loop
+and the lane-parallel NumPy path take), its OrderedCode against TF's own test vectors and
+against the slice keys TF's Saver writes (starts of 1 to 4 bytes), and its string tensors
+against TF's reader (lengths across every varint boundary). Whole checkpoints TF wrote: a TF1
+Saver's of every dtype, TF2 checkpoints whole and sharded, partitioned variables, and bundles
+made for newer readers, refused as TF refuses them. Hostile files end to end:
+tests/robustness/test_fuzz_readers.py.
 """
 
 import re

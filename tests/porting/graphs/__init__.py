@@ -1,0 +1,1 @@
+"""porting/graphs/: the GraphDef reader and the TF1 cell matcher."""

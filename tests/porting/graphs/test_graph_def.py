@@ -3,8 +3,9 @@ same graphs: every node's inputs as TF resolves them (the main graph imported by
 import_graph_def, each function body rebuilt by TF's function_def_to_graph, whose flat output
 indices are what a body's "node:argument:k" means), every attribute as TF's `get_attr` returns
 it, each function's arguments and outputs in order, the fused ops' arguments as TF's op registry
-lists them, values traced through identities, calls and loops, and a meta graph read without
-TensorFlow. The cells read from such graphs: test_tf1_cells.py."""
+lists them, values traced through identities, calls and loops, an attribute's float of the wrong
+wire type refused, and a meta graph read without TensorFlow. The cells read from such graphs:
+test_tf1_cells.py."""
 
 import numpy as np
 import pytest

@@ -363,8 +363,8 @@ def _static_gru():
 def test_each_static_rnn_copy_of_a_gru_reads_its_own_candidate(node):
     """static_rnn's GRU copies share the candidate kernel: each copy's candidate is the MatMul
     of its own concat(x, r·h). One step's candidate activation made a relu is refused as copies
-    that disagree; before, every copy read the first copy's candidate, and a relu in the
-    second step was ported as tanh."""
+    that disagree (each copy reads its own candidate: read from the first copy, a relu in the
+    second step would be ported as tanh)."""
     plain = tf_graph_def(_static_gru)
     cell = cell_at(graph_from_graph_def(plain.SerializeToString()), "rnn/gru_cell", "gru")
     assert (cell.cls, cell.attrs, cell.problem) == ("GRUCell", {"activation": "tanh"}, None)
@@ -486,8 +486,8 @@ _Z = "rnn/LSTMCellZeroState/zeros"  # c_prev (zeros_1: h)
 def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports, message):
     """TF1's LSTMCell with peepholes, one step: c = f·c_prev + i·act(j) with f = σ(f + bias +
     w_f·c_prev), i = σ(i + w_i·c_prev); h = σ(o + w_o·c)·act(c). One operand of one op
-    rewired (TF's node names), the cell is refused naming the op and what it reads; before,
-    each was ported as the cell TF no longer computes."""
+    rewired (TF's node names), the cell is refused naming the op and what it reads, never ported as
+    the cell the graph no longer computes."""
     graph_def, ok = _rewired(tf_graph_def(_static_peephole_lstm), f"{_C}/{node}", edit)
     assert ok is imports
     cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), _C, "lstm")
@@ -529,7 +529,7 @@ def test_each_op_of_an_lstm_step_combines_the_cell_s_values(node, edit, imports,
 def test_a_step_is_closed(build, scope, kind, node, edit, message):
     """Each value inside a step is read by the one op of the cell that reads it in TF1's
     cells, and x, h, c_prev come from outside the step: graphs TF runs that break either
-    (each ported before as the cell) are refused, naming the value and its readers."""
+    (never ported as the cell) are refused, naming the value and its readers."""
     graph_def, ok = _rewired(tf_graph_def(build), f"{scope}/{node}", edit)
     assert ok
     cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), scope, kind)
@@ -703,7 +703,7 @@ def test_a_gru_step_s_boundary_is_its_concat_s_x_and_h_and_its_new_h(activation)
 def test_each_op_of_a_gru_step_combines_the_cell_s_values(node, edit, imports, message):
     """TF1's GRUCell, first static_rnn step: r, u = split(σ(concat(x, h)·W + b)); c =
     tanh(concat(x, r·h)·W_c + b_c); h' = u·h + (1 − u)·c. One operand rewired: refused,
-    naming it (before, ported as the GRU TF no longer computes)."""
+    naming it, never ported as the GRU the graph no longer computes."""
     graph_def, ok = _rewired(tf_graph_def(_static_gru), f"{_G}/{node}", edit)
     assert ok is imports
     cell = cell_at(graph_from_graph_def(graph_def.SerializeToString()), _G, "gru")
