@@ -11,6 +11,7 @@ the Keras major that wrote a model computes it (docs/api.md, "Keras layers"; doc
 * `wrappers.py`: TimeDistributed;
 * `activations.py`: Keras' activations by name, per major;
 * `operations.py`: the Keras 3 ops a model's graph records (`x[:, :4]`, a mask's `not_equal`);
+* `custom.py`: a layer of the user's own class, its module given at load;
 * `model.py`: `KerasModel`, a whole model's graph of layer calls.
 """
 
@@ -37,6 +38,7 @@ from .core import (
     KerasMasking,
     KerasSpatialDropout1D,
 )
+from .custom import KerasCustomLayer
 from .merging import (
     KerasAdd,
     KerasAverage,
@@ -69,6 +71,7 @@ __all__ = [
     "KerasConcatenate",
     "KerasConv1D",
     "KerasCropping1D",
+    "KerasCustomLayer",
     "KerasDense",
     "KerasDropout",
     "KerasEmbedding",

@@ -30,7 +30,7 @@ import torch
 
 from .build import build, module_from_entry
 from .build.context import BuildContext
-from .build.keras_model import build_model, module_from_spec
+from .build.keras_model import attach_custom, build_model, module_from_spec
 from .decoding import guard
 from .describe.description import LayerDescription, Refused
 from .describe.keras_model import describe_model
@@ -158,6 +158,7 @@ def convert(
     reader: str | None = None,
     signature: str | None = None,
     layers_only: bool = True,
+    custom=(),
     log=print,
     warn=_stderr,
 ) -> dict:
@@ -169,7 +170,9 @@ def convert(
     `forget_bias`: shorthand for `sets=["forget_bias=..."]`; `signature`: a SavedModel's
     signature whose functions describe the layers (default serving_default). Where the file
     holds a Keras model config (or `config` gives one), the whole model is ported too
-    (`load_model` reads it), unless `layers_only`. Raises `Refused` (a ValueError) listing
+    (`load_model` reads it), unless `layers_only`; `custom`: class names of the user's own
+    layers, kept with their config and weights for `load_model(custom_layers=...)`. Raises
+    `Refused` (a ValueError) listing
     every attribute or layer it cannot reproduce, and writes nothing then. Returns the saved
     dict."""
     statements = Statements.from_args(sets, keras_version, assume_defaults, forget_bias)
@@ -212,7 +215,7 @@ def convert(
         warn(f"WARNING: {w}")
     model = None
     if source.model_config is not None and not layers_only:
-        model = _whole_model(source, descriptions, approximate, log)
+        model = _whole_model(source, descriptions, approximate, log, custom)
     used_vars = set(model["used"]) if model else set()
     for name, e in entries.items():
         used_vars |= set(e["used"])
@@ -237,10 +240,11 @@ def convert(
     return data
 
 
-def _whole_model(source: Source, rnn: list[LayerDescription], approximate: bool, log) -> dict:
+def _whole_model(source: Source, rnn: list[LayerDescription], approximate: bool, log,
+                 custom=()) -> dict:  # fmt: skip
     """The whole Keras model of `source`: its description logged, its module built; raises
-    Refused naming every layer it cannot port."""
-    m, refusals = describe_model(source, rnn)
+    Refused naming every layer it cannot port (`custom`: the user's own classes)."""
+    m, refusals = describe_model(source, rnn, custom)
     if m is None or refusals:
         raise Refused(refusals)
     log(f"model: {m.class_name} {m.name!r}, Keras {m.keras_major}'s semantics; inputs "
@@ -336,12 +340,14 @@ def load(path) -> dict[str, torch.nn.Module]:
     return out
 
 
-def load_model(path) -> torch.nn.Module:
+def load_model(path, custom_layers: dict | None = None) -> torch.nn.Module:
     """The whole Keras model of a file written by `convert`, as one `KerasModel`: called with
     the model's inputs in Keras' order, returning Keras' outputs; `keras_weights()` maps Keras'
-    weight names to its tensors. Raises ValueError for a file that holds no whole model (its
-    source stored no model config, or it was converted with `--layers-only`), that this
-    version cannot build, or that is damaged or changed (its digest)."""
+    weight names to its tensors. `custom_layers`: a module factory for each class of the
+    user's own the file was converted with (`--custom`), `factory(config, weights) ->
+    nn.Module`. Raises ValueError for a file that holds no whole model (its source stored no
+    model config, or it was converted with `--layers-only`), that this version cannot build, that
+    needs a factory not given, or that is damaged or changed (its digest)."""
     data = _read_converted(path)
     model = data.get("model")
     if not isinstance(model, dict):
@@ -355,5 +361,6 @@ def load_model(path) -> torch.nn.Module:
     except (NotImplementedError, ValueError, TypeError, KeyError, AttributeError,
             RuntimeError) as err:  # fmt: skip
         raise ValueError(f"{path}: the model cannot be built by this version: {err}") from err
+    attach_custom(module, custom_layers)
     module.port_description = model["description"]
     return module

@@ -814,7 +814,7 @@ def _has_model(converted) -> bool:
     return isinstance(torch.load(converted, weights_only=True).get("model"), dict)
 
 
-def _model_inputs(model, spec: list[dict], B: int, T: int, rng) -> list[np.ndarray]:
+def model_inputs(model, spec: list[dict], B: int, T: int, rng) -> list[np.ndarray]:
     """Random inputs of each of the model's inputs: token ids below an Embedding's
     `input_dim` (trailing zeros in the first row where it masks zeros, as padding), normal
     floats else; free axes take B (the batch) and T."""
@@ -869,7 +869,7 @@ def _verify_model(report, tf, oracle, converted, batches, lengths, rng) -> None:
     fixed = any(s["shape"] and len(s["shape"]) > 1 and s["shape"][1] is not None for s in spec)
     for B in batches:
         for T in lengths[-1:] if fixed else lengths:
-            xs = _model_inputs(ours, spec, B, T, rng)
+            xs = model_inputs(ours, spec, B, T, rng)
             ins = [tf.constant(x) for x in xs]
             try:
                 with tf.GradientTape() as tape:

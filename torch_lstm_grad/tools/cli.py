@@ -102,6 +102,10 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _bench(args: argparse.Namespace) -> int:
+    if args.model is not None:
+        from . import bench_model
+
+        return bench_model.run(args)
     from . import bench
 
     return bench.run(args)
@@ -185,6 +189,13 @@ def build_parser() -> argparse.ArgumentParser:
         description=bench_module.__doc__.split("\n")[0],
     )
     bench_module.add_arguments(bench)
+    from . import bench_model
+
+    models = bench.add_argument_group(
+        "a whole model (--model): the port against Keras on TensorFlow and on PyTorch"
+    )
+    models.add_argument("--model", metavar="FILE", help="a Keras model file (.keras, .h5)")
+    bench_model.add_arguments(models)
     bench.set_defaults(func=_bench)
 
     convert = sub.add_parser(

@@ -26,7 +26,7 @@ from ..describe.keras_model import ModelDescription
 from . import keras_rnn
 from .context import BuildContext, tensor
 
-__all__ = ["build_model", "module_from_spec"]
+__all__ = ["attach_custom", "build_model", "module_from_spec"]
 
 _DTYPES = {"float32": torch.float32, "float64": torch.float64, None: torch.float32}
 
@@ -68,6 +68,7 @@ _PLAIN = {
 _CLASSES = {cls.__name__: cls for cls in _PLAIN.values()} | {
     "KerasTimeDistributed": K.KerasTimeDistributed,
     "KerasOp": K.KerasOp,
+    "KerasCustomLayer": K.KerasCustomLayer,
 }
 # A weight's trainability in Keras: these are statistics, never trained.
 _NON_TRAINABLE = {"moving_mean", "moving_variance"}
@@ -193,6 +194,8 @@ class _ModelBuilder:
     def plain(self, path: list[str], d: LayerDescription, keys: list[str] | None = None):
         """`(module, spec, [(Keras name, attribute)])` of a layer that is not recurrent; `keys`:
         where its weights are listed (default: its path, then its name)."""
+        if d.kind == "keras.custom":
+            return self._custom(path, d)
         if d.kind.startswith("keras.op."):
             kwargs = {"op": d.kind[len("keras.op."):], "dtype": d.value("dtype"),
                       "keras_major": self.major}  # fmt: skip
@@ -230,6 +233,24 @@ class _ModelBuilder:
         spec = {"module": cls.__name__, "kwargs": {**kwargs, "dtype": dtype}}
         weights = [(self._keras_name(path, a, n), a) for a, n in zip(attrs, names, strict=True)]
         return module, spec, weights
+
+    def _custom(self, path: list[str], d: LayerDescription):
+        """The user's layer: its config and every weight the file lists for it."""
+        names = self.source.layer_weights.get("/".join(path)) or self.source.layer_weights.get(
+            path[-1], []
+        )
+        values = [tensor(self.source.variables[n]) for n in names]
+        keras_names = [self._keras_name(path, "", n) for n in names]
+        kwargs = {"class_name": d.value("class_name"), "config": d.value("config"),
+                  "weight_names": keras_names, "shapes": [list(v.shape) for v in values],
+                  "keras_major": self.major}  # fmt: skip
+        module = K.KerasCustomLayer(**kwargs, dtype=values[0].dtype if values else None)
+        with torch.no_grad():
+            for k, v in enumerate(values):
+                module.weights[f"w{k}"].copy_(v)
+        self.used += names
+        spec = {"module": "KerasCustomLayer", "kwargs": {**kwargs, "dtype": None}}
+        return module, spec, [(n, f"weights.w{k}") for k, n in enumerate(keras_names)]
 
     def layer(self, path: list[str], d, trainable: bool):
         """`(module, spec, [(Keras name, attribute, trainable)])` of one layer, or None."""
@@ -337,6 +358,21 @@ def build_model(ctx: BuildContext, source, m: ModelDescription):
         return None
     module, spec, _ = built
     return module, spec, list(b.used)
+
+
+def attach_custom(model, custom_layers: dict | None) -> None:
+    """Gives every layer of the user's own class its module: `custom_layers[class](config,
+    weights)`; raises ValueError naming a class `custom_layers` lacks."""
+    custom_layers = custom_layers or {}
+    for name, m in model.named_modules():
+        if isinstance(m, K.KerasCustomLayer):
+            factory = custom_layers.get(m.class_name)
+            if factory is None:
+                raise ValueError(
+                    f"layer {name!r} is of the user's class {m.class_name!r}: give its module "
+                    f"with load_model(..., custom_layers={{{m.class_name!r}: factory}})"
+                )
+            m.attach(factory)
 
 
 def module_from_spec(spec: dict, dtype=None) -> K.KerasModel:

@@ -99,7 +99,6 @@ _ONLY_DEFAULT = {
 _NOTES = {"noise_shape", "seed", "fused", "renorm_clipping", "renorm_momentum", "lora_alpha",
           "l1", "l2"}  # fmt: skip
 # The classes of Keras' own layers that the port does not compute (refused by name).
-_OWN_UNSUPPORTED_HINT = "not a layer class this version ports (docs/porting.md, 'Whole models')"
 
 
 def model_config_major(cfg: dict, version: str | None) -> int | None:
@@ -404,9 +403,22 @@ def _producer_done(ref: tuple, produced: set) -> bool:
     return ref in produced or (ref[0], ref[1]) in produced
 
 
+def _jsonable(v, depth: int = 0):
+    """A config value as plain JSON data (what a converted file may hold)."""
+    if depth > 32:
+        raise _Unreadable("a layer config nested more than 32 deep")
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x, depth + 1) for x in v]
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
 class _Describer:
-    def __init__(self, source: Source, rnn: dict[str, LayerDescription], major: int):
+    def __init__(self, source: Source, rnn: dict[str, LayerDescription], major: int,
+                 custom=frozenset()):  # fmt: skip
         self.source, self.rnn, self.major = source, rnn, major
+        self.custom = set(custom)
         self.refusals: list[Refusal] = []
         self.origin = source.config_origin or "the model config"
 
@@ -444,14 +456,23 @@ class _Describer:
             if cls == "Cast":
                 d.set("dtype", cfg.get("dtype"), self.origin)
             return d
+        if cls in self.custom:
+            d = LayerDescription(name, "keras.custom", self.origin)
+            d.set("class_name", cls, self.origin)
+            d.set("config", _jsonable(cfg), self.origin)
+            d.notes.append(f"a class of the user's own, declared with --custom {cls}: "
+                           "load_model(custom_layers=...) supplies its module")  # fmt: skip
+            return d
         keys = LAYER_KEYS.get(cls)
         if keys is None:
-            module = e.get("module")
-            own = module is None or str(module).startswith("keras")
-            self.refuse(name, "class", cls, _OWN_UNSUPPORTED_HINT if own and cls != "Lambda"
-                        else "a layer that is not Keras' own (declare it with --custom)"
-                        if cls != "Lambda" else "a Lambda layer runs Python code the file "
-                        "stores as bytecode: not ported")  # fmt: skip
+            if cls == "Lambda":
+                why = "a Lambda layer runs Python code the file stores as bytecode: not ported"
+            else:
+                module = e.get("module")
+                own = module is None or str(module).startswith("keras")
+                why = ("not a layer class this version ports" if own else
+                       "not a class of Keras' own") + f"; a class of your own: --custom {cls}"
+            self.refuse(name, "class", cls, why)
             return None
         return self._plain(name, cls, keys, cfg)
 
@@ -496,9 +517,10 @@ class _Describer:
         return d
 
 
-def describe_model(source: Source, rnn: list[LayerDescription]):
+def describe_model(source: Source, rnn: list[LayerDescription], custom=()):
     """`(ModelDescription, refusals)` of the source's Keras model config; `rnn`: the recurrent
-    layers' descriptions (`describe_keras`)."""
+    layers' descriptions (`describe_keras`); `custom`: class names of the user's own layers,
+    whose modules `load_model` takes from the user (`--custom`)."""
     cfg, version = source.model_config, source.writer.keras_version
     major = model_config_major(cfg, version) or source.writer.keras_major or 2
     if major == 1:
@@ -506,7 +528,7 @@ def describe_model(source: Source, rnn: list[LayerDescription]):
                               "a Keras 1 model config (other argument names): not ported")]
     if major not in (2, 3):
         return None, [Refusal("(model)", "keras_version", version, "not a Keras 2 or 3 config")]
-    d = _Describer(source, {x.name: x for x in rnn}, major)
+    d = _Describer(source, {x.name: x for x in rnn}, major, custom)
     if not isinstance(cfg, dict) or cfg.get("class_name") not in _MODELS:
         cls = cfg.get("class_name") if isinstance(cfg, dict) else type(cfg).__name__
         return None, [Refusal("(model)", "class_name", cls, "not a Sequential or Functional "
