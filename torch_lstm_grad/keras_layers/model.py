@@ -23,6 +23,8 @@ from collections import OrderedDict
 import torch
 from torch import nn
 
+from .normalization import KerasBatchNormalization
+
 __all__ = ["KerasModel"]
 
 
@@ -59,11 +61,13 @@ class KerasModel(nn.Module):
     """A Keras Functional or Sequential model: `layers` by Keras name (each registered as a
     submodule under that name) and the `graph` that calls them. `weight_names`: the Keras name
     of each weight, `(layer, attribute path in the layer's module)` in Keras' `model.weights`
-    order."""
+    order; `frozen`: the layers Keras does not train (`trainable: false`)."""
 
     def __init__(self, name: str, layers: dict[str, nn.Module], graph: dict,
-                 weight_names: list[tuple[str, str, str]] | None = None):  # fmt: skip
+                 weight_names: list[tuple[str, str, str]] | None = None,
+                 frozen: list[str] = ()):  # fmt: skip
         super().__init__()
+        self.frozen = list(frozen)
         self.keras_name = name
         self.graph = graph
         self._layer_names = list(layers)
@@ -71,6 +75,16 @@ class KerasModel(nn.Module):
             self.add_module(layer_name, module)
         self._weight_names = list(weight_names or [])
         self._input_keys = [_key(r) for r in graph["inputs"]]
+
+    def train(self, mode: bool = True):
+        """Keras' `training=mode`; a frozen layer (`trainable: false`) keeps computing its
+        `training=False` function in BatchNormalization, as Keras runs it (`frozen`)."""
+        super().train(mode)
+        for name in self.frozen:
+            for m in self.get_submodule(name).modules():
+                if isinstance(m, KerasBatchNormalization):
+                    m.eval()
+        return self
 
     def layer(self, name: str) -> nn.Module:
         return self.get_submodule(name)

@@ -309,8 +309,9 @@ class _ModelBuilder:
             return None
         graph = _renamed(m.graph(), {n: _module_name(n) for n in m.layers})
         order = [(n, a) for n, a, _ in weights]  # Keras' model.weights: layer by layer
-        module = K.KerasModel(m.name, layers, graph, [(n, *a.split(".", 1)) for n, a in order])
         frozen = [_module_name(n) for n, t in m.trainable.items() if not t and n in m.layers]
+        module = K.KerasModel(m.name, layers, graph, [(n, *a.split(".", 1)) for n, a in order],
+                              frozen)  # fmt: skip
         spec = {"name": m.name, "graph": graph, "layers": specs, "frozen": frozen,
                 "weights": [[n, a] for n, a in order], "keras_major": self.major,
                 "input_specs": m.input_specs}  # fmt: skip
@@ -383,7 +384,7 @@ def module_from_spec(spec: dict, dtype=None) -> K.KerasModel:
         for p in layers[name].parameters():
             p.requires_grad_(False)
     order = [(n, *a.split(".", 1)) for n, a in spec["weights"]]
-    return K.KerasModel(spec["name"], layers, spec["graph"], order)
+    return K.KerasModel(spec["name"], layers, spec["graph"], order, spec.get("frozen", []))
 
 
 def _module_from_layer_spec(s: dict, major: int):
