@@ -165,20 +165,25 @@ class _ModelBuilder:
         self.ctx, self.source, self.major = ctx, source, major
         self.used: list[str] = []
 
-    def _names(self, keys: list[str], d: LayerDescription, count: int) -> list[str] | None:
+    def _names(self, keys: list[str], d: LayerDescription, attrs: list[str]) -> list[str] | None:
         """The file's variables of a layer's weights, in the file's order: the first of its
         lists found under `keys` (its path of layer names in the model, as a `.keras` file
-        keeps nested layers, then its name)."""
+        keeps nested layers, then its name); in a file without such lists (a SavedModel, a TF2
+        checkpoint), the variables named `<key>/<weight>`."""
         lists = self.source.layer_weights
         for key in keys:
             names = lists.get(key)
             if names is not None:
-                if len(names) != count:
-                    self.ctx.refuse(d.name, "weights", names, f"{count} weights expected")
+                if len(names) != len(attrs):
+                    self.ctx.refuse(d.name, "weights", names, f"{len(attrs)} weights expected")
                     return None
                 return names
-        if count == 0:
+        if not attrs:
             return []
+        for key in keys:
+            names = [f"{key}/{a}" for a in attrs]
+            if all(n in self.source.variables for n in names):
+                return names
         self.ctx.refuse(d.name, "weights", "(missing)", "no weights of this layer in the file")
         return None
 
@@ -209,7 +214,7 @@ class _ModelBuilder:
             self.ctx.refuse(d.name, "class", d.kind, "no module for this layer class")
             return None
         attrs = _weight_attrs(d)
-        names = self._names(keys or ["/".join(path), path[-1]], d, len(attrs))
+        names = self._names(keys or ["/".join(path), path[-1]], d, attrs)
         if names is None:
             return None
         values = [tensor(self.source.variables[n]) for n in names]

@@ -294,6 +294,10 @@ class _Model:
             is_op = str(e.get("module") or "").startswith("keras.src.ops")
             for k, node in enumerate(nodes):
                 args, kwargs = self._node(name, node, is_op)
+                if e.get("class_name") in _RECURRENT and isinstance(args, list) and (
+                    isinstance(args[0], list)
+                ):  # Keras 2: an RNN's initial states are further inputs of its call
+                    args, kwargs = args[0], {**kwargs, "initial_state": args[1:]}
                 pending.append(LayerCall(layer, offset + k, args, kwargs))
         known = {tuple(r) for r in self._declared_inputs()}
         self.m.inputs = [list(r) for r in self._declared_inputs()]
