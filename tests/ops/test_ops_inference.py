@@ -17,7 +17,7 @@ from tests.helpers import (
     inference_cudnn_args,
     inference_fused_cell,
 )
-from torch_lstm_grad import modules
+from torch_lstm_grad import modules, packed_weights
 from torch_lstm_grad import ops as tlg_ops
 
 ops = torch.ops.torch_lstm_grad
@@ -269,7 +269,7 @@ def test_cudnn_packed_weight_follows_in_place_changes():
 def test_no_packing_where_the_kernels_do_not_use_it():
     m = inference_fused_cell(32, 4)
     with torch.no_grad():
-        m(torch.randn(5, modules._PANEL_MAX_ROWS + 1, 4))  # one row too many: brgemm's blocks
+        m(torch.randn(5, packed_weights.PANEL_MAX_ROWS + 1, 4))  # one row too many: brgemm's blocks
         assert m._packed._packed[0] is None  # the recurrent rows: not packed
         assert m._packed._packed[1] is not None  # the input rows: T·B rows, the panels
         m._packed.clear()

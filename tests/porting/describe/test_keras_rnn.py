@@ -299,23 +299,31 @@ def test_gate_activation_default_by_version(files, tmp_path, version, gate, orig
 
 
 @pytest.mark.parametrize(
-    "version, verified",
-    [("2.2.0", False), ("2.3.0", True), ("3.0.0", True), ("3.15.1", True)],
+    "version, legacy",
+    [("2.2.0", True), ("2.3.0", False), ("3.0.0", False), ("3.15.1", False)],
 )
-def test_masked_outputs_by_version(files, tmp_path, version, verified):
-    """Masked steps' outputs are reproduced for Keras >= 2.3 (and 3); a Keras <= 2.2 layer,
-    a Bidirectional's halves too, is marked so that a call with a mask raises."""
+def test_masked_outputs_by_version(files, tmp_path, version, legacy):
+    """Masked steps' outputs by the Keras that wrote the layer: Keras >= 2.3 (and 3) the
+    previous output; Keras <= 2.2's backends the previous state (`states[0]`), for a
+    Bidirectional's halves too, which Keras 2.2's Bidirectional does not zero."""
     path = _h5(files, "base", tmp_path, _edits(_no_config, _version(version)))
     ds, _ = _describe(path, "gru_nb:reset_after=true")
     layers = [ds["lstm"], ds["bi"].children["forward"], ds["bi"].children["backward"]]
-    if verified:
+    if not legacy:
         assert [d.value("zero_output_for_mask") for d in layers] == [False, False, False]
-    else:
-        why = (
-            f"Keras {version}: masked-step outputs of Keras <= 2.2 are not reproduced "
-            "(calls with a mask raise)"
-        )
-        assert [_attr(d, "zero_output_for_mask") for d in layers] == [(None, why, False)] * 3
+        assert [d.value("masked_outputs") for d in layers] == [None] * 3
+        return
+    none = (False, f"Keras {version}: Keras <= 2.2 has none", False)
+    assert [_attr(d, "zero_output_for_mask") for d in layers] == [none] * 3
+    assert [d.value("masked_outputs") for d in layers] == ["previous_state"] * 3
+
+
+def test_masked_outputs_of_an_unknown_version_raise(files, tmp_path):
+    """A file that does not say which Keras wrote it: Keras <= 2.2 and later differ on masked
+    steps, so the layer is marked and a call with a mask raises."""
+    path = _h5(files, "base", tmp_path, _edits(_no_config, _version(None)))
+    ds, _ = _describe(path, "gru_nb:reset_after=true", "recurrent_activation=sigmoid")
+    assert ds["lstm"].value("zero_output_for_mask") is None
 
 
 def test_keras_version_statement(files, tmp_path):
