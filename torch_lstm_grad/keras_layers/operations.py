@@ -1,9 +1,12 @@
 """Keras 3 operations recorded in a Functional model's graph: an op applied to a symbolic tensor
-(`x[:, :4]`, the `not_equal` an Embedding's mask is computed with) becomes a node of the
-model whose layer is the op. Their outputs carry no mask, as in Keras.
+(`x[:, :4]`, and the ops Keras' own `compute_mask` runs while the model is built: an
+Embedding's `not_equal`, a Concatenate's `expand_dims`, `logical_or`, `any`, ...) becomes a
+node of the model whose layer is the op. Keras 3 computes the masks it records this way when it
+loads the model, so the port runs them too. Their outputs carry no mask, as in Keras.
 
-`KerasOp(op, args_spec)` applies one of `OPS` to its positional arguments, in which the tensors
-arrive in the places the config names them and constants stay as stored.
+`KerasOp(op, params)` applies one of `OPS` to its positional arguments (tensors where the
+config names them, constants as stored) with the op's parameters from its config (`axis`,
+`keepdims`, `dtype`).
 """
 
 from __future__ import annotations
@@ -33,39 +36,75 @@ def _index(spec):
     raise NotImplementedError(f"GetItem with a key {str(spec)[:60]}")
 
 
-def _constant(v, like: torch.Tensor):
+def _tensor(v, like: torch.Tensor):
     if isinstance(v, torch.Tensor):
         return v
     return torch.tensor(v, dtype=like.dtype, device=like.device)
 
 
+def _dtype(p, default=None):
+    name = p.get("dtype")
+    if name is None:
+        return default
+    if name not in _DTYPES:
+        raise NotImplementedError(f"dtype {name!r}")
+    return _DTYPES[name]
+
+
+def _axes(p):
+    axis = p.get("axis")
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def _reduce(fn):
+    def run(p, x):
+        axis = _axes(p)
+        if axis is None:
+            return fn(x)
+        return fn(x, dim=axis, keepdim=bool(p.get("keepdims", False)))
+
+    return run
+
+
 OPS = {
-    "NotEqual": lambda a, b: torch.ne(a, _constant(b, a)),
-    "Equal": lambda a, b: torch.eq(a, _constant(b, a)),
-    "GetItem": lambda x, key: x[_index(key)],
-    "Cast": None,  # needs its dtype: see KerasOp
+    "NotEqual": lambda p, a, b: torch.ne(a, _tensor(b, a)),
+    "Equal": lambda p, a, b: torch.eq(a, _tensor(b, a)),
+    "LogicalOr": lambda p, a, b: torch.logical_or(a, _tensor(b, a)),
+    "LogicalAnd": lambda p, a, b: torch.logical_and(a, _tensor(b, a)),
+    "LogicalNot": lambda p, a: torch.logical_not(a),
+    "Any": _reduce(torch.any),
+    "All": _reduce(torch.all),
+    "ExpandDims": lambda p, x: x.unsqueeze(p.get("axis", -1)),
+    "Squeeze": lambda p, x: x.squeeze() if p.get("axis") is None else x.squeeze(_axes(p)),
+    "ZerosLike": lambda p, x: torch.zeros_like(x, dtype=_dtype(p, x.dtype)),
+    "OnesLike": lambda p, x: torch.ones_like(x, dtype=_dtype(p, x.dtype)),
+    "Concatenate": lambda p, xs: torch.cat(list(xs), dim=p.get("axis", 0)),
+    "Cast": lambda p, x: x.to(_dtype(p)),
+    "GetItem": lambda p, x, key: x[_index(key)],
+    "Add": lambda p, a, b: a + b,
+    "Subtract": lambda p, a, b: a - b,
+    "Multiply": lambda p, a, b: a * b,
+    "TrueDivide": lambda p, a, b: a / b,
+    "Negative": lambda p, x: -x,
 }
 
 
 class KerasOp(Layer):
-    """A Keras 3 operation (`NotEqual`, `Equal`, `GetItem`, `Cast`) in a model's graph."""
+    """A Keras 3 operation (one of `OPS`) in a model's graph, with its config's parameters."""
 
-    def __init__(self, op: str, dtype: str | None = None, *, keras_major: int = 3):
+    def __init__(self, op: str, params: dict | None = None, *, keras_major: int = 3):
         super().__init__(keras_major)
         if op not in OPS:
             raise NotImplementedError(f"the Keras op {op} (ported ops: {', '.join(OPS)})")
-        if op == "Cast" and dtype not in _DTYPES:
-            raise NotImplementedError(f"Cast to {dtype!r}")
-        self.op, self.cast_dtype = op, dtype
+        self.op, self.params = op, dict(params or {})
+        if "dtype" in self.params:
+            _dtype(self.params)  # refuses a dtype it does not know, when built
 
     def forward(self, inputs, mask=None):
-        args = list(inputs)
-        if self.op == "Cast":
-            return args[0].to(_DTYPES[self.cast_dtype])
-        return OPS[self.op](*args)
+        return OPS[self.op](self.params, *list(inputs))
 
     def compute_mask(self, inputs, mask):
         return None
 
     def extra_repr(self) -> str:
-        return f"{self.op!r}"
+        return f"{self.op!r}, {self.params}"

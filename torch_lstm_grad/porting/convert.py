@@ -33,7 +33,7 @@ from .build.context import BuildContext
 from .build.keras_model import attach_custom, build_model, module_from_spec
 from .decoding import guard
 from .describe.description import LayerDescription, Refused
-from .describe.keras_model import describe_model
+from .describe.keras_model import describe_model, is_graph_config
 from .describe.keras_rnn import describe_keras
 from .describe.statements import Statements
 from .describe.tf1_cells import describe_tf1
@@ -157,7 +157,7 @@ def convert(
     forget_bias: float | None = None,
     reader: str | None = None,
     signature: str | None = None,
-    layers_only: bool = True,
+    layers_only: bool = False,
     custom=(),
     log=print,
     warn=_stderr,
@@ -215,7 +215,11 @@ def convert(
         warn(f"WARNING: {w}")
     model = None
     if source.model_config is not None and not layers_only:
-        model = _whole_model(source, descriptions, approximate, log, custom)
+        if is_graph_config(source.model_config):
+            model = _whole_model(source, descriptions, approximate, log, custom)
+        else:
+            log("model: its config is no graph of layers (a subclassed model): its recurrent "
+                "layers are ported alone")  # fmt: skip
     used_vars = set(model["used"]) if model else set()
     for name, e in entries.items():
         used_vars |= set(e["used"])

@@ -121,7 +121,7 @@ def _convert(args: argparse.Namespace) -> int:
         print("torch-lstm-grad convert: -o/--output OUT.pt is required", file=sys.stderr)
         return 2
     try:
-        porting.convert(
+        data = porting.convert(
             args.src,
             args.output,
             sets=args.set,
@@ -131,6 +131,8 @@ def _convert(args: argparse.Namespace) -> int:
             approximate=args.approximate,
             forget_bias=args.forget_bias,
             signature=args.signature,
+            layers_only=args.layers_only,
+            custom=args.custom,
         )
     except (ValueError, NotImplementedError, OSError) as err:
         message = str(err)
@@ -138,7 +140,9 @@ def _convert(args: argparse.Namespace) -> int:
             message = f"{args.src}: {message}"
         print(f"torch-lstm-grad convert: {message}", file=sys.stderr)
         return 2
-    print(f"wrote {args.output} (load with torch_lstm_grad.load)")
+    whole = "model" in data
+    loader = "torch_lstm_grad.load_model; its layers: load" if whole else "torch_lstm_grad.load"
+    print(f"wrote {args.output} (load with {loader})")
     if not args.verify:
         return 0
     try:
@@ -263,6 +267,20 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAME",
         help="a SavedModel's signature whose functions describe the layers (default: "
         "serving_default, or the only one)",
+    )
+    convert.add_argument(
+        "--layers-only",
+        action="store_true",
+        help="write the recurrent layers alone (torch_lstm_grad.load), not the whole Keras model "
+        "a file's config describes (torch_lstm_grad.load_model)",
+    )
+    convert.add_argument(
+        "--custom",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="a Keras layer class of your own (repeatable): kept with its config and weights; "
+        "load_model(OUT, custom_layers={CLASS: factory}) supplies its module",
     )
     convert.add_argument(
         "--verify",

@@ -202,7 +202,7 @@ class _ModelBuilder:
         if d.kind == "keras.custom":
             return self._custom(path, d)
         if d.kind.startswith("keras.op."):
-            kwargs = {"op": d.kind[len("keras.op."):], "dtype": d.value("dtype"),
+            kwargs = {"op": d.kind[len("keras.op."):], "params": d.value("params"),
                       "keras_major": self.major}  # fmt: skip
             try:
                 return K.KerasOp(**kwargs), {"module": "KerasOp", "kwargs": kwargs}, []

@@ -30,10 +30,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...keras_layers.operations import OPS
 from ..source import Source, keras_version_tuple
 from .description import LayerDescription, Refusal
 
-__all__ = ["LAYER_KEYS", "ModelDescription", "describe_model", "model_config_major"]
+__all__ = [
+    "LAYER_KEYS",
+    "ModelDescription",
+    "describe_model",
+    "is_graph_config",
+    "model_config_major",
+]
 
 _MODELS = {"Sequential", "Functional", "Model"}
 _RECURRENT = {"LSTM", "GRU", "SimpleRNN", "Bidirectional", "CuDNNLSTM", "CuDNNGRU"}
@@ -99,6 +106,18 @@ _ONLY_DEFAULT = {
 _NOTES = {"noise_shape", "seed", "fused", "renorm_clipping", "renorm_momentum", "lora_alpha",
           "l1", "l2"}  # fmt: skip
 # The classes of Keras' own layers that the port does not compute (refused by name).
+
+
+def is_graph_config(cfg) -> bool:
+    """Whether a model config is a graph of layers that a whole port can run: a Sequential, or a
+    Functional model with its inputs and outputs (a subclassed model's config is neither)."""
+    if not isinstance(cfg, dict):
+        return False
+    inner = cfg.get("config")
+    if cfg.get("class_name") == "Sequential":
+        return isinstance(inner, list) or isinstance(inner, dict) and "layers" in inner
+    return (cfg.get("class_name") in ("Functional", "Model") and isinstance(inner, dict)
+            and "input_layers" in inner and "output_layers" in inner)  # fmt: skip
 
 
 def model_config_major(cfg: dict, version: str | None) -> int | None:
@@ -250,7 +269,7 @@ class _Model:
 
     def _sequential_input_spec(self, first: dict) -> dict:
         cfg = first.get("config") if isinstance(first.get("config"), dict) else {}
-        shape = cfg.get("batch_input_shape") or cfg.get("batch_shape")
+        shape = _plain_value(cfg.get("batch_input_shape") or cfg.get("batch_shape"))
         if shape is None and cfg.get("input_length") is not None:  # Keras 2.0-2.2 Embedding
             shape = [None, cfg["input_length"]]
         dtype = cfg.get("dtype") if isinstance(cfg.get("dtype"), str) else "float32"
@@ -291,7 +310,7 @@ class _Model:
             nodes = e.get("inbound_nodes") or []
             if not isinstance(nodes, list):
                 raise _Unreadable(f"layer {name!r}: inbound_nodes is not a list")
-            is_op = str(e.get("module") or "").startswith("keras.src.ops")
+            is_op = _is_op(e)
             for k, node in enumerate(nodes):
                 args, kwargs = self._node(name, node, is_op)
                 if e.get("class_name") in _RECURRENT and isinstance(args, list) and (
@@ -373,8 +392,19 @@ def _input_spec(cfg) -> dict:
     dtype = cfg.get("dtype")
     if isinstance(dtype, dict):  # a Keras 3 dtype policy
         dtype = (dtype.get("config") or {}).get("name")
-    return {"shape": cfg.get("batch_shape") or cfg.get("batch_input_shape"),
-            "dtype": dtype or "float32"}  # fmt: skip
+    shape = _plain_value(cfg.get("batch_shape") or cfg.get("batch_input_shape"))
+    return {"shape": shape, "dtype": dtype or "float32"}
+
+
+def _is_op(entry: dict) -> bool:
+    """Whether a config entry is a Keras 3 operation rather than a layer: its module says so,
+    or (Keras 3's legacy `.h5`, which stores no module) its class is an op's and its config
+    lacks what every layer's holds (`trainable`)."""
+    module = entry.get("module")
+    if module is not None:
+        return str(module).startswith("keras.src.ops")
+    cfg = entry.get("config")
+    return entry.get("class_name") in OPS and isinstance(cfg, dict) and "trainable" not in cfg
 
 
 def _ref_list(v, what: str) -> list:
@@ -405,6 +435,20 @@ def _ordered(calls: list[LayerCall], known: set, model: str) -> list[LayerCall]:
 
 def _producer_done(ref: tuple, produced: set) -> bool:
     return ref in produced or (ref[0], ref[1]) in produced
+
+
+def _plain_value(v, depth: int = 0):
+    """A config value with tf_keras' serialized tuples (`{"class_name": "__tuple__", "items":
+    [...]}`, as a SavedModel's metadata writes them) as lists."""
+    if depth > 32:
+        raise _Unreadable("a layer config nested more than 32 deep")
+    if isinstance(v, dict):
+        if v.get("class_name") == "__tuple__" and isinstance(v.get("items"), list):
+            return [_plain_value(x, depth + 1) for x in v["items"]]
+        return {k: _plain_value(x, depth + 1) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_plain_value(x, depth + 1) for x in v]
+    return v
 
 
 def _jsonable(v, depth: int = 0):
@@ -452,13 +496,13 @@ class _Describer:
             if child is not None:
                 d.children["layer"] = child
             return d
-        if str(e.get("module") or "").startswith("keras.src.ops"):
-            if cls not in ("NotEqual", "Equal", "GetItem", "Cast"):
+        if _is_op(e):
+            if cls not in OPS:
                 self.refuse(name, "class", cls, "a Keras op this version does not port")
                 return None
             d = LayerDescription(name, f"keras.op.{cls}", self.origin)
-            if cls == "Cast":
-                d.set("dtype", cfg.get("dtype"), self.origin)
+            d.set("params", {k: _plain_value(v) for k, v in cfg.items() if k != "name"},
+                  self.origin)  # fmt: skip
             return d
         if cls in self.custom:
             d = LayerDescription(name, "keras.custom", self.origin)
@@ -486,6 +530,7 @@ class _Describer:
         return e.get("name") or cfg.get("name") or default
 
     def _plain(self, name: str, cls: str, keys: dict, cfg: dict) -> LayerDescription:
+        cfg = _plain_value(cfg)
         d = LayerDescription(name, f"keras.{cls}", self.origin)
         for key, default in keys.items():
             if key == "layer":

@@ -50,6 +50,7 @@ __all__ = [
 
 _CELL_WEIGHTS = ("kernel", "recurrent_kernel", "bias")
 _MASK_PRODUCERS = {"Masking", "Embedding"}
+_MODEL_CLASSES = ("Sequential", "Functional", "Model")
 _LIBRARIES = ("h5py", "zipfile", "json", "zlib")
 _MAX_NESTING = 64  # models inside models in a config (Keras files nest a few)
 _DEFLATE_RATIO = 1032  # the most deflate expands (zlib's technical limit)
@@ -286,13 +287,13 @@ def _name(obj, default: str, limit: int) -> str:
 
 
 def _legacy_weights(group, limit: int, models=frozenset(), by_layer: dict | None = None,
-                    stored: dict | None = None) -> dict[str, np.ndarray]:
+                    stored: dict | None = None, layers=frozenset()) -> dict[str, np.ndarray]:
     """A legacy layout: one group per layer listing its `weight_names`. A weight belongs to the
-    layer its name's first part names, but where that is the group's name with a number added (a
-    model loaded twice in one process saves `dense_7_1/kernel:0` under layer `dense_7`): the group's
-    layer (not in the group of a nested model, `models`, which holds its layers'). `by_layer` gets
-    each layer's variable names in the file's order, `stored` each variable's name as the file
-    writes it."""
+    group's layer where the model config names it (`layers`; Keras names variables after other names
+    at times: a model loaded twice in one process saves `dense_7_1/kernel:0` under layer `dense_7`),
+    else to the layer its name's first part names, but where that is the group's name with a number
+    added (in the group of a nested model, `models`: its layers'). `by_layer` gets each layer's
+    variable names in the file's order, `stored` each variable's name as the file writes it."""
     out: dict[str, np.ndarray] = {}
     by_layer = {} if by_layer is None else by_layer
     stored = {} if stored is None else stored
@@ -308,9 +309,10 @@ def _legacy_weights(group, limit: int, models=frozenset(), by_layer: dict | None
             if value is None:
                 continue
             first, _, rest = n.removesuffix(":0").partition("/")
-            renamed = first.startswith(f"{layer}_") and first[len(layer) + 1 :].isdecimal()
-            owner = layer if renamed and layer not in models else first
-            key = f"{owner}/{rest}" if rest else n.removesuffix(":0")
+            renamed = rest and first.startswith(f"{layer}_") and first[len(layer) + 1 :].isdecimal()
+            plain = layer in layers and layer not in models  # the config names the group's layer
+            owner = layer if plain or (renamed and layer not in models) else first
+            key = f"{layer}/{rest}" if renamed and layer not in models else n.removesuffix(":0")
             if layer in models and first == layer and "/" in rest:  # Keras 3: `head/dense/kernel`
                 owner = f"{first}/{rest.partition('/')[0]}"
             out[key] = value
@@ -319,30 +321,34 @@ def _legacy_weights(group, limit: int, models=frozenset(), by_layer: dict | None
     return out
 
 
-def _nested_models(cfg) -> frozenset[str]:
-    """The names of the models nested in a model config (their h5 groups hold their layers')
-    weights)."""
-    out: set[str] = set()
+def _nested_models(cfg) -> tuple[frozenset[str], frozenset[str]]:
+    """The names of the models nested in a model config (their h5 groups hold their layers'
+    weights), and of the config's top-level layers."""
+    models: set[str] = set()
+
+    def names(c) -> list:
+        inner = c.get("config") if isinstance(c, dict) else None
+        layers = inner if isinstance(inner, list) else (
+            inner.get("layers") if isinstance(inner, dict) else None)  # fmt: skip
+        return layers if isinstance(layers, list) else []
+
+    def name_of(layer) -> str | None:
+        cfg = layer.get("config")
+        name = layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None)
+        return name if isinstance(name, str) else None
 
     def walk(c, depth=0):
-        if not isinstance(c, dict) or depth > _MAX_NESTING:
+        if depth > _MAX_NESTING:
             return
-        inner = c.get("config")
-        layers = inner if isinstance(inner, list) else (inner or {}).get("layers") if (
-            isinstance(inner, dict)) else None  # fmt: skip
-        if not isinstance(layers, list):
-            return
-        for layer in layers:
-            if isinstance(layer, dict) and layer.get("class_name") in ("Sequential", "Functional",
-                                                                     "Model"):  # fmt: skip
-                cfg = layer.get("config")
-                name = layer.get("name") or (cfg.get("name") if isinstance(cfg, dict) else None)
-                if isinstance(name, str):
-                    out.add(name)
-            walk(layer, depth + 1)
+        for layer in names(c):
+            if isinstance(layer, dict) and layer.get("class_name") in _MODEL_CLASSES:
+                if name_of(layer):
+                    models.add(name_of(layer))
+                walk(layer, depth + 1)
 
     walk(cfg)
-    return frozenset(out)
+    top = {name_of(x) for x in names(cfg) if isinstance(x, dict)} - {None}
+    return frozenset(models), frozenset(top)
 
 
 def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
@@ -380,7 +386,8 @@ def _h5_source(path: str, h5, file_label: str, limit: int) -> Source:
     model_config = _json(_str(config), "model_config") if config is not None else None
     by_layer: dict[str, list[str]] = {}
     stored: dict[str, str] = {}
-    variables = _legacy_weights(weights, limit, _nested_models(model_config), by_layer, stored)
+    models, layers = _nested_models(model_config)
+    variables = _legacy_weights(weights, limit, models, by_layer, stored, layers)
     source = Source(path, "", writer, variables)
     source.layer_weights, source.stored_names = by_layer, stored
     if model_config is not None:
