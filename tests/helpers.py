@@ -1279,3 +1279,102 @@ def add_neg_of(node_def, ref, like):
     neg.name, neg.op = like.name + "_neg", "Neg"
     neg.input.append(ref)
     neg.attr["T"].type = like.attr["T"].type
+
+
+# --- Keras layers against Keras -----------------------------------------------------------------
+
+
+def keras_libraries():
+    """`[(major, library)]`: Keras 3 and tf_keras (Keras 2), whichever import (TF first)."""
+    tf_module()
+    out = [(3, keras_module())]
+    try:
+        out.append((2, importlib.import_module("tf_keras")))
+    except ImportError:
+        pass
+    return out
+
+
+def _attach_masks(xs, masks):
+    for x, m in zip(xs, masks, strict=True):
+        if m is not None:
+            x._keras_mask = tf_module().constant(m)
+
+
+def keras_layer_errors(lib, make, module, x, mask=None, attrs=(), training=False, seed=0):
+    """A Keras layer module against the layer `make(lib)` of `lib` (Keras 3 or tf_keras) called
+    as Keras calls it, the mask attached to its input as Keras attaches it: the layer's weights
+    randomised (variances positive) and copied into `module` under `attrs` (in the order of
+    the Keras layer's `weights`). Returns `(errors, masks)`: scaled errors of the output, of every
+    float input's gradient and every trainable weight's gradient of one random projection of
+    the output, and of the moving statistics after a training call; and the output masks,
+    Keras' and the module's, as bool lists (None for no mask)."""
+    tf = tf_module()
+    g = rng(seed)
+    multi = isinstance(x, list)
+    xs_np = x if multi else [x]
+    masks = (mask if multi else [mask]) if mask is not None else [None] * len(xs_np)
+    xs = [tf.constant(v) for v in xs_np]
+    layer = make(lib)
+    _attach_masks(xs, masks)
+    layer(xs if multi else xs[0])  # builds the weights
+    for w in layer.weights:
+        v = g.standard_normal(w.shape).astype(np.float32) * 0.5
+        w.assign(np.abs(v) + 0.5 if "variance" in w.name else v)
+    values = [w.numpy() for w in layer.weights]
+    with tf.GradientTape() as tape:
+        for v in xs:
+            tape.watch(v)
+        _attach_masks(xs, masks)
+        out = layer(xs if multi else xs[0], training=training)
+        r = g.standard_normal(out.shape).astype(np.float32)
+        loss = tf.reduce_sum(out * r)
+    floats = [v for v, a in zip(xs, xs_np, strict=True) if a.dtype.kind == "f"]
+    grads = tape.gradient(loss, floats + list(layer.trainable_weights))
+    grads = [tf.convert_to_tensor(t) if isinstance(t, tf.IndexedSlices) else t for t in grads]
+    keras_mask = getattr(out, "_keras_mask", None)
+    module.train(training)
+    params = dict(module.named_parameters())
+    with torch.no_grad():
+        for a, v in zip(attrs, values, strict=True):
+            (params[a] if a in params else module.get_buffer(a)).copy_(torch.from_numpy(v))
+    txs = [torch.tensor(v, requires_grad=v.dtype.kind == "f") for v in xs_np]
+    tmasks = [None if m is None else torch.tensor(m) for m in masks]
+    tin = txs if multi else txs[0]
+    tmask = (tmasks if multi else tmasks[0]) if mask is not None else None
+    ours = module(tin, mask=tmask)
+    our_mask = module.compute_mask(tin, tmask)
+    trainable = [a for a in attrs if a in params and params[a].requires_grad]
+    wanted = [t for t in txs if t.requires_grad] + [params[a] for a in trainable]
+    our_grads = torch.autograd.grad((ours * torch.from_numpy(r)).sum(), wanted, allow_unused=True)
+    errors = {"output": scaled_error(ours, out.numpy())}
+    names = [f"d input {k}" for k in range(len(floats))] + [f"d {a}" for a in trainable]
+    for name, mine, theirs in zip(names, our_grads, grads, strict=True):
+        theirs = np.zeros(mine.shape) if theirs is None else theirs.numpy()
+        errors[name] = scaled_error(torch.zeros(theirs.shape) if mine is None else mine, theirs)
+    if training:
+        for a, w in zip(attrs, layer.weights, strict=True):
+            if a.startswith("moving"):
+                errors[a] = scaled_error(module.get_buffer(a), w.numpy())
+
+    def as_list(m):
+        if m is None:
+            return None
+        if isinstance(m, (list, tuple)):
+            return [as_list(q) for q in m]
+        return np.asarray(m).astype(bool).tolist()
+
+    return errors, (as_list(keras_mask), as_list(our_mask))
+
+
+def assert_keras_layer(make, ours, x, mask=None, attrs=(), training=False, majors=(2, 3)):
+    """`keras_layer_errors` for every Keras major in `majors` (`ours(major)` makes the module):
+    every error within PORT_TOL and the output masks equal."""
+    for major, lib in keras_libraries():
+        if major not in majors:
+            continue
+        errors, (theirs, mine) = keras_layer_errors(lib, make, ours(major), x, mask, attrs,
+                                                    training)  # fmt: skip
+        bad = {k: f"{e:.1e}" for k, e in errors.items() if not e <= PORT_TOL}
+        assert not bad, f"Keras {major}: errors above {PORT_TOL}: {bad}"
+        assert mine == theirs, f"Keras {major}: output mask {mine} != Keras' {theirs}"

@@ -62,7 +62,8 @@ def test_converted_file_digest_is_the_format_s():
 @needs_tf
 def test_converted_float64_layer_and_the_variables_it_used(tmp_path, capsys):
     """A float64 Keras LSTM converts to a float64 module computing Keras' float64 numbers; the
-    log names each layer's variables, and the Dense layer's as left out."""
+    log names each layer's variables; the whole model holds the Dense layer's, which the
+    recurrent layers alone (--layers-only) leave out."""
     from torch_lstm_grad import porting
     from torch_lstm_grad.tools import cli
 
@@ -92,6 +93,14 @@ def test_converted_float64_layer_and_the_variables_it_used(tmp_path, capsys):
         used = line.split(" <- ", 1)[1].split(";")[0].split(", ")
         mine = sorted(w.path for w in model.get_layer(layer).trainable_weights)
         assert sorted(used) == mine, line
+    # the whole model holds every weight, the Dense layer's too
+    assert not [ln for ln in lines if "(left out)" in ln]
+    assert [ln for ln in lines if ln.startswith("model: functional")
+            and ln.endswith(" as one KerasModel (load_model)")], log  # fmt: skip
+    # the recurrent layers alone leave the Dense layer's weights out
+    assert cli.main(["convert", str(tmp_path / "m.keras"), "-o", str(tmp_path / "r.pt"),
+                     "--layers-only"]) == 0  # fmt: skip
+    lines = capsys.readouterr().out.splitlines()
     left_out = sorted(ln.rsplit(": ", 1)[1] for ln in lines if "(left out)" in ln)
     # (a .keras archive names a Dense layer's weights by position: head/0, head/1)
     assert len(left_out) == 2 and all(n.startswith("head/") for n in left_out), left_out
