@@ -27,6 +27,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "../bool_dispatch.h"
 #include "../cudnn_rnn_config.h"
 #include "../packed_weights.h"
 #include "activations.h"
@@ -426,7 +427,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   if constexpr (std::is_same_v<acc_t, float>) {
 #if defined(TLG_HAVE_AVX512_CELL)
     if (cpu::avx512_cell_available()) {
-      lstm_row = keep ? &cpu::cudnn_lstm_row<true> : &cpu::cudnn_lstm_row<false>;
+      lstm_row = dispatch_bools(
+          [](auto kStoreActs) { return &cpu::cudnn_lstm_row<kStoreActs>; }, keep);
     }
 #endif
   }

@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "../bool_dispatch.h"
 #include "../gru_seq.h"
 #include "activations.h"
 #include "gemm.h"
@@ -258,12 +259,18 @@ using Rect = lstm_block::RectCell;
 template <template <typename, class, class> class Pass, bool kAnyVariant = false,
           typename scalar_t>
 void run(const GruStep<scalar_t>& s, int64_t B) {
-  const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
-  const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
-  Rows<scalar_t> rows =
-      hard ? (tanh ? &Pass<scalar_t, Hard, Tanh>::rows : &Pass<scalar_t, Hard, Rect>::rows)
-           : (tanh ? &Pass<scalar_t, Sigmoid, Tanh>::rows : &Pass<scalar_t, Sigmoid, Rect>::rows);
-  if constexpr (kAnyVariant) rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
+  Rows<scalar_t> rows = nullptr;
+  if constexpr (kAnyVariant) {
+    rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
+  } else {
+    rows = dispatch_bools(
+        [](auto kHard, auto kTanh) {
+          using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
+          using Cell = std::conditional_t<kTanh, Tanh, Rect>;
+          return &Pass<scalar_t, Gate, Cell>::rows;
+        },
+        s.fns.gate != lstm_block::GateFn::kSigmoid, s.fns.cell == lstm_block::CellFn::kTanh);
+  }
   at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
 }
 

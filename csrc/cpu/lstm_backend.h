@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../bool_dispatch.h"
 #include "../lstm_block.h"
 #include "activations.h"
 #include "cell_avx512.h"
@@ -249,13 +250,11 @@ FwdRows<scalar_t> avx512_tf_rows(bool peep, bool clip, bool gates_read) {
   if constexpr (std::is_same_v<scalar_t, float>) {
 #if defined(TLG_HAVE_AVX512_CELL)
     if (!cpu::avx512_cell_available()) return nullptr;
-    using cpu::tf_forward_rows;
-    if (gates_read) {
-      return peep ? (clip ? &tf_forward_rows<true, true, true> : &tf_forward_rows<true, false, true>)
-                  : (clip ? &tf_forward_rows<false, true, true> : &tf_forward_rows<false, false, true>);
-    }
-    return peep ? (clip ? &tf_forward_rows<true, true, false> : &tf_forward_rows<true, false, false>)
-                : (clip ? &tf_forward_rows<false, true, false> : &tf_forward_rows<false, false, false>);
+    return dispatch_bools(
+        [](auto kPeep, auto kClip, auto kStoreGates) {
+          return &cpu::tf_forward_rows<kPeep, kClip, kStoreGates>;
+        },
+        peep, clip, gates_read);
 #endif
   }
   (void)peep, (void)clip, (void)gates_read;
