@@ -207,6 +207,12 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // over their sums): each element is read before the same element is written.
 // lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 // Units [j0, j1) of the row (the fused small-batch steps give each thread its units).
+// Not lstm_block::lstm_cell_forward, though cuDNN's cell is TF's with forget_bias 0 and no
+// peepholes: TF's sums the state as i·ci + f·c_prev, this one as f·c + i·g, and the FMA clones
+// (AVX2, AVX-512) fuse the first product of each, so the shared cell would change the bits in
+// float32 and float64. It was also slower on AVX2 (paired, about a tenth of the inference
+// forward): GCC vectorises its loop with more masked blends. (AVX-512 float32 runs
+// cell_avx512.h's row.)
 template <typename acc_t>
 struct LstmForwardRowKernel {
   TLG_INLINE static void body(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const acc_t* __restrict bias, acc_t* a, acc_t* __restrict c, acc_t* __restrict cells, acc_t* __restrict h) {
@@ -234,7 +240,10 @@ void lstm_forward_row(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const a
 }
 
 // gru, gates r, z, n: rec = R·h + bR; the reset gate scales rec_n (linear before reset).
-// h: the state, updated; rec_n saved for the backward.
+// h: the state, updated; rec_n saved for the backward. Not gru_seq::GruCell::after, though
+// that is this cell (Keras' reset_after=True): Keras' blend z·h + (1 − z)·hh and this one's
+// (1 − z)·n + z·h round differently in the FMA clones, and GCC vectorises the shared loop with
+// more masked blends, slightly slower (paired).
 template <typename acc_t>
 struct GruForwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict rec_n, acc_t* __restrict out) {
@@ -282,6 +291,10 @@ void rnn_forward_row(int64_t H, const acc_t* p, const acc_t* __restrict bias, ac
 
 // Backward rows: d_pre = gradient of the gate pre-activations (the W and R paths alike, except
 // GRU's n gate, whose R path, d_rec, carries the reset gate).
+// lstm: not lstm_block::lstm_cell_backward, whose products associate otherwise (there
+// (1 − co²)·dh·o + dcs_in and i(1 − i)·dcs·ci, here dh·o·(1 − co²) + dc and dcc·g·i·(1 − i),
+// co recomputed from the state): other gradient bits on every instruction set, at the same
+// time (paired).
 template <typename acc_t>
 struct LstmBackwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
@@ -305,6 +318,9 @@ void lstm_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __rest
   cpu::dispatch<LstmBackwardRowKernel<acc_t>>(H, a, cells, c_before, dh, dc, dp);
 }
 
+// gru: not GruCell::gate_grads, whose update-gate gradient is z(1 − z)·(dh·h − dh·hh) where
+// this is dh·(h − n)·z(1 − z), and whose reset-gate products associate otherwise: other bits
+// on every instruction set, at the same time within noise (paired).
 template <typename acc_t>
 struct GruBackwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict rec_n, const acc_t* __restrict h_before, acc_t* __restrict dh, acc_t* __restrict dp, acc_t* __restrict dr) {
