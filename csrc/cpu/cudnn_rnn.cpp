@@ -1,12 +1,13 @@
 // CPU kernels of TF's CudnnRNN family (CudnnRNNV3 / CudnnRNNBackpropV3), with cuDNN's math
-// (tf_semantics.md §6.4–6.8): lstm, gru (linear-before-reset), rnn_tanh, rnn_relu; layers,
+// (docs/tf-semantics.md §6.4–6.8): lstm, gru (linear-before-reset), rnn_tanh, rnn_relu; layers,
 // directions, projection, skip_input, per-row sequence lengths, dropout between layers.
 //
 // Scheduling: batch rows are sorted by length (longest first, stable), so the rows still running
 // at step t are a prefix and each step's recurrent GEMM covers only those rows, as a packed
 // sequence would. The reverse direction runs forward over each row's valid steps reversed
 // (an index_select, the same one undoes it). Finished rows keep their state and emit zeros, so a
-// zero-length row's final state is its initial state and its gradient flows there (SPEC §2).
+// zero-length row's final state is its initial state and its gradient flows there
+// (docs/differences.md).
 //
 // reserve_space (opaque, CPU-specific) starts with the call's signature (cudnn_rnn_config.h:
 // model, shapes, dropout, lengths, which the backward checks), then holds, per pseudo-layer, the
@@ -121,8 +122,8 @@ struct Reserve {
 bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
 
 // The signature is padded (with zeros) to a cache line, so that the regions start on one: the
-// activations' rows are the destination of the input projection (40 bytes off a line, its
-// stores and the steps' loads split lines: +0.25 ms at 50,32,256,256).
+// activations' rows are the destination of the input projection (off a line, its stores and
+// the steps' loads would split lines).
 constexpr int64_t kReserveHeaderAlign = 64;
 
 // Carves the reserve out of `buffer` (after the signature), or allocates it when `buffer` is
@@ -393,9 +394,9 @@ constexpr int64_t kStepChunk = 32;
 // `packed`, `packed_x`: pack_recurrent_weight(Rᵀ, G) and (Wᵀ, G), or undefined.
 //
 // LSTM without a projection, float32: all steps run in one parallel region in which a thread
-// multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
-// Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the cell
-// to those units, then waits at the step's barrier. A step reads the previous step's h from
+// multiplies its units' four gate columns (at most kMaxPanelRows rows where the panels run: the
+// packed Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the
+// cell to those units, then waits at the step's barrier. A step reads the previous step's h from
 // hseq (another thread may be writing this step's), and each row's final h goes to the state
 // after the row finishes.
 
@@ -411,9 +412,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h. In
   // training they are summed in the activations' own rows of the reserve, which each step's row
   // function overwrites with its activations: no buffer of their own, and a step's activations
-  // go to lines already in cache. Paired against oneDNN's product in a buffer of its own:
-  // CudnnLSTM forward -0.1 ms at 50,32,256,256, -0.3 to -0.5 ms at 100,16,128,512 and
-  // 20,64,512,512 (benchmarks/results/README.md), the same numbers.
+  // go to lines already in cache: faster than oneDNN's product into a buffer of its own, with
+  // the same numbers (measured: docs/performance.md).
   const at::Tensor pre = keep ? r.acts : at::empty({T, B, GH}, X.options());
   {
     at::Tensor sums = pre.view({T * B, GH});
@@ -431,11 +431,12 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // Larger batches fuse the same way on the blocks form (brgemm, per gate block of the units).
   const bool fused_blocks = lstm_cells && !fused && recurrent.blocks() && !recurrent.bf16() &&
                             std::is_same_v<acc_t, float>;
-  // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
-  // error on TF's "medium" projection case (B = 8, H = 128).
+  // The projection h = Wp · h̃ sums over H: one product's rounding puts output_h further from
+  // float64 than TF on TF's "medium" projection case (B = 8, H = 128).
   const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
-  // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
-  // the products' operands. Without `keep` the activations of every step share one row.
+  // Steps sliced by pointer arithmetic (a Tensor per slice would cost more than a small step's
+  // cells); Tensors only for the products' operands. Without `keep` the activations of every
+  // step share one row.
   const int64_t per_step = keep ? 1 : 0;
   // The LSTM rows: float32 on AVX-512 intrinsics (cell_avx512.h, the same numbers), which
   // skip the activations where nothing keeps them.
@@ -571,13 +572,13 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
-  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding came out
-  // 3-5 ulps against TF's 1 on TF's "medium" LSTM case (B = 8, G·H = 512).
+  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding is several
+  // ulps where TF's is one, on TF's "medium" LSTM case (B = 8, G·H = 512).
   const bool pairwise_steps = B * GH * P <= kMaxPairwiseStepMacs;
   // Otherwise one product a step; small batches on R's panels (one gate: R's P output columns
   // as the units), read in sequential runs as BlockLSTM's backward reads Whᵀ's (the same sums
-  // as brgemm's): paired against brgemm's blocks of R, CudnnLSTM fwd+bwd -0.28 ms at
-  // 50,32,256,256 (CudnnRNNV3 -0.38 ms), -2.6 ms at 20,64,512,512, the same gradients.
+  // as brgemm's, so the same gradients): faster than brgemm's blocks of R (measured:
+  // docs/performance.md).
   const bool steps_product = c.mode == RNNMode::kGRU || !pairwise_steps;
   const cpu::RecurrentGemm recurrent(w.R, B, T, /*allow_blocks=*/true,
                                      /*panel_gates=*/steps_product ? 1 : 0);
@@ -727,7 +728,7 @@ at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Sche
 }
 
 // States: [L·D, B, n] time-major; batch-major TF reinterprets [B, L·D, n] memory as
-// [L·D, B, n] without a transpose (tf_semantics.md §6.3), and so do we.
+// [L·D, B, n] without a transpose (docs/tf-semantics.md §6.3), and so do we.
 at::Tensor to_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
                              at::ScalarType acc) {
   const at::Tensor tm = c.time_major ? h : h.contiguous().view({c.L * c.D, c.B, h.size(2)});

@@ -255,7 +255,7 @@ using Rect = lstm_block::RectCell;
 
 // The loop `Pass` for the step's variant, run over the B rows. The backward passes need only
 // the activations' derivatives, which cost little: one loop for every variant (AnyGate,
-// AnyCell blend them, lstm_block.h), where a loop per variant quadrupled them.
+// AnyCell blend them, lstm_block.h), where a loop per variant would quadruple them.
 template <template <typename, class, class> class Pass, bool kAnyVariant = false,
           typename scalar_t>
 void run(const GruStep<scalar_t>& s, int64_t B) {

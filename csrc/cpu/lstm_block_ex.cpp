@@ -51,7 +51,7 @@ struct VariantRows {
 
   // One backward loop for every variant: the derivatives come from the stored outputs and
   // cost little, so AnyGate / AnyCell compute both and blend (lstm_block.h), where a loop per
-  // variant quadrupled this file's loops and its compile time.
+  // variant would quadruple this file's loops and its compile time.
   template <typename scalar_t>
   static BwdRows<scalar_t> backward(const BwdStep<scalar_t>& s, bool sums) {
     return dispatch_bools(

@@ -1,8 +1,6 @@
 // CUDA kernels of keras_gru(_grad) (drivers and cell math: csrc/gru_seq.h): each pointwise pass
 // of a step is one elementwise kernel over B·H elements (one instantiation per activation
 // variant), on PyTorch's current stream; the products are ATen's (cuBLAS).
-//
-// Unverified: written and compiled without a GPU (see README, "Status").
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>

@@ -134,10 +134,9 @@ struct CudaBackend {
   }
 
   // b = Whᵀ, a transposed view of the stored [P, 4H] weight: copied to its own row-major
-  // [4H, P] once per backward. Passed as the view (op 't'), cuBLAS took split-K for the
-  // per-step product at B = 128 (a second launch, its reduction, each step: bf16 at H = 1024)
-  // or a slower kernel (float32: 9.0 / 16.2 / 36.2 µs against 7.2 / 12.0 / 31.0 µs at H = 256 /
-  // 512 / 1024; H100, benchmarks/results/gpu-2026-11-26b/scripts/splitk_probe.py).
+  // [4H, P] once per backward. Passed as the view (op 't'), cuBLAS takes split-K for the
+  // per-step product at large batches (a second launch and its reduction every step) or a
+  // slower kernel (measured: docs/performance.md).
   static Gemm dh_gemm(const at::Tensor& b, int64_t, int64_t) {
     return Gemm(b.to(product_type(b.scalar_type())).contiguous());
   }
