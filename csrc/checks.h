@@ -2,9 +2,9 @@
 // the fake kernels in torch_lstm_grad/_checks.py).
 //
 // Every failure names the argument first, then the expected and the actual value, and raises
-// the Python exception SPEC §2 asks for: ValueError for shapes and values, TypeError for
-// dtypes. TensorFlow aborts the process or reads out of bounds on several of these inputs
-// (tf_semantics.md §10); here they are all checked before any kernel touches memory.
+// the Python exception docs/differences.md lists: ValueError for shapes and values, TypeError
+// for dtypes. TensorFlow aborts the process or reads out of bounds on several of these inputs
+// (docs/tf-semantics.md §10); here they are all checked before any kernel touches memory.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,7 +1,7 @@
 // The CudnnRNN family's model description, validation and params layout, shared by the CPU
 // kernels and the CUDA (cuDNN) ones. Mirrored for the fake kernels in torch_lstm_grad/_cudnn.py.
 //
-// TF derives the model from the tensors (tf_semantics.md §6.3): num_layers from input_h, the
+// TF derives the model from the tensors (docs/tf-semantics.md §6.3): num_layers from input_h, the
 // unit count from input_h.shape[2] (the projection size when num_proj > 0), the cell size from
 // input_c (LSTM). TF checks neither params' length nor sequence_lengths' count or values; here
 // every one of them is checked before any memory is read.
@@ -98,9 +98,9 @@ inline RNNConfig make_rnn_config(const std::string& rnn_mode, const std::string&
 }
 
 // Where each canonical tensor of one pseudo-layer (k = layer·D + direction) lives in `params`.
-// Layout, cuDNN's own (its weight space as cudnnGetRNNWeightParams reports it, read on an H200
-// with cuDNN 9.19 for every mode, layer count, direction and projection: benchmarks/results/
-// gpu-2026-11-26.md), so that TF's opaque params, which are cuDNN's weight space, mean the same
+// Layout, cuDNN's own (its weight space as cudnnGetRNNWeightParams reports it for every mode,
+// layer count, direction and projection: docs/cudnn.md; the CUDA kernels check it against cuDNN
+// once per model), so that TF's opaque params, which are cuDNN's weight space, mean the same
 // here: first every pseudo-layer's matrices, in pseudo-layer order: the input matrices
 // W_0..W_{G-1} [H, in_l] (absent for layer 0 under skip_input), the recurrent matrices
 // R_0..R_{G-1} [H, P], the projection W_proj [P, H] (num_proj > 0); then every pseudo-layer's
@@ -229,7 +229,7 @@ inline void check_dropout(double dropout) {
                     dropout);
 }
 
-// The Backprop op's copies of the forward outputs and their gradients (tf_semantics.md §6.10).
+// The Backprop op's copies of the forward outputs and their gradients (docs/tf-semantics.md §6.10).
 inline void check_cudnn_rnn_outputs(const RNNConfig& c, const at::Tensor& input,
                                     const at::Tensor& input_h, const at::Tensor& input_c,
                                     const at::Tensor& output, const at::Tensor& output_h,
@@ -323,10 +323,10 @@ inline CudnnRNNCall check_cudnn_rnn_backprop_call(
 
 // ---------------------------------------------------------------------------------------------
 // reserve_space's signature. A training forward writes, at the start of its reserve_space, what
-// its backward must repeat (SPEC §2): the model, the call's shapes, the dropout rate and every
-// row's length, as int64 words. CudnnRNNBackpropV3 reads them back and raises a ValueError
-// naming the first difference instead of computing with a reserve made for another call (TF
-// reads the reserve as it is).
+// its backward must repeat (docs/differences.md): the model, the call's shapes, the dropout rate
+// and every row's length, as int64 words. CudnnRNNBackpropV3 reads them back and raises a
+// ValueError naming the first difference instead of computing with a reserve made for another
+// call (TF reads the reserve as it is).
 
 // Dropout states kept per device for explicit seed pairs, most recently used first: a pair
 // used again draws its next masks; the oldest beyond this many is forgotten (used again, it

@@ -1,8 +1,8 @@
-// keras_gru(_grad): Keras' GRU layer over a whole sequence, fused (issue 16), device-neutral:
+// keras_gru(_grad): Keras' GRU layer over a whole sequence, fused, device-neutral:
 // the cell math, written once for the CPU and CUDA kernels, and the host-side drivers, which
 // call a Backend for each step's pointwise passes and use its prepared recurrent products.
 //
-// Keras' math (keras/src/layers/rnn/gru.py, tf_semantics.md §8.1), gate order z, r, h in
+// Keras' math (keras/src/layers/rnn/gru.py, docs/tf-semantics.md §8.1), gate order z, r, h in
 // kernel [I, 3H] and recurrent_kernel [H, 3H]; g = recurrent (gate) activation, act = activation:
 //   xp = x·kernel + b_in                                    (one product for every step)
 //   reset_after=True  (cuDNN's GRU, Keras 3's default; bias [2, 3H] = b_in, b_rec):

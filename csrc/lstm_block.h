@@ -5,8 +5,8 @@
 // parallel region on the CPU, csrc/cpu/lstm_block.cpp; ATen GEMM + kernel on CUDA,
 // csrc/cuda/lstm_block.cu) and for the whole-sequence GEMMs.
 //
-// Forward, per SPEC §4: one GEMM for the input projection of every step, then per step one
-// small recurrent GEMM (accumulated in place onto that step's projection) and one pointwise
+// Forward (docs/performance.md): one GEMM for the input projection of every step, then per step
+// one small recurrent GEMM (accumulated in place onto that step's projection) and one pointwise
 // pass. Backward: one pointwise pass plus one [B,4H]x[4H,H] GEMM per step in reverse time; dx,
 // dW are whole-sequence GEMMs after the loop, db and the peephole grads reductions after it
 // (or, on the CPU, sums kept per unit by the thread that owns the unit: no atomics anywhere).
@@ -53,7 +53,7 @@ constexpr GateLayout kIFCO{0, 2, 1, 3};  // BlockLSTMV2 (Keras order)
 
 // The activation variants of the extended op (block_lstm_ex): the gate activation applied to
 // i, f, o and the cell activation applied to ci = act(gc) and co = act(cs). TF's block ops are
-// sigmoid/tanh; the others are what Keras and TF1 LSTMCell layers use (issue 16).
+// sigmoid/tanh; the others are what Keras and TF1 LSTMCell layers use.
 enum class GateFn { kSigmoid, kHardSigmoidKeras2, kHardSigmoidKeras3 };
 enum class CellFn { kTanh, kRelu, kLinear };
 
@@ -100,8 +100,8 @@ using Grads8 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Te
                           at::Tensor, at::Tensor, at::Tensor>;
 
 // ---------------------------------------------------------------------------------------------
-// The cell, one element, in TF's operation order (tf_semantics.md §1.2, §2.2, §9.1). `Gate` and
-// `Cell` are the activation variants below (`Act` supplies sigmoid and tanh for the device).
+// The cell, one element, in TF's operation order (docs/tf-semantics.md §1.2, §2.2, §9.1). `Gate`
+// and `Cell` are the activation variants below (`Act` supplies sigmoid and tanh for the device).
 // Inputs to the forward already include the bias.
 
 // ActivationFns' constants in the computation type, hoisted out of the loops.
@@ -281,9 +281,8 @@ struct FwdStep {
 
 // From this size of a forward's i, f, o, ci, co (all steps), writing them around the caches
 // (CPU: non-temporal stores) pays: the lines are not read in first, and the cell states and h
-// the next steps read stay cached. Paired (LSTMBlockFusedCell fwd+bwd): -0.16 ms at
-// 50,32,256,256 (8 MB), -0.28 ms at 20,64,512,512; +0.03 ms at 50,8,256,256 (2 MB) and +2% at
-// 20,16,128,128 (0.8 MB), where the backward finds them in cache.
+// the next steps read stay cached. Below it the backward still finds them in cache, and plain
+// stores are the faster (measured: docs/performance.md).
 constexpr int64_t kStreamedGateBytes = int64_t{4} << 20;
 
 template <typename scalar_t>
@@ -411,9 +410,9 @@ struct Inference {
 
 // Runs the first L steps of x [T, B, I]; outputs are [T, B, H] (h: [T, B, P] with a
 // projection), all seven zero for t >= L. With step_outputs (T = L = 1: the cell op) they are
-// [B, H]: the op's own shape, rather than selecting step 0 of each afterwards (~0.75 µs a
-// Tensor, on a ~35 µs B = 1 step). With `inf`, the inference form (see Inference): the seven
-// outputs are not returned.
+// [B, H]: the op's own shape, rather than selecting step 0 of each afterwards (seven more
+// Tensors, a noticeable part of a B = 1 step). With `inf`, the inference form (see Inference):
+// the seven outputs are not returned.
 template <class Backend, typename scalar_t>
 Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                       const at::Tensor& h_prev, const at::Tensor& w, const at::Tensor& wci,
@@ -488,8 +487,8 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     if (x.scalar_type() != acc) r_acc = at::empty({B, P}, gates.options());
   }
 
-  // Per-step slices by pointer arithmetic: a Tensor per slice (select) costs ~0.75 µs, ~10 a
-  // step. Only the product's operands are Tensors.
+  // Per-step slices by pointer arithmetic: a Tensor per slice (select), about ten a step, would
+  // cost more than a small step's pointwise pass. Only the product's operands are Tensors.
   const int64_t BH = B * H;
   std::array<scalar_t*, 7> out_p;
   for (int k = 0; k < 7; ++k) out_p[k] = out[k].defined() ? out[k].data_ptr<scalar_t>() : nullptr;
@@ -791,7 +790,7 @@ Grads9 lstm_backward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   }
   // dW = [x_t, h_{t-1}]ᵀ · dgates over all steps: one GEMM on the concatenated inputs, built
   // transposed ([I + P, L·B], contiguous) so that the GEMM's left operand is plain row-major
-  // (oneDNN: 8.1 ms against 10.7 ms for the transposed view at T=50 B=32 I=H=256).
+  // (oneDNN is markedly slower with a transposed view there).
   at::Tensor xh_t = at::empty({I + P, L * B}, w.options().dtype(mm));
   at::Tensor x_t = xh_t.narrow(0, 0, I), h_before_t = xh_t.narrow(0, I, P);
   Backend::transpose_into(x_t, x.narrow(0, 0, L).reshape({L * B, I}));

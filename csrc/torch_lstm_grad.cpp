@@ -82,7 +82,7 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("block_lstm_grad_v2(Tensor seq_len_max, " TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
         ", Tensor h, Tensor cs_grad, Tensor h_grad, bool use_peephole) -> " TLG_BLOCK_GRAD_OUTPUTS);
 
-  // BlockLSTM extended with what real TF/Keras layers use and the block ops lack (issue 16):
+  // BlockLSTM extended with what real TF/Keras layers use and the block ops lack:
   // gate_activation (i, f, o): sigmoid | hard_sigmoid_keras2 (clip(0.2·x + 0.5, 0, 1)) |
   // hard_sigmoid_keras3 (relu6(x + 3) / 6); activation (ci, co): tanh | relu | linear;
   // clip_gradient: straight_through (TF's block ops) | zero (clip_by_value, TF1 LSTMCell);
@@ -102,7 +102,7 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "Tensor h_prev_grad, Tensor w_grad, Tensor wci_grad, Tensor wcf_grad, Tensor wco_grad, "
         "Tensor b_grad, Tensor w_proj_grad)");
 
-  // The forward for callers that record no gradient (issue 19; the modules under no_grad /
+  // The forward for callers that record no gradient (the modules under no_grad /
   // inference_mode): block_lstm_ex's attributes and inputs (the clip gradient does not apply),
   // outputs only h [T, B, P] and the final state cs_last [B, H], h_last [B, P], not the gate
   // activations and cell states of every step. sequence_length [B] (or None: all T steps): the
@@ -120,7 +120,7 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   // 16 units' columns of each gate row after row, zero-padded to 16 units.
   m.def("pack_recurrent_weight(Tensor w, int gates) -> Tensor");
 
-  // Keras' GRU layer over a sequence (issue 16): time-major x [T, B, I], h_prev [B, H],
+  // Keras' GRU layer over a sequence: time-major x [T, B, I], h_prev [B, H],
   // kernel [I, 3H], recurrent_kernel [H, 3H] (gate order z, r, h), bias [2, 3H] (reset_after:
   // input and recurrent rows) or [3H] or None; gate_activation (z, r) and activation (the
   // candidate) as block_lstm_ex's. Outputs [T, B, H], zero beyond seq_len_max: the gates z, r,
@@ -156,8 +156,8 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
         "str rnn_mode, str input_mode, str direction, float dropout, int seed, int seed2, "
         "int num_proj, bool time_major) -> (Tensor input_backprop, Tensor input_h_backprop, "
         "Tensor input_c_backprop, Tensor params_backprop)");
-  // The forward for callers that record no gradient (issue 19; the cuDNN modules under no_grad
-  // / inference_mode): cudnn_rnn with is_training=False (no dropout), without reserve_space and
+  // The forward for callers that record no gradient (the cuDNN modules under no_grad /
+  // inference_mode): cudnn_rnn with is_training=False (no dropout), without reserve_space and
   // host_reserved. packed_r: empty, or per pseudo-layer (layer-major, then direction)
   // pack_recurrent_weight(Rᵀ, G) of its recurrent matrix R [G·H, P], which the CPU kernel's
   // small-batch LSTM steps read; packed_x: empty, or likewise pack_recurrent_weight(Wᵀ, G) of

@@ -3,8 +3,8 @@
 // float: branch-free range reduction plus a polynomial, written so the compiler can vectorise
 // the per-row loops that call them (glibc's scalar expf/tanhf cannot be). Accuracy is within a
 // few ulp of the correctly rounded result, the same budget as TF's Eigen approximations
-// (tf_semantics.md §9.2). tanh goes through expm1 rather than exp so small arguments keep their
-// relative accuracy. double (gradcheck) uses libm: accuracy over speed.
+// (docs/tf-semantics.md §9.2). tanh goes through expm1 rather than exp so small arguments keep
+// their relative accuracy. double (gradcheck) uses libm: accuracy over speed.
 #pragma once
 
 #include <algorithm>

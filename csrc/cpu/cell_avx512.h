@@ -3,11 +3,10 @@
 //
 // Why not the auto-vectorised loops of lstm_backend.h: GCC 12 vectorises them, but turns the
 // range clamps of exp_approx into masked blends around each division and keeps one 16-lane
-// iteration (~190 instructions) in flight at a time: 2.9-3.2 ns a unit-row on the benchmark
-// CPU (Zen 5, B = 1..64, H = 128..4096), where these take 1.13-1.2 (2.6x). The operations are
-// activations.h's, in its order and with the fused multiply-adds GCC forms in the AVX-512
-// clone of those loops, so the outputs are the same bit for bit (checked against them on
-// random, huge and non-finite inputs when this was written; tests/test_inference.py and the
+// iteration (~190 instructions) in flight at a time; these take well under half its time per
+// unit-row (measured: docs/performance.md). The operations are activations.h's, in its order
+// and with the fused multiply-adds GCC forms in the AVX-512 clone of those loops, so the outputs
+// are the same bit for bit, on huge and non-finite inputs too (tests/test_inference.py and the
 // parity tests check the results). Used where the CPU has AVX-512 F and DQ (the clones'
 // x86-64-v4 level implies both).
 #pragma once

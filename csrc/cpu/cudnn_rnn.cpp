@@ -1,12 +1,13 @@
 // CPU kernels of TF's CudnnRNN family (CudnnRNNV3 / CudnnRNNBackpropV3), with cuDNN's math
-// (tf_semantics.md §6.4–6.8): lstm, gru (linear-before-reset), rnn_tanh, rnn_relu; layers,
+// (docs/tf-semantics.md §6.4–6.8): lstm, gru (linear-before-reset), rnn_tanh, rnn_relu; layers,
 // directions, projection, skip_input, per-row sequence lengths, dropout between layers.
 //
 // Scheduling: batch rows are sorted by length (longest first, stable), so the rows still running
 // at step t are a prefix and each step's recurrent GEMM covers only those rows, as a packed
 // sequence would. The reverse direction runs forward over each row's valid steps reversed
 // (an index_select, the same one undoes it). Finished rows keep their state and emit zeros, so a
-// zero-length row's final state is its initial state and its gradient flows there (SPEC §2).
+// zero-length row's final state is its initial state and its gradient flows there
+// (docs/differences.md).
 //
 // reserve_space (opaque, CPU-specific) starts with the call's signature (cudnn_rnn_config.h:
 // model, shapes, dropout, lengths, which the backward checks), then holds, per pseudo-layer, the
@@ -27,6 +28,7 @@
 #include <mutex>
 #include <type_traits>
 
+#include "../bool_dispatch.h"
 #include "../cudnn_rnn_config.h"
 #include "../packed_weights.h"
 #include "activations.h"
@@ -120,8 +122,8 @@ struct Reserve {
 bool has_extra(const RNNConfig& c) { return c.mode == RNNMode::kGRU || c.proj(); }
 
 // The signature is padded (with zeros) to a cache line, so that the regions start on one: the
-// activations' rows are the destination of the input projection (40 bytes off a line, its
-// stores and the steps' loads split lines: +0.25 ms at 50,32,256,256).
+// activations' rows are the destination of the input projection (off a line, its stores and
+// the steps' loads would split lines).
 constexpr int64_t kReserveHeaderAlign = 64;
 
 // Carves the reserve out of `buffer` (after the signature), or allocates it when `buffer` is
@@ -206,6 +208,12 @@ at::Generator dropout_generator(int64_t seed, int64_t seed2) {
 // over their sums): each element is read before the same element is written.
 // lstm, cuDNN gate order i, f, g, o; c: the cell state, updated; h: where o·tanh(c) goes.
 // Units [j0, j1) of the row (the fused small-batch steps give each thread its units).
+// Not lstm_block::lstm_cell_forward, though cuDNN's cell is TF's with forget_bias 0 and no
+// peepholes: TF's sums the state as i·ci + f·c_prev, this one as f·c + i·g, and the FMA clones
+// (AVX2, AVX-512) fuse the first product of each, so the shared cell would change the bits in
+// float32 and float64. It was also slower on AVX2 (paired, about a tenth of the inference
+// forward): GCC vectorises its loop with more masked blends. (AVX-512 float32 runs
+// cell_avx512.h's row.)
 template <typename acc_t>
 struct LstmForwardRowKernel {
   TLG_INLINE static void body(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const acc_t* __restrict bias, acc_t* a, acc_t* __restrict c, acc_t* __restrict cells, acc_t* __restrict h) {
@@ -233,7 +241,10 @@ void lstm_forward_row(int64_t H, int64_t j0, int64_t j1, const acc_t* p, const a
 }
 
 // gru, gates r, z, n: rec = R·h + bR; the reset gate scales rec_n (linear before reset).
-// h: the state, updated; rec_n saved for the backward.
+// h: the state, updated; rec_n saved for the backward. Not gru_seq::GruCell::after, though
+// that is this cell (Keras' reset_after=True): Keras' blend z·h + (1 − z)·hh and this one's
+// (1 − z)·n + z·h round differently in the FMA clones, and GCC vectorises the shared loop with
+// more masked blends, slightly slower (paired).
 template <typename acc_t>
 struct GruForwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* p, const acc_t* __restrict bias, acc_t* a, const acc_t* __restrict rec, acc_t* __restrict h, acc_t* __restrict rec_n, acc_t* __restrict out) {
@@ -281,6 +292,10 @@ void rnn_forward_row(int64_t H, const acc_t* p, const acc_t* __restrict bias, ac
 
 // Backward rows: d_pre = gradient of the gate pre-activations (the W and R paths alike, except
 // GRU's n gate, whose R path, d_rec, carries the reset gate).
+// lstm: not lstm_block::lstm_cell_backward, whose products associate otherwise (there
+// (1 − co²)·dh·o + dcs_in and i(1 − i)·dcs·ci, here dh·o·(1 − co²) + dc and dcc·g·i·(1 − i),
+// co recomputed from the state): other gradient bits on every instruction set, at the same
+// time (paired).
 template <typename acc_t>
 struct LstmBackwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
@@ -304,6 +319,9 @@ void lstm_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __rest
   cpu::dispatch<LstmBackwardRowKernel<acc_t>>(H, a, cells, c_before, dh, dc, dp);
 }
 
+// gru: not GruCell::gate_grads, whose update-gate gradient is z(1 − z)·(dh·h − dh·hh) where
+// this is dh·(h − n)·z(1 − z), and whose reset-gate products associate otherwise: other bits
+// on every instruction set, at the same time within noise (paired).
 template <typename acc_t>
 struct GruBackwardRowKernel {
   TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict rec_n, const acc_t* __restrict h_before, acc_t* __restrict dh, acc_t* __restrict dp, acc_t* __restrict dr) {
@@ -376,9 +394,9 @@ constexpr int64_t kStepChunk = 32;
 // `packed`, `packed_x`: pack_recurrent_weight(Rᵀ, G) and (Wᵀ, G), or undefined.
 //
 // LSTM without a projection, float32: all steps run in one parallel region in which a thread
-// multiplies its units' four gate columns (at most kMaxPanelRows rows on AVX-512: the packed
-// Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the cell
-// to those units, then waits at the step's barrier. A step reads the previous step's h from
+// multiplies its units' four gate columns (at most kMaxPanelRows rows where the panels run: the
+// packed Rᵀ's panels, csrc/cpu/small_batch.h; more rows: brgemm's blocks of Rᵀ) and applies the
+// cell to those units, then waits at the step's barrier. A step reads the previous step's h from
 // hseq (another thread may be writing this step's), and each row's final h goes to the state
 // after the row finishes.
 
@@ -394,9 +412,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // The products of every step, [T, B, GH]: W·x (skip_input: x for each gate), then R·h. In
   // training they are summed in the activations' own rows of the reserve, which each step's row
   // function overwrites with its activations: no buffer of their own, and a step's activations
-  // go to lines already in cache. Paired against oneDNN's product in a buffer of its own:
-  // CudnnLSTM forward -0.1 ms at 50,32,256,256, -0.3 to -0.5 ms at 100,16,128,512 and
-  // 20,64,512,512 (benchmarks/results/README.md), the same numbers.
+  // go to lines already in cache: faster than oneDNN's product into a buffer of its own, with
+  // the same numbers (measured: docs/performance.md).
   const at::Tensor pre = keep ? r.acts : at::empty({T, B, GH}, X.options());
   {
     at::Tensor sums = pre.view({T * B, GH});
@@ -414,11 +431,12 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // Larger batches fuse the same way on the blocks form (brgemm, per gate block of the units).
   const bool fused_blocks = lstm_cells && !fused && recurrent.blocks() && !recurrent.bf16() &&
                             std::is_same_v<acc_t, float>;
-  // The projection h = Wp · h̃ sums over H: one product's rounding put output_h at 1.7x TF's
-  // error on TF's "medium" projection case (B = 8, H = 128).
+  // The projection h = Wp · h̃ sums over H: one product's rounding puts output_h further from
+  // float64 than TF on TF's "medium" projection case (B = 8, H = 128).
   const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
-  // Steps sliced by pointer arithmetic (a Tensor per slice costs ~0.75 µs); Tensors only for
-  // the products' operands. Without `keep` the activations of every step share one row.
+  // Steps sliced by pointer arithmetic (a Tensor per slice would cost more than a small step's
+  // cells); Tensors only for the products' operands. Without `keep` the activations of every
+  // step share one row.
   const int64_t per_step = keep ? 1 : 0;
   // The LSTM rows: float32 on AVX-512 intrinsics (cell_avx512.h, the same numbers), which
   // skip the activations where nothing keeps them.
@@ -426,7 +444,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   if constexpr (std::is_same_v<acc_t, float>) {
 #if defined(TLG_HAVE_AVX512_CELL)
     if (cpu::avx512_cell_available()) {
-      lstm_row = keep ? &cpu::cudnn_lstm_row<true> : &cpu::cudnn_lstm_row<false>;
+      lstm_row = dispatch_bools(
+          [](auto kStoreActs) { return &cpu::cudnn_lstm_row<kStoreActs>; }, keep);
     }
 #endif
   }
@@ -553,13 +572,13 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   at::Tensor d_rec = c.mode == RNNMode::kGRU ? at::empty({T, B, GH}, opts) : d_pre;
   at::Tensor dhs = c.proj() ? at::zeros({T, B, P}, opts) : at::Tensor();
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
-  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding came out
-  // 3-5 ulps against TF's 1 on TF's "medium" LSTM case (B = 8, G·H = 512).
+  // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding is several
+  // ulps where TF's is one, on TF's "medium" LSTM case (B = 8, G·H = 512).
   const bool pairwise_steps = B * GH * P <= kMaxPairwiseStepMacs;
   // Otherwise one product a step; small batches on R's panels (one gate: R's P output columns
   // as the units), read in sequential runs as BlockLSTM's backward reads Whᵀ's (the same sums
-  // as brgemm's): paired against brgemm's blocks of R, CudnnLSTM fwd+bwd -0.28 ms at
-  // 50,32,256,256 (CudnnRNNV3 -0.38 ms), -2.6 ms at 20,64,512,512, the same gradients.
+  // as brgemm's, so the same gradients): faster than brgemm's blocks of R (measured:
+  // docs/performance.md).
   const bool steps_product = c.mode == RNNMode::kGRU || !pairwise_steps;
   const cpu::RecurrentGemm recurrent(w.R, B, T, /*allow_blocks=*/true,
                                      /*panel_gates=*/steps_product ? 1 : 0);
@@ -709,7 +728,7 @@ at::Tensor from_internal_seq(const at::Tensor& x, const RNNConfig& c, const Sche
 }
 
 // States: [L·D, B, n] time-major; batch-major TF reinterprets [B, L·D, n] memory as
-// [L·D, B, n] without a transpose (tf_semantics.md §6.3), and so do we.
+// [L·D, B, n] without a transpose (docs/tf-semantics.md §6.3), and so do we.
 at::Tensor to_internal_state(const at::Tensor& h, const RNNConfig& c, const Schedule& s,
                              at::ScalarType acc) {
   const at::Tensor tm = c.time_major ? h : h.contiguous().view({c.L * c.D, c.B, h.size(2)});

@@ -1,16 +1,15 @@
 // The GEMMs of the CPU kernels, on the fastest engine PyTorch's own build carries.
 //
 // Whole-sequence products (the input projection of every step, dx, dW): `matmul`, oneDNN's
-// matmul where PyTorch has it (10-35% faster than MKL's sgemm through at::mm on the LSTM shapes
-// of benchmarks/results, on this AMD CPU where MKL takes a generic path), else ATen; bfloat16
+// matmul where PyTorch has it (faster than MKL's sgemm through at::mm on the LSTM shapes, above
+// all on AMD CPUs, where MKL takes a generic path; docs/performance.md), else ATen; bfloat16
 // operands tiled over the threads on PyTorch's brgemm bf16 kernel (bf16_tiled_gemm).
 //
 // The recurrent product of a time loop: the same weight multiplies a small [m, K] block once
 // per step, so whatever the weight can be prepared into once is worth preparing. Two prepared
 // forms, chosen per loop by RecurrentGemm:
-// - oneDNN's blocked weight layout. For the LSTM shapes timed here it is 1.2-1.5x faster than
-//   MKL's packed sgemm from about 2^22 multiply-adds per step up, on two threads (oneDNN blocks
-//   and threads the small product itself).
+// - oneDNN's blocked weight layout: faster than MKL's packed sgemm on the LSTM shapes from
+//   about 2^22 multiply-adds per step up (oneDNN blocks and threads the small product itself).
 // - MKL's packed sgemm (cblas_sgemm_pack / cblas_sgemm_compute), split over the threads by
 //   output columns: a plain sgemm repacks the weight on every call, which on a [256, 1024]
 //   weight costs as much as the product for m = 32. PyTorch's x86 builds link MKL into
@@ -166,10 +165,9 @@ inline bool brgemm_available() {
 // instructions: AVX512-BF16 without AMX. PyTorch's own check admits any AVX-512 CPU, where
 // oneDNN would emulate the bf16 products: not faster than float32, so not taken here. Nor on a
 // CPU with AMX, where oneDNN builds an AMX kernel instead: for a small LSTM with projection
-// (its products' K or N is 3) it failed to (oneDNN's log: brgemm_desc_finalize failed), and
-// PyTorch's brgemm then ran tile loads with no tile configuration, which killed the process
-// with SIGILL (a Sapphire Rapids host, oneDNN 3.10.2, torch 2.11.0, with the process granted
-// AMX: benchmarks/results/gpu-2026-11-26.md).
+// (its products' K or N is 3) it fails to (oneDNN's log: brgemm_desc_finalize failed), and
+// PyTorch's brgemm then runs tile loads with no tile configuration, which kills the process
+// with SIGILL (Sapphire Rapids, oneDNN 3.10.2, torch 2.11.0, the process granted AMX).
 // There bfloat16 ops multiply in float32, the same products summed in another order.
 inline bool bf16_brgemm_available() {
 #if defined(__x86_64__)
@@ -197,8 +195,8 @@ inline void block_gemm(int64_t m, int64_t n, int64_t k, const float* a, int64_t 
 }
 
 // A 2-D t as a contiguous matrix: t itself, or a copy; a transposed view (a weight passed as
-// wᵀ) is transposed back in parallel tiles, where ATen's copy would take one thread (0.4 ms for
-// a [256, 1024] weight, once per call).
+// wᵀ) is transposed back in parallel tiles, where ATen's copy would take one thread (once per
+// call, a weight's worth of strided reads).
 inline at::Tensor contiguous_matrix(const at::Tensor& t) {
   if (t.is_contiguous()) return t;
   at::Tensor out = at::empty(t.sizes(), t.options());
@@ -268,10 +266,10 @@ inline void block_gemm(int64_t m, int64_t n, int64_t k, const at::BFloat16* a, i
 
 // c[M, N] (float32) = a[M, K] · b[K, N] for bfloat16 a and b on brgemm's bf16 kernel, b packed
 // into VNNI pairs once; c: unit column stride. [64, 128] tiles of c shared out over the threads,
-// column panels outermost so a thread's tiles reuse b's panel from cache. 2.3-2.7x faster than
-// oneDNN's float32 matmul on the LSTM products of the benchmark shapes (2 Zen 4 cores). (The
-// same tiling in float32 beat oneDNN's matmul op in isolation but not inside BlockLSTM's
-// forward + backward, benchmarks/results/README.md, so float32 stays on oneDNN.)
+// column panels outermost so a thread's tiles reuse b's panel from cache. Faster than oneDNN's
+// float32 matmul on the LSTM products of the benchmark shapes. (The same tiling in float32 beat
+// oneDNN's matmul op in isolation but not inside BlockLSTM's forward + backward, so float32
+// stays on oneDNN; docs/performance.md.)
 inline void bf16_tiled_gemm(const at::Tensor& a, const at::Tensor& b, at::Tensor& c) {
   constexpr int64_t kTileM = 64, kTileN = 128;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
@@ -358,11 +356,11 @@ void for_column_blocks(int64_t n_cols, int64_t macs, const F& f) {
 // column_block's split of n_cols columns, as `steps` calls of for_column_blocks make it, but in
 // one parallel region: each thread keeps its blocks for every step and waits at a barrier after
 // each, where the step's results (a time loop's h, or its gate gradients) are complete for the
-// next. A fork and join a step cost more (paired, BlockLSTM at 50,32,256,256: forward -0.1 ms,
-// fwd+bwd -0.2 ms; benchmarks/results/README.md): ~1 µs each even when idle, and the step's
-// slicing on one thread in between while the others wait. The barrier needs every block's
-// thread running at once, which OpenMP's team promises and ATen's parallel_for does not;
-// without OpenMP, inside another parallel region or on one thread: for_column_blocks a step.
+// next. A fork and join a step cost more (measured on BlockLSTM: docs/performance.md): each
+// costs about a microsecond even when idle, and the step's slicing runs on one thread in
+// between while the others wait. The barrier needs every block's thread running at once, which
+// OpenMP's team promises and ATen's parallel_for does not; without OpenMP, inside another
+// parallel region or on one thread: for_column_blocks a step.
 // `macs`: one step's multiply-adds (the split's threshold). f must not throw.
 template <class F>
 void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const F& f) {
@@ -395,18 +393,15 @@ void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const 
 // row-major view such as a region of an op's reserve, which then needs no buffer of its own.
 // float32 where the panels run (AVX-512, AVX2): b packed into gate panels (pack_panels) and
 // each thread's unit blocks multiplied by panel_gemm, rows kMatmulRowBlock at a time, at
-// oneDNN's matmul speed on the LSTM input projections (benchmarks/results/README.md) without
-// oneDNN's result tensor and copy.
+// oneDNN's matmul speed on the LSTM input projections without oneDNN's result tensor and copy.
 // Anything else: matmul_out. `packed`: pack_panels(b, G) prepared by the caller, or undefined
 // (packed here); the numbers are the same either way.
 inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b, int64_t G,
                             const at::Tensor& packed_b = at::Tensor()) {
   constexpr int64_t kMatmulRowBlock = 48;
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
-  // On AVX2 too: one thread, every library capped at AVX2, the panels against oneDNN's matmul
-  // took LSTMBlockFusedCell inference from 0.86x to 0.83x nn.LSTM at 50,8,256,256 and CudnnLSTM
-  // from 1.01x to 0.91x at 20,64,512,512, the training forward 0.98x -> 0.93x at 50,32,256,256
-  // (benchmarks/results/cpu-issue31-2026-11-26c.md).
+  // On AVX2 too: with every library capped at AVX2 the panels are faster than oneDNN's matmul
+  // on the LSTM modules' forwards (measured: docs/performance.md).
   const bool panels = panels_available() && a.scalar_type() == at::kFloat &&
                       b.scalar_type() == at::kFloat && out.scalar_type() == at::kFloat &&
                       out.stride(1) == 1 && M > 0 && K > 0 && N > 0;
@@ -436,14 +431,14 @@ inline void gate_matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tens
 // bf16 where product_type says so). a is of operand_type().
 // Preparing a weight costs about one product, so a loop of a few steps (the single-step cell
 // ops) does not prepare one. float32 products of at least kMinOneDnnMacs multiply-adds: oneDNN
-// (below, its fixed cost per call, ~20 µs, loses to MKL: e.g. [32, 128] x [128, 512] 38 vs
-// 48 µs; [16, 512] x [512, 2048] 360 vs 230 µs the other way). Otherwise float32: MKL
-// packed, split by output columns over the threads when the product is big enough to share
-// (MKL alone runs one this small, e.g. [32, 256] x [256, 1024], on one thread; a B = 1 step is
-// not split); packed products need the row count they were packed for. Everything else: ATen.
+// (below, its fixed cost per call, tens of µs, makes it lose to MKL; above, its faster kernel
+// wins). Otherwise float32: MKL packed, split by output columns over the threads when the
+// product is big enough to share (MKL alone runs one this small, e.g. [32, 256] x [256, 1024],
+// on one thread; a B = 1 step is not split); packed products need the row count they were
+// packed for. Everything else: ATen.
 // With allow_blocks, float32 loops on a CPU where PyTorch's brgemm kernel runs, and bfloat16
 // ones where its bf16 kernel does, take the blocks form instead (faster at the benchmark shapes,
-// benchmarks/results/README.md): operator() splits each product by columns over the threads,
+// docs/performance.md): operator() splits each product by columns over the threads,
 // and a caller may fuse its pointwise pass into the same parallel region (blocks(), b_data() or
 // b_vnni(), block_gemm).
 class RecurrentGemm {
@@ -454,12 +449,10 @@ class RecurrentGemm {
   // The blocks form on AVX2 (brgemm's AVX2 kernel): only for products below 2^21
   // multiply-adds, where the backward's per-step sums are pairwise on it (pairwise_gemm.h's
   // kPairwiseMaxStepMacs: TF's test shapes, more accurate than TF). Larger products take
-  // oneDNN's matmul or MKL's packed sgemm, a step's cell after its product: paired on AVX2
-  // (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2, one
-  // thread), against the blocks form, BlockLSTM fwd 1.39x -> 1.16x nn.LSTM at 50,32,256,256
-  // and 1.78x -> 1.08x at 100,16,128,512, fwd+bwd 1.24x -> 1.10x and 1.37x -> 1.01x,
-  // LSTMBlockFusedCell inference 1.40x -> 1.24x at 50,8,256,256 and 1.59x -> 1.08x at
-  // 20,64,512,512. On AVX-512 the blocks form is the faster at every size.
+  // oneDNN's matmul or MKL's packed sgemm, a step's cell after its product: on AVX2
+  // (ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2) brgemm's
+  // AVX2 kernel is the slower there, on BlockLSTM and LSTMBlockFusedCell alike. On AVX-512 the
+  // blocks form is the faster at every size (measured: docs/performance.md).
   static constexpr int64_t kMaxAvx2BlockMacs = int64_t{1} << 21;
 
   // panel_gates (G > 0): b is [K, G·H], G gate blocks of H units, and a caller that fuses its

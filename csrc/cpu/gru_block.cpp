@@ -1,4 +1,4 @@
-// CPU kernels of TF's fused GRU cell: GRUBlockCell and GRUBlockCellGrad (tf_semantics.md §5).
+// CPU kernels of TF's fused GRU cell: GRUBlockCell and GRUBlockCellGrad (docs/tf-semantics.md §5).
 //
 // TF's GRU applies the reset gate before the candidate GEMM: c = tanh([x, r⊙h]·w_c + b_c).
 // That is not cuDNN's linear-before-reset GRU; CudnnRNN's gru mode lives elsewhere.

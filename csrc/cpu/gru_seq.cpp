@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "../bool_dispatch.h"
 #include "../gru_seq.h"
 #include "activations.h"
 #include "gemm.h"
@@ -254,16 +255,22 @@ using Rect = lstm_block::RectCell;
 
 // The loop `Pass` for the step's variant, run over the B rows. The backward passes need only
 // the activations' derivatives, which cost little: one loop for every variant (AnyGate,
-// AnyCell blend them, lstm_block.h), where a loop per variant quadrupled them.
+// AnyCell blend them, lstm_block.h), where a loop per variant would quadruple them.
 template <template <typename, class, class> class Pass, bool kAnyVariant = false,
           typename scalar_t>
 void run(const GruStep<scalar_t>& s, int64_t B) {
-  const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
-  const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
-  Rows<scalar_t> rows =
-      hard ? (tanh ? &Pass<scalar_t, Hard, Tanh>::rows : &Pass<scalar_t, Hard, Rect>::rows)
-           : (tanh ? &Pass<scalar_t, Sigmoid, Tanh>::rows : &Pass<scalar_t, Sigmoid, Rect>::rows);
-  if constexpr (kAnyVariant) rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
+  Rows<scalar_t> rows = nullptr;
+  if constexpr (kAnyVariant) {
+    rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
+  } else {
+    rows = dispatch_bools(
+        [](auto kHard, auto kTanh) {
+          using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
+          using Cell = std::conditional_t<kTanh, Tanh, Rect>;
+          return &Pass<scalar_t, Gate, Cell>::rows;
+        },
+        s.fns.gate != lstm_block::GateFn::kSigmoid, s.fns.cell == lstm_block::CellFn::kTanh);
+  }
   at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
 }
 

@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../bool_dispatch.h"
 #include "../lstm_block.h"
 #include "activations.h"
 #include "cell_avx512.h"
@@ -76,11 +77,9 @@ struct ForwardRowsKernel {
       int64_t j = j0;
       if constexpr (kVectorCell) {
         // Eight units at a time on activations.h's f32x8: the scalar loop's operations lane
-        // by lane (the same values, checked on random, huge and non-finite inputs against
-        // the loop alone), which GCC's vectoriser of that loop compiles to masked blends
-        // around every division with one iteration in flight (cell_avx512.h). Paired on AVX2,
-        // one thread: LSTMBlockFusedCell inference 1.23x -> 1.13x nn.LSTM at 50,8,256,256,
-        // 1.51x -> 1.38x at 200,4,128,256; BlockLSTM fwd 1.16x -> 1.06x at 50,32,256,256.
+        // by lane (the same values, also on huge and non-finite inputs), where GCC's
+        // vectoriser of that loop compiles it to masked blends around every division with one
+        // iteration in flight (cell_avx512.h); faster on AVX2 (measured: docs/performance.md).
         using cpu::f32x8;
         constexpr auto ld = cpu::load8;
         constexpr auto st = cpu::store8;
@@ -124,12 +123,10 @@ void forward_rows(const FwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0
 
 // kSums: also add this step's rows into s.sums (units j0..j1 belong to this thread), in double,
 // row after row. Rows go in groups of kSumRows, each unit's sums held in registers across the
-// group and added in the same order (the same bits): their loads and stores (14 of 8 bytes a
-// unit with peepholes, against the cell's own 11 of 4) once a group instead of once a row.
-// Paired (BlockLSTM fwd+bwd, peepholes) in the VM's slow minutes, against a row at a time:
-// groups of 4 -1.08 ms at 50,32,256,256; of 2 -0.95 there and -1.54 at 100,16,128,512; 8 against
-// 4: -0.14, -0.11 at 50,32; in its fast minutes within ±0.07 (noise). Bits checked equal to the
-// row-at-a-time loop (B = 1..65, float32, bfloat16, float64, with and without peepholes, clip).
+// group and added in the same order (the same bits as a row at a time): their loads and stores
+// (14 of 8 bytes a unit with peepholes, against the cell's own 11 of 4) once a group instead of
+// once a row, which is faster on BlockLSTM's fwd+bwd, more so with 8 rows than with 2 or 4
+// (measured: docs/performance.md).
 // kMaskClip: zero the cell-state gradient where |cs| reached s.mask_clip (+inf: nowhere).
 template <typename scalar_t, class Gate, class Cell, bool kPeep, bool kMaskClip, bool kSums>
 struct BackwardRowsKernel {
@@ -159,7 +156,7 @@ struct BackwardRowsKernel {
     // returned for the sums.
     const auto cell = [&](int64_t b, int64_t j) __attribute__((always_inline)) {
       const int64_t k = b * H + j;
-      // TF's order: carry first, then the incoming gradient (tf_semantics.md §4.2).
+      // TF's order: carry first, then the incoming gradient (docs/tf-semantics.md §4.2).
       const auto r = lstm_block::lstm_cell_backward<Gate, Cell, kPeep, kMaskClip, acc_t>(
           i_p[k], f_p[k], o_p[k], ci_p[k], co_p[k], kMaskClip ? static_cast<acc_t>(cs_p[k]) : acc_t(0),
           csp_p[k], dh_p[k] + static_cast<acc_t>(hg_p[k]), dcs_c[k] + static_cast<acc_t>(csg_p[k]),
@@ -242,20 +239,18 @@ void backward_rows(const BwdStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j
   cpu::dispatch<BackwardRowsKernel<scalar_t, Gate, Cell, kPeep, kMaskClip, kSums>>(s, b0, b1, j0, j1);
 }
 
-// The float32 sigmoid/tanh forward loop on AVX-512 (cell_avx512.h: the same numbers, 2.6x
-// faster than the loops above), or null where the CPU lacks it.
+// The float32 sigmoid/tanh forward loop on AVX-512 (cell_avx512.h: the same numbers, faster
+// than the loops above), or null where the CPU lacks it.
 template <typename scalar_t>
 FwdRows<scalar_t> avx512_tf_rows(bool peep, bool clip, bool gates_read) {
   if constexpr (std::is_same_v<scalar_t, float>) {
 #if defined(TLG_HAVE_AVX512_CELL)
     if (!cpu::avx512_cell_available()) return nullptr;
-    using cpu::tf_forward_rows;
-    if (gates_read) {
-      return peep ? (clip ? &tf_forward_rows<true, true, true> : &tf_forward_rows<true, false, true>)
-                  : (clip ? &tf_forward_rows<false, true, true> : &tf_forward_rows<false, false, true>);
-    }
-    return peep ? (clip ? &tf_forward_rows<true, true, false> : &tf_forward_rows<true, false, false>)
-                : (clip ? &tf_forward_rows<false, true, false> : &tf_forward_rows<false, false, false>);
+    return dispatch_bools(
+        [](auto kPeep, auto kClip, auto kStoreGates) {
+          return &cpu::tf_forward_rows<kPeep, kClip, kStoreGates>;
+        },
+        peep, clip, gates_read);
 #endif
   }
   (void)peep, (void)clip, (void)gates_read;
@@ -264,7 +259,7 @@ FwdRows<scalar_t> avx512_tf_rows(bool peep, bool clip, bool gates_read) {
 
 // The three peephole reductions in one pass over dgates, split over threads by columns: each
 // column is summed by one thread, in row order, in double (a float running sum over T·B rows
-// would lose more than ATen's pairwise sum, which this replaces).
+// would lose more than ATen's pairwise sum).
 template <typename scalar_t>
 void peephole_columns(const float* dg, const scalar_t* cs_prev, const scalar_t* cs, int64_t L,
                       int64_t B, int64_t H, GateLayout layout, double* out) {
@@ -332,7 +327,7 @@ struct CpuBackend {
 
   // The backward's recurrent product, dh = next·Whᵀ (b = Whᵀ, [4H, P]): small batches take the
   // panels form with the output units as the panels (no gates), read in sequential runs where
-  // the blocks form reads 64 bytes of each of Whᵀ's 4H rows (backward_step_panels).
+  // the blocks form reads 64 bytes of each of Whᵀ's 4H rows (backward_units).
   static cpu::RecurrentGemm dh_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps, /*allow_blocks=*/true, /*panel_gates=*/1};
   }
@@ -348,9 +343,8 @@ struct CpuBackend {
   // AVX-512 or AVX2) from kMinPanelInputRows rows, where packing b costs little against the
   // product or the caller packed it (`packed`: block_lstm_inference's packed_x, the modules
   // keep it per weight version), else oneDNN. The same sums in order either way (the same bits
-  // at the benchmark shapes); prepared, paired (AVX-512): LSTMBlockFusedCell inference -0.21 ms
-  // at 20,64,512,512, -0.03 ms at 50,8,256,256; fwd -0.06 ms at 50,32,256,256 (packed per
-  // call: -0.01 to -0.04).
+  // at the benchmark shapes); the panels are the faster, prepared or packed per call (measured:
+  // docs/performance.md).
   static constexpr int64_t kMinPanelInputRows = 64;
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b,
                                 const at::Tensor& packed) {
@@ -364,20 +358,20 @@ struct CpuBackend {
   }
 
   // The backward's long sums (dx over the 4H gate columns, dW over the L·B rows), pairwise up to
-  // kPairwiseMaxMacs (pairwise_gemm.h): one GEMM over them put BlockLSTM's w_grad at 3.3x
-  // (BlockLSTMV2: 4.4x) TF's error against float64 and x_grad at 2.4x on TF's CudnnLSTM
-  // "large" shape (T 32, B 16, I = H = 128), where TF sums step by step. The benchmark's
-  // shapes are above the bound and keep one oneDNN GEMM.
+  // kPairwiseMaxMacs (pairwise_gemm.h): one GEMM over them puts BlockLSTM's w_grad and x_grad
+  // several times further from float64 than TF on TF's CudnnLSTM "large" shape (T 32, B 16,
+  // I = H = 128), where TF sums step by step. The benchmark's shapes are above the bound and
+  // keep one oneDNN GEMM.
   static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) {
     return cpu::pairwise_sum_gemm(a, b);
   }
 
   // h_prev_grad = dgates_0·Whᵀ, a sum over the 4H gate columns, pairwise where the product is
-  // small (float32 blocks form, up to kPairwiseMaxStepMacs): in one brgemm call it put
-  // BlockLSTM's h_prev_grad at 1.7x TF's error on that shape (2.4e-7 against 1.4e-7; pairwise
-  // 5.7e-8). The same sum inside the steps (backward_step) stays one brgemm call: summing it
-  // pairwise there too made no gradient more accurate on that shape (its rounding is damped
-  // through the cells) and cost 10% of the fwd+bwd there.
+  // small (float32 blocks form, up to kPairwiseMaxStepMacs): in one brgemm call BlockLSTM's
+  // h_prev_grad is less accurate than TF's on that shape, pairwise more. The same sum inside
+  // the steps (backward_step) stays one brgemm call: summed pairwise there too it makes no
+  // gradient more accurate on that shape (its rounding is damped through the cells) and costs
+  // a noticeable part of the fwd+bwd.
   static void h_prev_product(const cpu::RecurrentGemm& rec, at::Tensor& dh,
                              const at::Tensor& dgates0) {
     const int64_t B = dgates0.size(0), K = dgates0.size(1), N = dh.size(1);

@@ -24,22 +24,21 @@ struct TfRows {
     TORCH_INTERNAL_ASSERT(a.fns.is_default() && !a.clip_zero_grad);
     const bool peep = a.use_peephole, clip = a.cell_clip > 0;
     if (const auto fast = cpu_lstm::avx512_tf_rows<scalar_t>(peep, clip, s.gates_read)) return fast;
-    using cpu_lstm::forward_rows;
-    return peep ? (clip ? &forward_rows<scalar_t, Gate, Cell, true, true>
-                        : &forward_rows<scalar_t, Gate, Cell, true, false>)
-                : (clip ? &forward_rows<scalar_t, Gate, Cell, false, true>
-                        : &forward_rows<scalar_t, Gate, Cell, false, false>);
+    return dispatch_bools(
+        [](auto kPeep, auto kClip) {
+          return &cpu_lstm::forward_rows<scalar_t, Gate, Cell, kPeep, kClip>;
+        },
+        peep, clip);
   }
 
   template <typename scalar_t>
   static BwdRows<scalar_t> backward(const BwdStep<scalar_t>& s, bool sums) {
     TORCH_INTERNAL_ASSERT(s.fns.is_default() && s.mask_clip == lstm_block::kNoMask);
-    const bool peep = s.wci != nullptr;
-    using cpu_lstm::backward_rows;
-    return peep ? (sums ? &backward_rows<scalar_t, Gate, Cell, true, false, true>
-                        : &backward_rows<scalar_t, Gate, Cell, true, false, false>)
-                : (sums ? &backward_rows<scalar_t, Gate, Cell, false, false, true>
-                        : &backward_rows<scalar_t, Gate, Cell, false, false, false>);
+    return dispatch_bools(
+        [](auto kPeep, auto kSums) {
+          return &cpu_lstm::backward_rows<scalar_t, Gate, Cell, kPeep, /*kMaskClip=*/false, kSums>;
+        },
+        s.wci != nullptr, sums);
   }
 };
 

@@ -28,22 +28,6 @@ using Hard = lstm_block::HardSigmoidGate;
 using Tanh = lstm_block::TanhCell<CpuAct>;
 using Rect = lstm_block::RectCell;
 
-template <typename scalar_t, class Gate, class Cell>
-FwdRows<scalar_t> forward_for(bool peep) {
-  using cpu_lstm::forward_rows;
-  return peep ? &forward_rows<scalar_t, Gate, Cell, true, true>
-              : &forward_rows<scalar_t, Gate, Cell, false, true>;
-}
-
-template <typename scalar_t, class Gate, class Cell>
-BwdRows<scalar_t> backward_for(bool peep, bool sums) {
-  using cpu_lstm::backward_rows;
-  return peep ? (sums ? &backward_rows<scalar_t, Gate, Cell, true, true, true>
-                      : &backward_rows<scalar_t, Gate, Cell, true, true, false>)
-              : (sums ? &backward_rows<scalar_t, Gate, Cell, false, true, true>
-                      : &backward_rows<scalar_t, Gate, Cell, false, true, false>);
-}
-
 struct VariantRows {
   template <typename scalar_t>
   static FwdRows<scalar_t> forward(const lstm_block::FwdStep<scalar_t>& s) {
@@ -56,19 +40,26 @@ struct VariantRows {
         return fast;
       }
     }
-    return hard ? (tanh ? forward_for<scalar_t, Hard, Tanh>(peep)
-                        : forward_for<scalar_t, Hard, Rect>(peep))
-                : (tanh ? forward_for<scalar_t, Sigmoid, Tanh>(peep)
-                        : forward_for<scalar_t, Sigmoid, Rect>(peep));
+    return dispatch_bools(
+        [](auto kHard, auto kTanh, auto kPeep) {
+          using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
+          using Cell = std::conditional_t<kTanh, Tanh, Rect>;
+          return &cpu_lstm::forward_rows<scalar_t, Gate, Cell, kPeep, /*kClip=*/true>;
+        },
+        hard, tanh, peep);
   }
 
   // One backward loop for every variant: the derivatives come from the stored outputs and
   // cost little, so AnyGate / AnyCell compute both and blend (lstm_block.h), where a loop per
-  // variant quadrupled this file's loops and its compile time.
+  // variant would quadruple this file's loops and its compile time.
   template <typename scalar_t>
   static BwdRows<scalar_t> backward(const BwdStep<scalar_t>& s, bool sums) {
-    return backward_for<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>(s.wci != nullptr,
-                                                                            sums);
+    return dispatch_bools(
+        [](auto kPeep, auto kSums) {
+          return &cpu_lstm::backward_rows<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell, kPeep,
+                                          /*kMaskClip=*/true, kSums>;
+        },
+        s.wci != nullptr, sums);
   }
 };
 

@@ -4,17 +4,16 @@
 // One GEMM accumulates each output element's K products in one register, in order, so its
 // rounding grows with the running sum. TF's composite cells multiply one step's B rows per GEMM
 // and add the steps up, B + T additions in sequence rather than T·B, and come out several times
-// closer to a float64 truth: on TF's CudnnLSTM "large" case (T·B = 512), dW was off by 1.7e-4
-// here against 2.9e-5 for TF's composite; on the "medium" one (B = 8, G·H = 512), dx and the
-// initial-state gradient by 3-5 ulps against TF's 1-2.
+// closer to a float64 truth than one GEMM: on TF's CudnnLSTM "large" case (T·B = 512) for dW,
+// on the "medium" one (B = 8, G·H = 512) for dx and the initial-state gradient.
 //
 // Here each [64, 128] tile of the result sums K in chunks: kPairwiseGroup chunks of `chunk`
 // rows accumulate into a partial tile (brgemm calls on the tile in cache), and partial tiles of
 // equal size are added as they come (a binary counter): chunk + kPairwiseGroup +
 // log2(K / (chunk · group)) additions in sequence, 16 + 4 + 3 at K = 512 against TF's 16 + 32.
-// Short chunks cost time (per-call and tile traffic: +5-20% of the CudnnRNN backward at TF's
-// test shapes), so products above kPairwiseMaxMacs (every product of the benchmark's shapes)
-// stay one oneDNN GEMM, whose rounding there is what it was.
+// Short chunks cost time (per-call and tile traffic, a noticeable part of the CudnnRNN backward
+// at TF's test shapes), so products above kPairwiseMaxMacs (every product of the benchmark's
+// shapes) stay one oneDNN GEMM, with its rounding.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -170,8 +169,8 @@ inline at::Tensor pairwise_sum_gemm(const at::Tensor& a, const at::Tensor& b) {
 // out[N] = Σ_k a[k, :] for a contiguous float32 a [K, N] (the bias gradients: Σ over T·B rows
 // of dgates), the rows summed pairwise: chunks of kPairwiseChunk rows added in sequence into a
 // partial row, partial rows merged as they come; 16 + log2(K / 16) additions in sequence (one
-// at::sum over the rows measured ~2.6x TF's error on TF's "large" case). Anything else:
-// at::sum_out.
+// at::sum over the rows is several times less accurate than TF on TF's "large" case). Anything
+// else: at::sum_out.
 inline void pairwise_column_sum_out(at::Tensor& out, const at::Tensor& a) {
   if (a.scalar_type() != at::kFloat || !a.is_contiguous() || !out.is_contiguous() ||
       a.dim() != 2) {

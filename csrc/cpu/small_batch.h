@@ -31,17 +31,13 @@
 namespace torch_lstm_grad::cpu {
 
 constexpr int64_t kPanelWidth = 16;  // units per panel: one AVX-512 vector of float32
-// The largest batch the panels take: paired in place against brgemm's column blocks, panels
-// were faster up to B = 32 (50,32,256,256 forward -0.34 ms, 100,16,128,512 -1.0 ms); since
-// panel_gemm goes unit block by unit block, also at 64 (20,64,512,512: inference -0.6 ms,
-// fwd+bwd -1.6 ms; 50,64,256,256 CudnnLSTM inference -0.15 ms); at 128 mixed (20,128,512,512
-// inference -0.5 ms, 20,128,256,256 fwd+bwd +0.24 ms).
-// On AVX2 too (16 registers: at most 6 rows a call, one gate a pass from 3 rows), since its
-// kernel keeps its accumulators in registers (panel_product_avx2): one thread, every library
-// capped at AVX2, ÷ nn.LSTM with panels up to 4 rows -> up to 64 (2026-11-26,
-// benchmarks/results/cpu-issue31-2026-11-26c.md): LSTMBlockFusedCell inference 1.14x -> 0.87x
-// at 50,8,256,256, 1.15x -> 0.96x at 50,16, 1.03x -> 0.91x at 20,64,512,512; BlockLSTM fwd
-// 1.07x -> 0.96x at 50,32,256,256, 0.93x -> 0.80x at 100,16,128,512.
+// The largest batch the panels take: against brgemm's column blocks the panels are faster up
+// to B = 64 (panel_gemm goes unit block by unit block, so the row chunks of a larger batch
+// reread each block's panels from L2); at 128 neither wins everywhere (measured:
+// docs/performance.md). On AVX2 too (16 registers: at most 6 rows a call, one gate a pass from
+// 3 rows), since its kernel keeps its accumulators in registers (panel_product_avx2): with
+// every library capped at AVX2, panels up to 64 rows rather than 4 make the LSTM forwards
+// faster.
 constexpr int64_t kMaxPanelRows = 64;
 
 inline int64_t panel_blocks(int64_t H) { return (H + kPanelWidth - 1) / kPanelWidth; }
@@ -133,9 +129,8 @@ __attribute__((target("avx512f"))) inline void panel_product(
     int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
   __m512 acc[RB][GB];
   // The destination's lines (the step's input projection, written for every step before the
-  // loop: in L3 or memory by now) requested first, so that they arrive while the sums run:
-  // loaded after the loop, their misses were ~15% of this function's time (perf, 50,64,256,256
-  // inference), and prefetching them took 0.2-0.6 ms off the benchmark shapes.
+  // loop: in L3 or memory by this step) requested first, so that they arrive while the sums
+  // run: loaded after the loop, their misses are a sizeable part of this function's time.
   for (int r = 0; r < RB; ++r) {
     for (int q = 0; q < GB; ++q) {
       _mm_prefetch(reinterpret_cast<const char*>(g + r * ldg + q * ldq), _MM_HINT_T0);
@@ -227,9 +222,9 @@ __attribute__((target("avx2,fma"))) inline void panel_product_avx2(
     int64_t gs, float* __restrict g, int64_t ldg, int64_t ldq, int64_t valid, bool accumulate) {
   // Every loop over the accumulators unrolled (the pragmas), so that each is a register from
   // the first statement on: with the epilogue's loop over the two halves left rolled, GCC 12
-  // kept the array in memory too and stored every accumulator to the stack after each FMA of
-  // the k loop (one store per FMA; the AVX-512 kernel's masked epilogue has no such loop), and
-  // the loop ran at a third of its speed (a standalone copy at K = 256: 63 -> 20 us a step).
+  // would keep the array in memory too and store every accumulator to the stack after each FMA
+  // of the k loop (one store per FMA; the AVX-512 kernel's masked epilogue has no such loop),
+  // and the loop would run at a third of its speed.
   __m256 acc[RB][GB][2];
   _Pragma("GCC unroll 16") for (int r = 0; r < RB; ++r) {
     _Pragma("GCC unroll 16") for (int q = 0; q < GB; ++q) {
@@ -309,8 +304,8 @@ inline PanelRowsFn panel_rows_avx2_for(int64_t rows) {
 }
 
 // The kernel for `rows` rows: up to 24 accumulators (of AVX-512's 32 registers), all four
-// gates a pass up to 4 rows, two up to 12 (6 rows with all four gates a pass instead: no
-// faster, paired at 50,32,256,256 and 20,64,512,512).
+// gates a pass up to 4 rows, two up to 12 (6 rows with all four gates a pass instead is no
+// faster).
 inline PanelRowsFn panel_rows_for(int64_t rows) {
   switch (rows) {
     case 1: return &panel_rows<1, 4>;
@@ -338,8 +333,8 @@ inline PanelRowsFn panel_rows_for(int64_t rows) {
 // they go (16 rows: two of 8): the chunks after the first reread the block's panels from L2
 // (4·K·16 floats, 128 KB at K = 512), so each weight comes from memory or L3 once a step even
 // where the thread's share does not fit its L2 (H = 512: 2 MB). Chunks outside, unit blocks
-// inside reread the whole share per chunk, from L3 there: at 20,64,512,512 that order cost
-// 0.6 ms of 13 in inference and 1.6 ms of 40 in fwd+bwd (benchmarks/results/README.md).
+// inside would reread the whole share per chunk, from L3 there (slower at 20,64,512,512:
+// docs/performance.md).
 // panels_available() must hold.
 inline void panel_gemm(int64_t m, int64_t K, int64_t H, int64_t G, const float* a, int64_t lda,
                        const float* packed, float* g, int64_t ldg, int64_t j0, int64_t n,

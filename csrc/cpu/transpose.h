@@ -4,10 +4,9 @@
 //
 // float32 goes through register tiles, 16 x 16 on AVX-512 (16 loads, 64 shuffles, 16 stores per
 // tile), 8 x 8 on AVX2 (8 loads, 24 shuffles, 8 stores), the widest the CPU (and cpu::isa())
-// has: the plain tiled loop, one element at a time, took 0.8-1.1 ms to build BlockLSTM's
-// [x, h]ᵀ ([512, 1600] at T=50 B=32 I=H=256, timers inside the op); the AVX-512 tiles transpose
-// each [1600, 256] half in 0.02-0.2 ms (operands in cache / not), against 0.2-0.4 ms for ATen's
-// one-thread transposing copy. Everything else takes the plain loop.
+// has: the plain tiled loop, one element at a time, is several times slower than the tiles on
+// BlockLSTM's [x, h]ᵀ, and ATen's transposing copy runs on one thread. Everything else takes
+// the plain loop.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -103,8 +102,8 @@ __attribute__((target("avx2"))) inline void transpose_8x8(const float* src, int6
 // Rows [j0, j1) of dst, j1 - j0 a multiple of the tile width W: full W x W tiles by Tile (a call
 // each: the tile functions are compiled for their instruction set), the ragged end of i
 // element-wise. Along src's rows first: walking down a column strip instead (16 dst rows at a
-// time) read src at a stride of whole rows and ran 8-15x slower on cache-resident
-// [1280-2048, 512] matrices (slower than ATen's copy from [1600, 512] up).
+// time) would read src at a stride of whole rows, several times slower even on cache-resident
+// matrices of a few thousand rows.
 template <int64_t W, void (*Tile)(const float*, int64_t, float*, int64_t)>
 void transpose_rows_in_tiles(const float* src, int64_t m, int64_t lds, float* dst, int64_t ldd,
                              int64_t j0, int64_t j1) {

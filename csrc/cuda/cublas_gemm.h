@@ -4,9 +4,8 @@
 // at::cuda::blas::gemm, are not exported from libtorch_cuda.so; cuBLAS itself is a dependency
 // of libtorch_cuda.so, so the extension finds its symbols there without linking it.)
 //
-// Why: an LSTM step at small batch is two launches, and on the H100 machine (2026-11-26,
-// benchmarks/gpu_profile.py) each of them costs ~10 µs of host time against ~2-3 µs of kernel:
-// fwd+bwd at T = 100, B = 1, H = 256 took 4.8 ms of host time for 1.0 ms of kernels. An
+// Why: an LSTM step at small batch is two launches, and each launch costs the host several
+// times the kernel's own time (benchmarks/gpu_profile.py measures it; docs/performance.md). An
 // at::addmm_ per step adds its dispatch and checks, and the Tensor of each step's slice; a raw
 // call on pointers adds neither (the drivers' per-step slices are pointer arithmetic).
 //

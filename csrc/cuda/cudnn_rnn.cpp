@@ -8,13 +8,11 @@
 // What cuDNN cannot do is done around it, so the GPU gives the CPU kernels' numbers:
 // - zero-length rows (cuDNN rejects them): cuDNN runs on the other rows only; a zero-length
 //   row's outputs are zero, its final state is its initial state, its state gradient is the
-//   incoming one (SPEC §2);
+//   incoming one (docs/differences.md);
 // - batch-major states are TF's reinterpretation of [B, L·D, n] memory as [L·D, B, n];
 // - bfloat16 runs as float32 (TF does the same);
 // - the params layout is checked against cudnnGetRNNWeightParams on first use of each model, so
 //   a buffer moves between CPU and GPU unchanged or the op says exactly where the layouts differ.
-//
-// Unverified: written and compiled without a GPU (see README, "Status").
 
 #include <ATen/ATen.h>
 #include <ATen/ops/from_blob.h>
@@ -460,8 +458,7 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
                                                     : std::vector<int64_t>{c.B, c.T, c.D * c.P};
   // With every row run, cuDNN's outputs are the op's; rows it does not run (length 0) output
   // zeros and their initial states, scattered around the kept rows' (no fill or copy a call
-  // otherwise: each launch costs ~10 µs of host time on the H100 machine, ~1% of a small
-  // model's fwd+bwd).
+  // otherwise: each launch's host time is a noticeable part of a small model's fwd+bwd).
   const bool run = !rows.lengths.empty() && c.T > 0;
   at::Tensor y, hy, cy;
   if (!run) {
@@ -471,8 +468,8 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
   }
   // The reserve starts with the call's signature (cudnn_rnn_config.h), which the backward
   // checks; cuDNN's reserve follows it, 256-byte aligned. Zeroed, so that the padding after
-  // the signature and whatever cuDNN leaves unwritten hold no other tensor's leftovers (seen
-  // on an H200: values up to 2e31 in a small model's reserve). What cuDNN itself writes there
+  // the signature and whatever cuDNN leaves unwritten hold no other tensor's leftovers (any
+  // values, huge ones included). What cuDNN itself writes there
   // still differs between two identical calls (its working memory), which is why opcheck's
   // AOT test leaves the reserve out on the GPU (tests/test_cudnn_rnn.py).
   const int64_t elem = static_cast<int64_t>(input.element_size());
@@ -527,7 +524,7 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
 
 // consume: cuDNN's backward may write into reserve_space itself (the autograd backward of a
 // graph that is not retained: nothing reads the reserve after it); otherwise it works on a copy,
-// so the reserve can serve another backward (SPEC §2).
+// so the reserve can serve another backward (docs/differences.md).
 Grads4 cudnn_rnn_backprop_impl(
     const at::Tensor& input, const at::Tensor& input_h, const at::Tensor& input_c,
     const at::Tensor& params, const std::optional<at::Tensor>& sequence_lengths,
@@ -594,7 +591,7 @@ Grads4 cudnn_rnn_backprop_impl(
                       header + static_cast<int64_t>(d.reserve_bytes), " bytes), got shape ",
                       shape_str(reserve_space.sizes()));
     // cuDNN's backward writes into the reserve: unless the caller gave it up, work on a copy
-    // so a retained graph can run backward again (SPEC §2).
+    // so a retained graph can run backward again (docs/differences.md).
     at::Tensor reserve = consume ? reserve_space : reserve_space.clone();
     if (consume && signed_ != nullptr) signed_->consumed = true;
     const at::Tensor x = keep_seq(input.to(compute), c, rows);

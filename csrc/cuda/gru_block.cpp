@@ -1,9 +1,7 @@
 // CUDA implementation of TF's fused GRU cell (GRUBlockCell / GRUBlockCellGrad), as a handful
-// of ATen kernels per step in TF's operation order (tf_semantics.md §5.2–5.3): a single step is
-// too small for a fused kernel to matter next to its two GEMMs. float16/bfloat16 compute in
-// float32, as on the CPU.
-//
-// Unverified: written and compiled without a GPU (see README, "Status").
+// of ATen kernels per step in TF's operation order (docs/tf-semantics.md §5.2–5.3): a single
+// step is too small for a fused kernel to matter next to its two GEMMs. float16/bfloat16 compute
+// in float32, as on the CPU.
 
 #include <ATen/ATen.h>
 #include <ATen/OpMathType.h>

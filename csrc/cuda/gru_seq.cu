@@ -1,13 +1,12 @@
 // CUDA kernels of keras_gru(_grad) (drivers and cell math: csrc/gru_seq.h): each pointwise pass
 // of a step is one elementwise kernel over B·H elements (one instantiation per activation
 // variant), on PyTorch's current stream; the products are ATen's (cuBLAS).
-//
-// Unverified: written and compiled without a GPU (see README, "Status").
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
 #include <torch/library.h>
 
+#include "../bool_dispatch.h"
 #include "../gru_seq.h"
 #include "activations.cuh"
 
@@ -102,8 +101,6 @@ template <Pass kPass, typename scalar_t>
 void launch(const GruStep<scalar_t>& s, int64_t B) {
   const int64_t n = B * s.H;
   if (n == 0) return;
-  [[maybe_unused]] const bool hard = s.fns.gate != lstm_block::GateFn::kSigmoid;
-  [[maybe_unused]] const bool tanh = s.fns.cell == lstm_block::CellFn::kTanh;
   // The backward passes need only the derivatives: one kernel for every variant (AnyGate,
   // AnyCell blend them, lstm_block.h), as on the CPU.
   constexpr bool kBackward = kPass == Pass::kBackwardAfter || kPass == Pass::kBackwardGates ||
@@ -113,10 +110,13 @@ void launch(const GruStep<scalar_t>& s, int64_t B) {
   if constexpr (kBackward) {
     kernel = gru_kernel<kPass, scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>;
   } else {
-    kernel = hard ? (tanh ? gru_kernel<kPass, scalar_t, Hard, Tanh>
-                          : gru_kernel<kPass, scalar_t, Hard, Rect>)
-                  : (tanh ? gru_kernel<kPass, scalar_t, Sigmoid, Tanh>
-                          : gru_kernel<kPass, scalar_t, Sigmoid, Rect>);
+    kernel = dispatch_bools(
+        [](auto kHard, auto kTanh) {
+          using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
+          using Cell = std::conditional_t<kTanh, Tanh, Rect>;
+          return gru_kernel<kPass, scalar_t, Gate, Cell>;
+        },
+        s.fns.gate != lstm_block::GateFn::kSigmoid, s.fns.cell == lstm_block::CellFn::kTanh);
   }
   const int64_t max_blocks = at::cuda::getCurrentDeviceProperties()->multiProcessorCount * 8;
   const int blocks =

@@ -11,6 +11,7 @@
 #include <c10/cuda/CUDAException.h>
 #include <torch/library.h>
 
+#include "../bool_dispatch.h"
 #include "../lstm_block.h"
 #include "activations.cuh"
 #include "cublas_gemm.h"
@@ -89,39 +90,28 @@ using Hard = lstm_block::HardSigmoidGate;
 using Tanh = lstm_block::TanhCell<CudaAct>;
 using Rect = lstm_block::RectCell;
 
-template <typename scalar_t, class Gate, class Cell>
-auto forward_kernel_for(bool peep, bool clip) {
-  return peep ? (clip ? forward_kernel<scalar_t, Gate, Cell, true, true>
-                      : forward_kernel<scalar_t, Gate, Cell, true, false>)
-              : (clip ? forward_kernel<scalar_t, Gate, Cell, false, true>
-                      : forward_kernel<scalar_t, Gate, Cell, false, false>);
-}
-
 template <typename scalar_t>
 auto forward_kernel_for(const lstm_block::CellAttrs& a) {
-  const bool hard = a.fns.gate != lstm_block::GateFn::kSigmoid;
-  const bool tanh = a.fns.cell == lstm_block::CellFn::kTanh;
-  const bool peep = a.use_peephole, clip = a.cell_clip > 0;
-  return hard ? (tanh ? forward_kernel_for<scalar_t, Hard, Tanh>(peep, clip)
-                      : forward_kernel_for<scalar_t, Hard, Rect>(peep, clip))
-              : (tanh ? forward_kernel_for<scalar_t, Sigmoid, Tanh>(peep, clip)
-                      : forward_kernel_for<scalar_t, Sigmoid, Rect>(peep, clip));
-}
-
-template <typename scalar_t, class Gate, class Cell>
-auto backward_kernel_for(bool peep, bool mask) {
-  return peep ? (mask ? backward_kernel<scalar_t, Gate, Cell, true, true>
-                      : backward_kernel<scalar_t, Gate, Cell, true, false>)
-              : (mask ? backward_kernel<scalar_t, Gate, Cell, false, true>
-                      : backward_kernel<scalar_t, Gate, Cell, false, false>);
+  return dispatch_bools(
+      [](auto kHard, auto kTanh, auto kPeep, auto kClip) {
+        using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
+        using Cell = std::conditional_t<kTanh, Tanh, Rect>;
+        return forward_kernel<scalar_t, Gate, Cell, kPeep, kClip>;
+      },
+      a.fns.gate != lstm_block::GateFn::kSigmoid, a.fns.cell == lstm_block::CellFn::kTanh,
+      a.use_peephole, a.cell_clip > 0);
 }
 
 // One backward kernel for every activation variant: the derivatives, from the stored outputs,
 // are blended (AnyGate, AnyCell: lstm_block.h), as on the CPU.
 template <typename scalar_t>
 auto backward_kernel_for(const BwdStep<scalar_t>& s) {
-  const bool peep = s.wci != nullptr, mask = s.mask_clip != lstm_block::kNoMask;
-  return backward_kernel_for<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>(peep, mask);
+  return dispatch_bools(
+      [](auto kPeep, auto kMaskClip) {
+        return backward_kernel<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell, kPeep,
+                               kMaskClip>;
+      },
+      s.wci != nullptr, s.mask_clip != lstm_block::kNoMask);
 }
 
 constexpr int kThreads = 256;
@@ -144,10 +134,9 @@ struct CudaBackend {
   }
 
   // b = Whᵀ, a transposed view of the stored [P, 4H] weight: copied to its own row-major
-  // [4H, P] once per backward. Passed as the view (op 't'), cuBLAS took split-K for the
-  // per-step product at B = 128 (a second launch, its reduction, each step: bf16 at H = 1024)
-  // or a slower kernel (float32: 9.0 / 16.2 / 36.2 µs against 7.2 / 12.0 / 31.0 µs at H = 256 /
-  // 512 / 1024; H100, benchmarks/results/gpu-2026-11-26b/scripts/splitk_probe.py).
+  // [4H, P] once per backward. Passed as the view (op 't'), cuBLAS takes split-K for the
+  // per-step product at large batches (a second launch and its reduction every step) or a
+  // slower kernel (measured: docs/performance.md).
   static Gemm dh_gemm(const at::Tensor& b, int64_t, int64_t) {
     return Gemm(b.to(product_type(b.scalar_type())).contiguous());
   }
