@@ -12,8 +12,8 @@ Per shape (T, B, H; I = H), fwd+bwd, TF32 off:
   `nn.LSTM` + `pad_packed_sequence`, float32.
 
 Targets (docs/performance.md): block fwd+bwd <= 1.0x nn.LSTM; CudnnRNNV3 <= 1.0x with equal
-lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid (27 shapes) takes
-about three minutes; release/gpu_check.sh runs three of them.
+lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid is 9
+shapes; release/gpu_check.sh runs three of them.
 
     python benchmarks/bench_gpu.py [--json FILE] [--min-run-time S] [--shape T,B,H ...]
 

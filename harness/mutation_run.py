@@ -1,12 +1,12 @@
-"""Mutation testing of the Python layers (issue 34): plant one refactor-like bug at a time in a
+"""Mutation testing of the Python layers: plant one refactor-like bug at a time in a
 copy of the package, run the tests that reach it, and report the mutants no test kills.
 
     python harness/mutation_run.py                       # every file of FILES, then a report
-    python harness/mutation_run.py --files torch_lstm_grad/keras_layers.py
+    python harness/mutation_run.py --files torch_lstm_grad/keras_layers/recurrent.py
     python harness/mutation_run.py --list --files torch_lstm_grad/modules.py
     python harness/mutation_run.py --show 'modules.py#12'       # the mutant's diff
     python harness/mutation_run.py --only 'modules.py#12' --tests tests/modules/test_modules.py
-    python harness/mutation_run.py --report benchmarks/results/mutation-2026-11-26.md
+    python harness/mutation_run.py --report /tmp/mutation-report.md
     python harness/mutation_run.py --results benchmarks/results/mutation-results.json \
         --merge /tmp/mutA.json /tmp/mutB.json --base <the commit the runs copied it from>
 
@@ -49,6 +49,7 @@ from __future__ import annotations
 import argparse
 import ast
 import contextlib
+import copy
 import hashlib
 import json
 import os
@@ -154,10 +155,36 @@ def _led_by(selection: list[str], *first: str) -> list[str]:
     return [*first, *(t for t in selection if t not in first)]
 
 
-# Target file -> its test selection, in the order of the issue's priorities.
+# The Keras layer modules and the whole-model port: checked against Keras 3 and tf_keras running
+# the same layers and models.
+_WHOLE_MODEL_TESTS = [
+    *_FIRST_TESTS,
+    "tests/keras_layers/test_core.py",
+    "tests/keras_layers/test_normalization.py",
+    "tests/keras_layers/test_convolutional.py",
+    "tests/keras_layers/test_reshaping.py",
+    "tests/keras_layers/test_merging.py",
+    "tests/keras_layers/test_wrappers.py",
+    "tests/porting/test_whole_model.py",
+    "tests/porting/test_published_models.py",
+]
+
+
+# Target file -> its test selection: the layers that compute first, then the porting pipeline,
+# the ops, and the readers.
 FILES = {
     "torch_lstm_grad/keras_layers/recurrent.py": _KERAS_TESTS,
     "torch_lstm_grad/modules.py": _MODULE_TESTS,
+    "torch_lstm_grad/packed_weights.py": _MODULE_TESTS,
+    **{
+        f"torch_lstm_grad/keras_layers/{name}.py": _WHOLE_MODEL_TESTS
+        for name in (
+            "base", "activations", "core", "normalization", "convolutional", "reshaping",
+            "merging", "wrappers", "operations", "custom", "model",
+        )
+    },  # fmt: skip
+    "torch_lstm_grad/porting/describe/keras_model.py": _WHOLE_MODEL_TESTS,
+    "torch_lstm_grad/porting/build/keras_model.py": _WHOLE_MODEL_TESTS,
     "torch_lstm_grad/porting/build/__init__.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/build/context.py": _PORTING_TESTS,
     "torch_lstm_grad/porting/build/keras_rnn.py": _PORTING_TESTS,
@@ -257,7 +284,9 @@ def _src(node) -> str:
 
 
 def _copy(node):
-    return ast.parse(ast.unparse(node), mode="eval").body if isinstance(node, ast.expr) else node
+    # a deep copy, not a reparse: a subscript's tuple of slices (`x[:, a:b]`) is no expression
+    # on its own
+    return copy.deepcopy(node) if isinstance(node, ast.expr) else node
 
 
 class _Collector(ast.NodeVisitor):

@@ -194,6 +194,29 @@ def test_long_sequence_with_holes_vs_keras(kind):
     assert_close({f"output {k}": (g, w.numpy()) for k, (g, w) in enumerate(pairs)})
 
 
+@needs_tf
+@pytest.mark.parametrize("kind", ["lstm", "gru_before", "rnn_tanh"])
+def test_masked_steps_give_the_previous_state_as_keras_2_2(kind):
+    """`masked_outputs="previous_state"` (what the converter sets for Keras <= 2.2's files):
+    those backends' `rnn` gave a masked step `states[0]`, the state carried so far, where Keras
+    >= 2.3 gives the previous output. They differ only before a row's first unmasked step: the
+    initial h, not zeros. Expected: Keras 3's numbers, with those steps set to the initial h."""
+    keras = keras_module()
+    layer = _KINDS[kind](keras, return_sequences=True, return_state=True)
+    n = _N_STATES.get(kind, 1)
+    x = _x(4)
+    states = random_states(n, layer.units, 5)
+    layer.build(x.shape)
+    randomize(layer.trainable_weights, 6)
+    want = [w.numpy() for w in layer(x, mask=MASK, initial_state=list(states), training=False)]
+    before_first = np.cumsum(MASK, axis=1) == 0  # (B, T)
+    want[0] = np.where(before_first[..., None], states[0][:, None, :], want[0])
+    assert before_first[:, 0].any() and not np.allclose(states[0], 0)  # the case is exercised
+    ours = _ours_like(layer, I, masked_outputs="previous_state")
+    got = ours(torch.from_numpy(x), mask=MASK, initial_state=[torch.from_numpy(s) for s in states])
+    assert_close({f"output {k}": (g, w) for k, (g, w) in enumerate(zip(got, want, strict=True))})
+
+
 # (inner layer, merge_mode, return_sequences, mask, time_major of ours)
 _BIDI = {
     "lstm_concat_seq_mask": ("LSTM", "concat", True, True, False),

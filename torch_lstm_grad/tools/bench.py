@@ -31,7 +31,7 @@ Timing: ours and torch.nn.LSTM are timed *paired*: rounds of one call each, in a
 until each has had ``--min-run-time`` seconds per ``--rounds``; the times are the medians and
 ours/nn.LSTM is the median of the per-round ratios. On a shared VM whose speed drifts by ±20%
 between minutes this compares the two under the same conditions, where timing each for a second
-in turn did not (the same code measured 1.10x and 1.29x in two runs). TF runs in blocks of its
+in turn did not (unpaired, one build's ratio moved by a fifth between two runs). TF runs in blocks of its
 own (median of repeats, timeit-style): interleaved with torch's calls, each library's idle
 worker threads would spin on the CPUs the other one is using.
 
