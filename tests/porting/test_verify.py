@@ -366,6 +366,24 @@ def test_verify_published_frozen_graph(tmp_path, capsys):
     assert "d candidate_kernel" in out
 
 
+@pytest.mark.parametrize(
+    ("file", "layers"),
+    [
+        ("sentinews-0.5.0/default_best.h5", "gru_1, gru_2, gru_3"),
+        ("ethnicolr-0.2.4/census2000_ln_lstm_old.h5", "lstm_1"),
+    ],
+)
+def test_verify_published_keras_2_0_files(tmp_path, capsys, file, layers):
+    """Published Keras 2.0 files (tests/data/published): tf_keras runs their config as Keras
+    2.0 meant it (a GRU without `reset_after` is reset-before), each layer is fed masks where
+    Keras 2.0's masked-step rule and today's agree, and the whole model runs on padded ids."""
+    pytest.importorskip("tf_keras", reason="tf_keras (Keras 2) is not installed")
+    out, _ = _verify_cli(os.path.join(DATA, "published", file), tmp_path, capsys)
+    assert f"verified: every tensor of {layers} within the tolerance" in out
+    assert "note: Keras <= 2.2's masked steps: each row's first and last steps unmasked" in out
+    assert "verified: the whole model, every output and gradient" in out
+
+
 def test_verify_says_what_it_cannot(tmp_path, capsys):
     """A weights-only file without --config, stacked canonical cuDNN layers, a TF1 checkpoint
     without its graph, a step whose c and h are one tensor: exit 0, each layer 'not verified'

@@ -30,7 +30,9 @@ bidirectional canonical cuDNN layers, cuDNN layers where TF has no kernel) is sa
 
 from __future__ import annotations
 
+import copy
 import functools
+import json
 import os
 from dataclasses import dataclass, field
 
@@ -41,6 +43,7 @@ from .build import tf1_cells
 from .convert import load, read_source
 from .graphs.graph_def import through_identities
 from .graphs.tf1_cells import cell_at
+from .source import keras_version_tuple
 
 __all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
 
@@ -516,7 +519,6 @@ class _TF1Cells:
         (linear) packing makes of V, which the module's gradient must meet."""
         from types import SimpleNamespace
 
-
         out = []
         for _ in range(count):
             v = {
@@ -578,6 +580,36 @@ def _module_param(role: str) -> str:
     return f"{head}_layer.{leaf}" if head else leaf
 
 
+def _before_keras_2_3(source) -> bool:
+    version = source.writer.keras_version
+    return bool(version) and keras_version_tuple(version)[:2] < (2, 3)
+
+
+def _as_keras_2_2_meant(source) -> dict:
+    """The file's model config with what tf_keras 2.21 reads otherwise than Keras 2.0-2.2
+    wrote it spelled out: a GRU without `reset_after` is the reset-before GRU (its bias shape
+    says so, and the port reads it from there), and an Embedding's `dtype` "int32" was its
+    input's, not its weights'. The weights are the file's, loaded by tf_keras."""
+    config = copy.deepcopy(source.model_config)
+
+    def edit(c):
+        if isinstance(c, dict):
+            inner = c.get("config")
+            if isinstance(inner, dict):
+                if c.get("class_name") == "GRU" and "reset_after" not in inner:
+                    inner["reset_after"] = False
+                if c.get("class_name") == "Embedding" and inner.get("dtype") == "int32":
+                    del inner["dtype"]
+            for v in c.values():
+                edit(v)
+        elif isinstance(c, list):
+            for v in c:
+                edit(v)
+
+    edit(config)
+    return config
+
+
 def _keras_oracle(tf, path: str, source, config):
     """The Keras model of a Keras file, loaded by the Keras that wrote it."""
     major = source.writer.keras_major
@@ -598,7 +630,11 @@ def _keras_oracle(tf, path: str, source, config):
     else:
         import keras
     try:
-        if has_config and (is_zip or path.endswith((".h5", ".hdf5"))):
+        legacy = _before_keras_2_3(source) and source.model_config is not None
+        if has_config and legacy and path.endswith((".h5", ".hdf5")):
+            model = keras.models.model_from_json(json.dumps(_as_keras_2_2_meant(source)))
+            model.load_weights(path)
+        elif has_config and (is_zip or path.endswith((".h5", ".hdf5"))):
             model = keras.models.load_model(path, compile=False)
         elif os.path.isdir(path) and major == 2:
             model = keras.models.load_model(path, compile=False)
@@ -668,7 +704,7 @@ def _stateful(layer):
     return None
 
 
-def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
+def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends=False):
     I, widths, call = _shapes(module)  # noqa: E741
     time_major = call in ("sequence", "cudnn") or getattr(module, "time_major", False)
     out = []
@@ -679,6 +715,8 @@ def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial):
             mask = None
             if takes_mask:
                 mask = rng.random((B, T)) > 0.3
+                if keep_ends:
+                    mask[:, [0, -1]] = True
             initial = (
                 [(0.5 * rng.standard_normal((B, u))).astype(np.float32) for u in widths]
                 if takes_initial
@@ -762,13 +800,29 @@ def verify(
         layer = d.name
         io = getattr(source.layers.get(layer), "graph_io", None)
         # A Keras RNN takes a mask (a Bidirectional: both halves do); the describer sets
-        # zero_output_for_mask None where it takes none (cuDNN's layers, Keras <= 2.2's)
+        # zero_output_for_mask None where it takes none (cuDNN's layers)
         rnns = list(d.children.values()) or [d]
         takes_mask = (
             io["mask"] is not None
             if io is not None
             else all(r.value("zero_output_for_mask") is not None for r in rnns)
         )
+        # Keras <= 2.2's masked steps (docs/porting.md, "Masked steps"), which no Keras that runs
+        # today computes: they agree with today's from a row's first unmasked step on, so the
+        # masks keep each row's first and last steps (a backward layer starts at the last); a
+        # Bidirectional of then zeroed nothing where today's zeroes, and is fed no mask
+        keep_ends = takes_mask and any(r.value("masked_outputs") == "previous_state" for r in rnns)
+        if keep_ends and d.children:
+            takes_mask = keep_ends = False
+            report.notes.setdefault(name, []).append(
+                "a Keras <= 2.2 Bidirectional zeroed no masked step, which no Keras running "
+                "today reproduces: no mask fed"
+            )
+        elif keep_ends:
+            report.notes.setdefault(name, []).append(
+                "Keras <= 2.2's masked steps: each row's first and last steps unmasked, where "
+                "today's Keras computes the same"
+            )
         counts = {m.num_states for m in (getattr(module, "forward_layer", None),
                                         getattr(module, "backward_layer", None)) if m}  # fmt: skip
         # Keras' Bidirectional gives each direction half of the initial states: one that pairs
@@ -786,7 +840,9 @@ def verify(
         fixed_T = oracle.time_steps(layer) if io is not None else None
         try:
             sizes = (oracle.batch_size(layer),) if stateful else batches
-            cases = _cases(module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial)
+            cases = _cases(
+                module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends
+            )
             for label, case in cases:
                 if label not in report.cases:
                     report.cases.append(label)
@@ -819,10 +875,10 @@ def _has_model(converted) -> bool:
     return isinstance(torch.load(converted, weights_only=True).get("model"), dict)
 
 
-def model_inputs(model, spec: list[dict], B: int, T: int, rng) -> list[np.ndarray]:
+def model_inputs(model, spec: list[dict], B: int, T: int, rng, pad=True) -> list[np.ndarray]:
     """Random inputs of each of the model's inputs: token ids below an Embedding's
-    `input_dim` (trailing zeros in the first row where it masks zeros, as padding), normal
-    floats else; free axes take B (the batch) and T."""
+    `input_dim` (with `pad`, trailing zeros in the first row where it masks zeros, as
+    padding), normal floats else; free axes take B (the batch) and T."""
     from .. import keras_layers
 
     consumers = {}
@@ -840,7 +896,7 @@ def model_inputs(model, spec: list[dict], B: int, T: int, rng) -> list[np.ndarra
         if isinstance(layer, keras_layers.KerasEmbedding) or "int" in str(s["dtype"]):
             high = layer.input_dim if isinstance(layer, keras_layers.KerasEmbedding) else 10
             x = rng.integers(1, high, shape).astype(np.int32)
-            if isinstance(layer, keras_layers.KerasEmbedding) and layer.mask_zero and len(
+            if pad and isinstance(layer, keras_layers.KerasEmbedding) and layer.mask_zero and len(
                 shape
             ) > 1:  # fmt: skip
                 x[0, shape[1] // 2 :] = 0
@@ -854,6 +910,7 @@ def _verify_model(report, tf, oracle, converted, batches, lengths, rng) -> None:
     """The whole model: Keras running the file's model against `load_model(converted)`, on
     random inputs of every input's kind; every output, the float inputs' gradients and every
     trainable weight's gradient (by position in Keras' `model.weights`)."""
+    from .. import keras_layers
     from .convert import load_model
 
     keras_model = getattr(oracle, "model", None)
@@ -878,9 +935,20 @@ def _verify_model(report, tf, oracle, converted, batches, lengths, rng) -> None:
     pairs = [(w, p) for w, p in zip(keras_model.weights, weights, strict=True)
              if id(w) in trainable]  # fmt: skip
     fixed = any(s["shape"] and len(s["shape"]) > 1 and s["shape"][1] is not None for s in spec)
+    # a Keras <= 2.2 Bidirectional zeroed no masked step, which today's Keras does: no padding
+    pad = not any(
+        isinstance(m, keras_layers.KerasBidirectional)
+        and m.forward_layer.masked_outputs == "previous_state"
+        for m in ours.modules()
+    )
+    if not pad:
+        report.notes.setdefault(MODEL, []).append(
+            "a Keras <= 2.2 Bidirectional zeroed no masked step, which no Keras running today "
+            "reproduces: no padding fed"
+        )
     for B in batches:
         for T in lengths[-1:] if fixed else lengths:
-            xs = model_inputs(ours, spec, B, T, rng)
+            xs = model_inputs(ours, spec, B, T, rng, pad=pad)
             ins = [tf.constant(x) for x in xs]
             try:
                 with tf.GradientTape() as tape:
