@@ -30,9 +30,9 @@ workspace), i.e. the forward part of "fwd+bwd". Thread counts are printed and sa
 Timing: ours and torch.nn.LSTM are timed *paired*: rounds of one call each, in a shuffled order,
 until each has had ``--min-run-time`` seconds per ``--rounds``; the times are the medians and
 ours/nn.LSTM is the median of the per-round ratios. On a shared VM whose speed drifts by ±20%
-between minutes this compares the two under the same conditions, where timing each for a second
-in turn did not (unpaired, one build's ratio moved by a fifth between two runs). TF runs in blocks of its
-own (median of repeats, timeit-style): interleaved with torch's calls, each library's idle
+between minutes this compares the two under the same conditions, where timing each for a second in
+turn did not (unpaired, one build's ratio moved by a fifth between two runs). TF runs in blocks of
+its own (median of repeats, timeit-style): interleaved with torch's calls, each library's idle
 worker threads would spin on the CPUs the other one is using.
 
 Page faults: each paired implementation's minor page faults per call are saved
@@ -439,7 +439,8 @@ def _plot(results, path):
     fig.savefig(path)
 
 
-def _machine_info(tf, min_run_time: float, rounds: int) -> dict:
+def machine_info(tf, min_run_time: float, rounds: int) -> dict:
+    """The machine, the libraries and the settings a benchmark ran under (its JSON's `meta`)."""
     return dict(
         date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         processor=platform.processor(),
@@ -587,7 +588,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
         if tf:  # before TF runs its first op, which fixes its thread pools
             tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    info = _machine_info(tf, args.min_run_time, args.rounds)
+    info = machine_info(tf, args.min_run_time, args.rounds)
     if info["load_average_1min"] > 0.5 * (info["cpu_count"] or 1):
         print(
             f"warning: load average {info['load_average_1min']:.1f} on {info['cpu_count']} "

@@ -37,8 +37,13 @@ _WORKERS = ("port", "keras-tensorflow", "keras-torch")
 def add_arguments(parser) -> None:
     """The options of `bench --model` (besides bench's own --threads and --rounds)."""
     parser.add_argument("--batch", type=int, default=32, metavar="B", help="batch (default 32)")
-    parser.add_argument("--steps", type=int, default=60, metavar="T",
-                        help="time steps where the model's input leaves them free (default 60)")
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=60,
+        metavar="T",
+        help="time steps where the model's input leaves them free (default 60)",
+    )
 
 
 def _inputs(spec_file: str, B: int, T: int, seed: int = 0):
@@ -187,10 +192,13 @@ def run(args) -> int:
         p.wait()
     print(f"bench --model {src}: B={args.batch}, T={args.steps}, {rounds} rounds, "
           f"threads {threads}")  # fmt: skip
+    results = {}
     for mode, label in (("infer", "inference"), ("train", "training step")):
         line = [f"  {label}:"]
+        row = results[label] = {"ms": {}, "ratio": {}}
         for name in alive:
-            line.append(f"{name} {statistics.median(times[(name, mode)]) * 1e3:.1f} ms")
+            row["ms"][name] = statistics.median(times[(name, mode)]) * 1e3
+            line.append(f"{name} {row['ms'][name]:.1f} ms")
         if "port" in alive:
             for other in alive:
                 if other != "port":
@@ -198,9 +206,26 @@ def run(args) -> int:
                         a / b for a, b in zip(times[("port", mode)], times[(other, mode)],
                                               strict=True)
                     )  # fmt: skip
+                    row["ratio"][f"port / {other}"] = ratio
                     line.append(f"port / {other} {ratio:.2f}x")
         print("  ".join(line))
+    if args.json:
+        _write_json(args, src, threads, rounds, results)
     return 0
+
+
+def _write_json(args, src, threads, rounds, results) -> None:
+    import keras
+    import tensorflow as tf
+
+    from .bench import machine_info
+
+    meta = machine_info(tf, 0.5, rounds)
+    meta.update(keras_version=keras.__version__, threads=threads, model=os.path.basename(src),
+                batch=args.batch, steps=args.steps)  # fmt: skip
+    with open(args.json, "w") as f:
+        json.dump({"meta": meta, "results": results}, f, indent=1)
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -332,7 +332,7 @@ def _cudnn_case(label, mode, layers, bidirectional, proj, lengths, dtype, seed):
     weights = list(module.parameters())
     grads = torch.autograd.grad(ref_loss, ref_used + weights)
     with torch.no_grad():  # the weight grads in the params layout: the same linear map
-        for p, g in zip(weights, grads[len(ref_used):], strict=True):
+        for p, g in zip(weights, grads[len(ref_used) :], strict=True):
             p.copy_(g)
     expected = [y, h_n] + ([state[1]] if lstm else []) + list(grads[: len(ref_used)])
     expected.append(layouts.torch_rnn_to_cudnn(module).opaque_kernel.detach())

@@ -300,8 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument(
         "--verify-float64",
         action="store_true",
-        help="with --verify, also print TF's and the port's errors against the port run in "
-        "float64",
+        help="with --verify, also print TF's and the port's errors against the port run in float64",
     )
     convert.set_defaults(func=_convert)
 
