@@ -222,10 +222,9 @@ class KerasRNN(nn.Module):
         lengths = counts[-1]
         # Each row's unmasked steps first, in order (a stable sort of "masked" keys).
         order = torch.sort((~mask).to(torch.int8), dim=0, stable=True).indices
-        packed = x.gather(0, order.unsqueeze(-1).expand(-1, -1, x.shape[2]))
+        packed = _take_steps(x, order)
         outputs, finals = self._run(packed, states, lengths)
-        index = (counts - 1).clamp(min=0)
-        out = outputs.gather(0, index.unsqueeze(-1).expand(-1, -1, outputs.shape[2]))
+        out = _take_steps(outputs, (counts - 1).clamp(min=0))
         if self.zero_output_for_mask:
             return out * mask.unsqueeze(-1).to(out.dtype), finals
         started = (counts > 0).unsqueeze(-1)
@@ -265,6 +264,15 @@ class KerasRNN(nn.Module):
                 *flags,
             ]
         )
+
+
+def _take_steps(seq: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """`out[t, b] = seq[steps[t, b], b]` for `seq [T, B, F]`, `steps [T', B]`: one row index
+    per (step, batch row) into the flattened sequence, where a `gather` would read an index
+    as large as the sequence itself."""
+    T, B, F = seq.shape
+    rows = steps * B + torch.arange(B, device=steps.device)
+    return seq.reshape(T * B, F).index_select(0, rows.reshape(-1)).view(-1, B, F)
 
 
 class KerasLSTM(KerasRNN):
