@@ -92,6 +92,7 @@ class KerasRNN(nn.Module):
         time_major: bool = False,
         zero_output_for_mask: bool | None = False,
         masked_outputs: str = "previous_output",
+        cudnn_mask: bool = False,
         device=None,
         dtype=None,
     ) -> None:
@@ -121,6 +122,9 @@ class KerasRNN(nn.Module):
                 f"masked_outputs: 'previous_output' or 'previous_state', got {masked_outputs!r}"
             )
         self.masked_outputs = masked_outputs
+        # The layer as Keras runs it on cuDNN's kernel (a SavedModel traced where a GPU was
+        # visible: docs/cudnn.md): the graph takes a mask only right-padded, no row empty.
+        self.cudnn_mask = bool(cudnn_mask)
         G, U = self.gates, self.units
         self.kernel = nn.Parameter(torch.empty(self.input_size, G * U, **factory))
         self.recurrent_kernel = nn.Parameter(torch.empty(U, G * U, **factory))
@@ -191,6 +195,8 @@ class KerasRNN(nn.Module):
                     f"mask: expected shape [{B}, {T}] (batch, time), got {list(mask.shape)}"
                 )
             mask = mask.to(torch.bool).t()  # [T, B]
+            if self.cudnn_mask:
+                _check_right_padded(mask, type(self).__name__)
         if self.go_backwards:
             x = x.flip(0)
             mask = None if mask is None else mask.flip(0)
@@ -252,6 +258,7 @@ class KerasRNN(nn.Module):
                 "stateful",
                 "time_major",
                 "zero_output_for_mask",
+                "cudnn_mask",
             )
             if getattr(self, k) != (k == "use_bias")
         ]
@@ -264,6 +271,22 @@ class KerasRNN(nn.Module):
                 *flags,
             ]
         )
+
+
+_NOT_RIGHT_PADDED = (
+    "mask: the layer runs cuDNN's kernel, as Keras saved it where a GPU was visible, and takes "
+    "a mask only right-padded (each row's steps first, then its padding) with at least one step "
+    "a row; the saved graph asserts the same"
+)
+
+
+def _check_right_padded(mask: torch.Tensor, cls: str) -> None:
+    """Raises unless `mask [T, B]` is each row's first steps, at least one."""
+    ok = mask[0].all() & ~(mask[1:] & ~mask[:-1]).any()
+    if torch.compiler.is_compiling():
+        torch._assert_async(ok, f"{cls} {_NOT_RIGHT_PADDED}")
+    elif not bool(ok):
+        raise ValueError(f"{cls} {_NOT_RIGHT_PADDED}")
 
 
 def _take_steps(seq: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:

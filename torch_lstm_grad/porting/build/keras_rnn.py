@@ -50,6 +50,8 @@ def recurrent_module(ctx: BuildContext, d: LayerDescription):
     }
     if d.value("masked_outputs", "previous_output") != "previous_output":
         config["masked_outputs"] = d.value("masked_outputs")
+    if d.value("cudnn_mask", False):
+        config["cudnn_mask"] = True
     if d.kind != "keras.SimpleRNN":
         config["recurrent_activation"] = d.value("gate_activation")
     if d.kind in ("keras.GRU", "keras.CuDNNGRU"):

@@ -49,6 +49,8 @@ _CALL_KEYS = (
     "time_major",
     "zero_output_for_mask",
 )
+# Keys only a layer read from a saved graph has: Keras' cuDNN path (graphs/keras_cudnn.py).
+_GRAPH_KEYS = {"cudnn_mask"}
 _TRAINING_ONLY = {
     "dropout": "dropout masks are training-time noise; the module computes training=False",
     "recurrent_dropout": "dropout masks are training-time noise; the module computes "
@@ -361,6 +363,9 @@ class _Describer:
                 "differ between Keras <= 2.2 and later (calls with a mask raise)",
                 stored=False,
             )
+        found, cudnn_mask, origin, stored = self._config_value(names, config, "cudnn_mask")
+        if found and cudnn_mask:  # read from a saved cuDNN op (graphs/keras_cudnn.py)
+            d.set("cudnn_mask", True, origin, stored)
         found, dtype, origin, stored = self._config_value(names, config, "dtype")
         policy = _dtype_policy(dtype) if found else str(kernel.dtype)
         d.set("dtype", policy, origin if found else "the weights' dtype", stored or not found)
@@ -420,7 +425,7 @@ class _Describer:
             if key in _TRAINING_ONLY:
                 if value not in (None, 0, 0.0, True) or (key == "trainable" and value is False):
                     d.notes.append(f"not ported: {key}={value!r} ({_TRAINING_ONLY[key]})")
-            elif key not in _NO_EFFECT and key not in _CALL_KEYS:
+            elif key not in _NO_EFFECT and key not in _CALL_KEYS and key not in _GRAPH_KEYS:
                 self.refuse(
                     name,
                     key,

@@ -104,6 +104,10 @@ def _attr_value(buf: bytes):
         return proto.tensor_value(proto.message(f, 8))
     if 10 in f:
         return {"func": proto.string(proto.fields(proto.message(f, 10)), 1)}
+    if 1 in f:  # a list: its ints (Squeeze's squeeze_dims), other lists not read
+        items = proto.fields(proto.message(f, 1))
+        if 3 in items:
+            return [proto.int64(v) for v in proto.packed_varints(items[3])]
     return None
 
 

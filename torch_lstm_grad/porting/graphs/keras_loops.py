@@ -18,7 +18,8 @@ functions the chosen signature runs, is matched op by op against the cell Keras 
 step t, writing the output, counting); any other op makes the layer unreadable and is named.
 Around the loop: `ReverseV2` of the time-major input is `go_backwards`; the output written at
 step t (not at 0) is `return_sequences`; the final states used after the loop (or returned) is
-`return_state`. A loop that selects between new and old values (a mask) is not read here yet.
+`return_state`; a loop that selects between new and old values reads a mask. A layer saved on
+cuDNN's kernel (a `CudnnRNNV3` op in place of the loop) is read by graphs/keras_cudnn.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import numpy as np
 
 from ..source import KerasLayer, keras_rnn_scopes, layer_and_rest
 from .graph_def import Graph, Node, through_identities
+from .keras_cudnn import NotKerasCudnn, cudnn_nodes, read_cudnn_layer
 
 __all__ = ["keras_layers_from_graph"]
 
@@ -680,28 +682,9 @@ def _mask_source(g: Graph, b: _Body, loop: Node, masks, t_arg) -> str:
     return text, ref
 
 
-def _cudnn_ops(g: Graph, uses: list[Node]) -> list[str]:
-    """The cuDNN RNN ops the weights reach within a few ops (Keras' `_cudnn_lstm` packs them
-    with splits, transposes and a concat into the op's params)."""
-    found, frontier, seen = [], list(uses), set()
-    for _ in range(8):
-        nxt = []
-        for n in frontier:
-            if n.name in seen:
-                continue
-            seen.add(n.name)
-            if n.op.startswith("CudnnRNN"):
-                found.append(f"{_short(n.name)} ({n.op})")
-            else:
-                nxt += g.users(n.name, 0)
-                if n.op in ("Split", "SplitV", "Unpack"):
-                    nxt += [u for k in range(1, 8) for u in g.users(n.name, k)]
-        frontier = nxt
-    return sorted(set(found))
-
-
-def _read_layer(g: Graph, cls: str, weights: dict[str, str], reachable, loops):
-    """`(config, origins)` of the layer whose variables are `weights` (role -> name)."""
+def _read_layer(g: Graph, cls: str, weights: dict[str, str], shapes: dict, reachable, loops):
+    """`(config, origins)` of the layer whose variables are `weights` (role -> name, of
+    shapes `shapes`: role -> shape), from its saved loop or its cuDNN op."""
     variables = {role: set(g.aliases.get(name, [])) for role, name in weights.items()}
     if not variables.get("recurrent_kernel"):
         raise _Unreadable(f"the saved functions do not capture {weights['recurrent_kernel']}")
@@ -714,13 +697,17 @@ def _read_layer(g: Graph, cls: str, weights: dict[str, str], reachable, loops):
     if not uses and reachable is not None:
         raise _NotRun()
     in_loops = [u for u in uses if _fn(u.name) in loops]
-    cudnn = _cudnn_ops(g, uses)
+    cudnn = cudnn_nodes(g, uses)
     if cudnn:
-        raise _Unreadable(
-            f"it runs {cudnn[0]}: the layer was saved where a GPU was visible and Keras chose "
-            "cuDNN's kernel, whose saved form this converter does not read yet; save the model "
-            "on a machine without a GPU (CUDA_VISIBLE_DEVICES=), or convert its .keras/.h5 file"
-        )
+        if len(cudnn) != 1:
+            raise _Unreadable(
+                f"its weights feed {len(cudnn)} cuDNN ops "
+                f"({', '.join(_short(n.name) for n in cudnn[:4])}), not one"
+            )
+        try:
+            return read_cudnn_layer(g, cls, variables, shapes, cudnn[0])
+        except NotKerasCudnn as err:
+            raise _Unreadable(str(err)) from err
     if not in_loops:
         where = sorted({f"{u.name} ({u.op})" for u in uses})[:4]
         raise _Unreadable(
@@ -863,7 +850,10 @@ def keras_layers_from_graph(g: Graph, variables: dict):
             )
             continue
         try:
-            config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, reachable, loops)
+            shapes = {r: np.shape(variables[n]) for r, n in weights.items()}
+            config, origins = _read_layer(
+                g, _GATES_BY_SHAPE[gates], weights, shapes, reachable, loops
+            )
         except _NotRun:
             not_run[layer] = list(weights.values())
             continue
@@ -898,6 +888,7 @@ def _keras_layer(name: str, config: dict, origins: dict) -> KerasLayer:
     cls = config.pop("_class")
     mask_from = config.pop("_mask_from")
     config.pop("_outputs")
+    config.pop("_end", None)
     io = config.pop("_io")
     layer = KerasLayer(name, cls, config, mask_from=mask_from, origins=origins)
     layer.graph_io = io
@@ -930,7 +921,8 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
         gates = rk[1] // rk[0] if len(rk) == 2 and rk[0] and rk[1] % rk[0] == 0 else None
         if gates not in _GATES_BY_SHAPE:
             raise _Unreadable(f"{sub}: a recurrent kernel of shape {list(rk)}")
-        config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, reachable, loops)
+        shapes = {r: np.shape(variables[n]) for r, n in weights.items()}
+        config, origins = _read_layer(g, _GATES_BY_SHAPE[gates], weights, shapes, reachable, loops)
         role = "forward" if sub.startswith("forward_") else "backward"
         if config["go_backwards"] != (role == "backward"):
             raise _Unreadable(f"the {role} layer {sub} runs go_backwards={config['go_backwards']}")
@@ -939,8 +931,11 @@ def _bidirectional(g, layer, directions, variables, reachable, loops) -> dict[st
         read[role] = (sub, config, origins)
     ends = {}
     for role, (_, config, _) in read.items():
-        ((loop, k),) = config["_outputs"]
-        ref = _direction_output(g, loop, k, config["return_sequences"])
+        if "_end" in config:  # a cuDNN op's output, read with it (graphs/keras_cudnn.py)
+            ref = config["_end"]
+        else:
+            ((loop, k),) = config["_outputs"]
+            ref = _direction_output(g, loop, k, config["return_sequences"])
         if role == "backward" and config["return_sequences"]:
             flips = [u for u in g.users(*ref) if u.op == "ReverseV2"]
             if len(flips) != 1:
