@@ -532,6 +532,8 @@ def _planted(monkeypatch, defect: str, layer: str):
                 config = {**config, "activation": "relu"}
             elif defect == "return_state":
                 config = {**config, "return_state": True}
+            elif defect == "padded_steps":  # the last output repeated where cuDNN writes zeros
+                config = {**config, "zero_output_for_mask": False}
             elif defect == "gate_blocks":
                 U = module.units
                 k = module.kernel.clone()
@@ -565,6 +567,31 @@ def test_verify_fails_on_planted_defects(tmp_path, capsys, monkeypatch, fmt, def
     failed = "enc number of outputs" if defect == "return_state" else "enc output 0"
     assert "FAILED:" in out and failed in out.split("FAILED:")[1]
     assert "dec" not in out.split("FAILED:")[1]  # the other layer is fine
+
+
+@pytest.mark.parametrize("defect", [None, "gate_blocks", "padded_steps"])
+def test_verify_keras3_saved_model_traced_on_cudnn(tmp_path, capsys, monkeypatch, defect):
+    """A SavedModel traced on cuDNN (TF cannot run it on a CPU) is verified against Keras'
+    standard path on the same weights, on right-padded masks, its padded steps as zeros; a
+    wrong port (the i and f blocks swapped; the last output repeated at padded steps) fails."""
+    from tests.porting.cudnn_saved_models import export_cudnn_traced
+
+    keras = keras_module()
+    x, m = keras.Input((T, I), name="x"), keras.Input((T,), dtype="bool", name="m")
+    y = keras.layers.LSTM(4, return_sequences=True, name="enc")(x, mask=m)
+    y = keras.layers.Bidirectional(keras.layers.GRU(3), name="dec")(y, mask=m)
+    model = keras.Model([x, m], y)
+    randomize(model.trainable_weights, 34)
+    src = export_cudnn_traced(model, str(tmp_path / "sm"), "export")
+    if defect is None:
+        out, _ = _verify_cli(src, tmp_path, capsys)
+        assert "verified: every tensor of dec, enc within the tolerance" in out
+        assert "compared with Keras' standard path on the same weights" in out
+        return
+    _planted(monkeypatch, defect, "enc")
+    out, _ = _verify_cli(src, tmp_path, capsys, code=3)
+    assert "FAILED:" in out and "enc output 0" in out.split("FAILED:")[1]
+    assert "dec" not in out.split("FAILED:")[1]
 
 
 _PLANTED = 2.0**-8

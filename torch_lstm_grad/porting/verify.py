@@ -292,6 +292,8 @@ class _SavedFunctions:
                 # its own step, run as a TF1 file's is
                 return _TF1Cells(tf, self.source).run(name, module, case, rng)
             raise _Unverifiable("the layer was not read from the saved functions")
+        if io.get("cudnn"):  # TF has no CPU kernel for CudnnRNNV3: Keras' loop instead
+            return _keras_loop_of(self.tf, self.source, module, case, rng)
         g = self._graph_with(io["outputs"][0].split(":")[0])
         t = g.get_tensor_by_name
         feeds = [t(io["input"])]
@@ -342,6 +344,84 @@ class _SavedFunctions:
 
 _STEP_CELLS = {"tf1.LSTMCell", "tf1.BasicLSTMCell", "tf1.LSTMBlockCell", "tf1.GRUCell",
                "tf1.GRUBlockCell"}  # fmt: skip
+
+
+def _keras_layer_of(keras, d, variables):
+    """A Keras 3 layer as the file describes it (`d`, a keras.LSTM / keras.GRU description or
+    a keras.Bidirectional of them) holding the file's weights (`variables`), not the port's:
+    a wrong port is compared with what the file holds."""
+
+    def rnn(c):
+        kwargs = {k: bool(c.value(k)) for k in ("return_sequences", "return_state",
+                                                "go_backwards")}  # fmt: skip
+        units = int(np.shape(variables[c.weights["recurrent_kernel"]])[0])
+        if c.kind == "keras.GRU":
+            return keras.layers.GRU(units, reset_after=True, use_cudnn=False, **kwargs)
+        return keras.layers.LSTM(units, use_cudnn=False, **kwargs)
+
+    def weights(c):
+        return [np.asarray(variables[c.weights[r]]) for r in ("kernel", "recurrent_kernel",
+                                                              "bias")]  # fmt: skip
+
+    if d.kind == "keras.Bidirectional":
+        fw, bw = d.children["forward"], d.children["backward"]
+        layer = keras.layers.Bidirectional(
+            rnn(fw), backward_layer=rnn(bw), merge_mode=d.value("merge_mode")
+        )
+        layer.build((None, None, int(np.shape(variables[fw.weights["kernel"]])[0])))
+        layer.forward_layer.set_weights(weights(fw))
+        layer.backward_layer.set_weights(weights(bw))
+    else:
+        layer = rnn(d)
+        layer.build((None, None, int(np.shape(variables[d.weights["kernel"]])[0])))
+        layer.set_weights(weights(d))
+    return layer
+
+
+def _keras_loop_of(tf, source, module, case: _Case, rng) -> tuple[_TFResult, list]:
+    """A layer saved on cuDNN's kernel (graphs/keras_cudnn.py), run as Keras' standard path on
+    the same weights: the same function without a mask; with a right-padded one the same valid
+    steps and states, where the loop repeats the last output at padded steps and cuDNN writes
+    zeros (docs/cudnn.md §13). Those steps of Keras' sequence outputs are taken as zeros, and
+    the loss weighs them by zero, so the port is held to cuDNN's zeros there."""
+    import keras
+
+    if keras.backend.backend() != "tensorflow":
+        raise _Unverifiable("Keras' standard path is run on its TensorFlow backend")
+    d = module.port_description
+    layer = _keras_layer_of(keras, d, source.variables)
+    xt = tf.constant(case.x)
+    inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
+    kwargs = {}
+    if case.mask is not None:
+        kwargs["mask"] = tf.constant(case.mask)
+    if inits:
+        kwargs["initial_state"] = inits
+    # the valid steps of each sequence output: a go_backwards layer's in its reading order
+    flips = d.kind != "keras.Bidirectional" and bool(d.value("go_backwards"))
+    valid = None if case.mask is None else (case.mask[:, ::-1] if flips else case.mask)
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        for s in inits:
+            tape.watch(s)
+        outs = _flat(layer(xt, training=False, **kwargs))
+        if valid is not None:
+            keep = tf.constant(valid[:, :, None].astype(np.float32))
+            outs = [o * keep if len(o.shape) == 3 else o for o in outs]
+        loss, rs = _tf_loss(tf, outs, outs, rng)
+    weights = list(layer.trainable_weights)
+    grads = tape.gradient(loss, [xt, *inits, *weights])
+    n = len(inits)
+    return (
+        _TFResult(
+            [o.numpy() for o in outs],
+            grads[0].numpy(),
+            [g.numpy() for g in grads[1 : 1 + n]],
+            dict(zip(_weight_params(layer, weights), [g.numpy() for g in grads[1 + n :]],
+                     strict=True)),  # fmt: skip
+        ),
+        rs,
+    )
 
 
 class _TF1Cells:
@@ -704,7 +784,8 @@ def _stateful(layer):
     return None
 
 
-def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends=False):
+def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends=False,
+           right_padded=False):  # fmt: skip
     I, widths, call = _shapes(module)  # noqa: E741
     time_major = call in ("sequence", "cudnn") or getattr(module, "time_major", False)
     out = []
@@ -715,6 +796,10 @@ def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, ke
             mask = None
             if takes_mask:
                 mask = rng.random((B, T)) > 0.3
+                if right_padded:  # each row's steps first, at least one; the first row full
+                    ends = rng.integers(1, T + 1, B)
+                    ends[0] = T
+                    mask = np.arange(T)[None, :] < ends[:, None]
                 if keep_ends:
                     mask[:, [0, -1]] = True
             initial = (
@@ -840,8 +925,16 @@ def verify(
         fixed_T = oracle.time_steps(layer) if io is not None else None
         try:
             sizes = (oracle.batch_size(layer),) if stateful else batches
+            cudnn = io is not None and io.get("cudnn", False)
+            if cudnn:
+                report.notes.setdefault(name, []).append(
+                    "saved on cuDNN's kernel, which TensorFlow cannot run on a CPU: compared "
+                    "with Keras' standard path on the same weights, on right-padded masks; "
+                    "padded steps compared as zeros (what cuDNN writes there)"
+                )
             cases = _cases(
-                module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends
+                module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends,
+                right_padded=cudnn,
             )
             for label, case in cases:
                 if label not in report.cases:
