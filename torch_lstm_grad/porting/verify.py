@@ -451,6 +451,11 @@ class _TF1Cells:
             if cell is None or cell.cls not in ("BlockLSTM", "BlockLSTMV2"):
                 raise _Unverifiable(f"the {self.g.label} runs no fused BlockLSTM on {scope}")
             return cell
+        if d.kind == "tf1.CudnnRNN":
+            raise _Unverifiable(
+                "a graph's cuDNN op on an opaque buffer is not verified: TensorFlow runs the op "
+                "on a GPU only (the tests hold such ports to torch.nn's cuDNN model)"
+            )
         if d.kind.startswith("tf1.Cudnn"):
             raise _Unverifiable(f"a {d.kind[4:]} is not verified yet")
         if "gates/kernel" in d.weights:

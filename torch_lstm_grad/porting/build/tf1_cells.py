@@ -5,7 +5,8 @@
 * tf1.LSTMBlockFusedCell (the BlockLSTM and BlockLSTMV2 ops) -> `LSTMBlockFusedCell`
   (BlockLSTMV2's weights keep their i, f, c, o order: `gate_order="ifco"`);
 * tf1.GRUCell, tf1.GRUBlockCell -> `GRUBlockCell`;
-* tf1.CudnnLSTM, tf1.CudnnGRU -> `CudnnLSTM`, `CudnnGRU`.
+* tf1.CudnnLSTM, tf1.CudnnGRU -> `CudnnLSTM`, `CudnnGRU`; tf1.CudnnRNN (a graph's op on an
+  opaque buffer) -> the module of its `rnn_mode`, the buffer its `opaque_kernel`.
 
 The description's variants (an activation other than tanh, `clip_gradient="zero"`, a
 projection) are passed to the module's constructor only when they differ from the module's
@@ -35,7 +36,11 @@ _CLASSES = {
     "GRUBlockCell": modules.GRUBlockCell,
     "CudnnLSTM": modules.CudnnLSTM,
     "CudnnGRU": modules.CudnnGRU,
+    "CudnnRNNTanh": modules.CudnnRNNTanh,
+    "CudnnRNNRelu": modules.CudnnRNNRelu,
 }
+_BY_MODE = {"lstm": modules.CudnnLSTM, "gru": modules.CudnnGRU, "rnn_tanh": modules.CudnnRNNTanh,
+            "rnn_relu": modules.CudnnRNNRelu}  # fmt: skip
 
 
 # A TF1 cell's variable (its leaf under the cell's scope) -> the module parameter that holds it
@@ -138,6 +143,21 @@ def build(ctx: BuildContext, d: LayerDescription) -> dict | None:
         return _entry(m, d, config)
     if d.kind in ("tf1.CudnnLSTM", "tf1.CudnnGRU"):
         return cudnn_entry(ctx, d)
+    if d.kind == "tf1.CudnnRNN":  # a graph's op on an opaque buffer: the buffer is the module's
+        config = {"num_layers": d.value("num_layers"), "num_units": d.value("units"),
+                  "input_size": d.value("input_size"), "input_mode": d.value("input_mode"),
+                  "direction": d.value("direction"), "dropout": d.value("dropout")}  # fmt: skip
+        if d.value("num_proj", 0):
+            config["num_proj"] = d.value("num_proj")
+        buffer = tensor(ctx.variables[d.weights["opaque_kernel"]])
+        m = _BY_MODE[d.value("rnn_mode")](**config, dtype=buffer.dtype)
+        if m.opaque_kernel.shape != buffer.shape:
+            ctx.refuse(d.name, "opaque_kernel", list(buffer.shape),
+                       f"the module's buffer holds {m.opaque_kernel.numel()}")  # fmt: skip
+            return None
+        with torch.no_grad():
+            m.opaque_kernel.copy_(buffer)
+        return _entry(m, d, config)
     ctx.refuse(d.name, "kind", d.kind, "no module builder for this kind")
     return None
 

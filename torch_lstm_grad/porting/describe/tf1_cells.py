@@ -12,6 +12,9 @@ Which variables form a cell: by scope and leaf name.
 * TF1 contrib `CudnnLSTM`/`CudnnGRU` canonical names (docs/tf-semantics.md §7.5), uni- and
   bidirectional, summed biases split in halves as TF1's restore does, or the old separate
   `bias_cudnn_0/1`. An `opaque_kernel` alone is refused: its model is not stored.
+* A params buffer a cuDNN RNN op of the graph reads (`graphs/cudnn_ops.py`): its model from the
+  op's attributes, its sizes from the graph's states or `CudnnRNNParamsSize`, the input size
+  solved from the buffer's length.
 
 What each cell computed: a checkpoint stores weights only. The meta graph saved next to it
 (`<prefix>.meta`, `graphs/tf1_cells.py`) names the op or the op pattern that used the variables, and
@@ -28,7 +31,11 @@ from __future__ import annotations
 import re
 
 import numpy as np
+import torch
 
+from ... import raw_ops
+from ..graphs.cudnn_ops import cudnn_ops_on
+from ..graphs.graph_def import Graph
 from ..graphs.tf1_cells import cell_at, cell_notes
 from ..source import Source
 from .description import LayerDescription, Refusal
@@ -37,6 +44,7 @@ from .statements import Statements
 __all__ = ["describe_tf1"]
 
 _PEEPHOLES = ("w_i_diag", "w_f_diag", "w_o_diag")
+_CUDNN_MODES = ("lstm", "gru", "rnn_tanh", "rnn_relu")
 _LSTM_LEAVES = {"kernel", "bias", *_PEEPHOLES, "projection/kernel"}
 _GRU_LEAVES = {"gates/kernel", "gates/bias", "candidate/kernel", "candidate/bias"}
 _GRU_V1_LEAVES = {"w_ru", "w_c", "b_ru", "b_c"}
@@ -423,6 +431,75 @@ class _Describer:
             d.where = f"{d.where}; the {self.graph.label} runs {cell.cls} ({cell.where})"
         return True
 
+    # -- a params buffer a cuDNN RNN op reads --------------------------------------------------
+
+    def opaque(self, name: str, ops) -> LayerDescription | None:
+        """The layer of the buffer `name` that the graph's cuDNN ops `ops` read."""
+        layer = name.rpartition("/")[0].replace("/", ".") or name.replace("/", ".")
+        op = ops[0]
+        where = f"variable {name}, read by the {self.graph.label}'s {op.where}"
+        d = LayerDescription(layer, "tf1.CudnnRNN", where)
+        for other in ops[1:]:
+            if other.attrs != op.attrs:
+                self.refuse(layer, "graph", f"{op.where}, {other.where}",
+                            f"two ops read {name} with other attributes: {op.attrs} and "
+                            f"{other.attrs}")  # fmt: skip
+                return None
+        a = op.attrs
+        if a["rnn_mode"] not in _CUDNN_MODES:
+            self.refuse(layer, "rnn_mode", a["rnn_mode"], "not one of cuDNN's RNN modes")
+            return None
+        for key in ("rnn_mode", "input_mode", "direction"):
+            d.set(key, a[key], f"{op.where}'s attribute")
+        D = 2 if a["direction"] == "bidirectional" else 1
+        size = int(np.size(self.v[name]))
+        P = int(a["num_proj"] or 0)
+
+        def params_size(L, H, I):  # noqa: E741
+            return int(raw_ops.CudnnRNNParamsSize(
+                num_layers=L, num_units=H, input_size=I, rnn_mode=a["rnn_mode"],
+                input_mode=a["input_mode"], direction=a["direction"], num_proj=P,
+                T=torch.float32, S=torch.int64,
+            )[0])  # fmt: skip
+
+        fits = sorted({s for s in op.sizes if params_size(*s) == size})
+        if len(fits) == 1:
+            L, H, I = fits[0]  # noqa: E741
+            how = "the graph's CudnnRNNParamsSize"
+            d.set("num_layers", L, how)
+            d.set("units", H, how)
+            d.set("input_size", I, how)
+        else:
+            if not op.layers_dirs or not op.units or op.layers_dirs % D:
+                self.refuse(layer, "sizes", "(not in the graph)",
+                            f"{op.where}'s initial states are not of constant shape and no "
+                            "CudnnRNNParamsSize of the graph sizes the buffer: its layers and "
+                            "units are not stored")  # fmt: skip
+                return None
+            L, H = op.layers_dirs // D, op.units
+            d.set("num_layers", L, f"{op.where}'s initial state: [L·D, B, H] of constant shape")
+            d.set("units", H, f"{op.where}'s initial state: [L·D, B, H] of constant shape")
+            if a["input_mode"] == "skip_input":
+                I = H  # noqa: E741
+            else:
+                first, slope = params_size(L, H, 1), params_size(L, H, 2) - params_size(L, H, 1)
+                I = 1 + (size - first) // slope if slope > 0 else 0  # noqa: E741
+            if I < 1 or params_size(L, H, I) != size:
+                model = f"{a['rnn_mode']}, {a['direction']}, {a['input_mode']}"
+                self.refuse(layer, "opaque_kernel", [size],
+                            f"no input size gives a buffer of {size} for {L} layer(s) of {H} "
+                            f"units ({model})")  # fmt: skip
+                return None
+            d.set("input_size", I, f"the buffer's length {size}")
+        if P:
+            d.set("num_proj", P, f"{op.where}'s attribute")
+        d.set("dropout", float(a["dropout"]), f"{op.where}'s attribute (between layers, in "
+              "training only)")  # fmt: skip
+        d.set("time_major", bool(a["time_major"]), f"{op.where}'s attribute (the module's call: "
+              "time_major=)")  # fmt: skip
+        d.weights = {"opaque_kernel": name}
+        return d
+
     # -- the whole checkpoint ----------------------------------------------------------------------
 
     def run(self) -> list[LayerDescription]:
@@ -434,6 +511,15 @@ class _Describer:
                 self.used_names.add(f"{outer}/opaque_kernel")
             if d is not None:
                 out.append(d)
+        if isinstance(self.graph, Graph):
+            for name in sorted(v):
+                if name in self.used_names or np.ndim(v[name]) != 1:
+                    continue
+                ops = cudnn_ops_on(self.graph, {name, *self.graph.aliases.get(name, [])})
+                if ops:
+                    self.used_names.add(name)
+                    if (d := self.opaque(name, ops)) is not None:
+                        out.append(d)
         scopes: dict[str, dict[str, str]] = {}
         for name in v:
             if name in self.used_names:
