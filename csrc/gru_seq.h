@@ -93,17 +93,24 @@ struct GruAttrs {
   ActivationFns fns;
 };
 
+// keep_gates=false (keras_gru_inference, nothing to differentiate): z, r, hh and hr of each
+// step go to one [B, H] row block reused by every step, and only h is a sequence; h's numbers
+// are keras_gru's (the same passes on the same operands).
 template <class Backend, typename scalar_t>
 Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
                      const at::Tensor& kernel, const at::Tensor& rkernel, const at::Tensor& bias,
-                     const GruAttrs& a) {
+                     const GruAttrs& a, bool keep_gates = true) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t T = x.size(0), B = x.size(1), I = x.size(2), H = h_prev.size(1);
   const auto acc = lstm_block::acc_type(x.scalar_type());
   std::array<at::Tensor, 5> out;
-  for (auto& t : out) {
-    t = at::empty({T, B, H}, x.options());
-    if (L < T) t.narrow(0, L, T - L).zero_();
+  for (int k = 0; k < 5; ++k) {
+    if (!keep_gates && k < 4) {
+      out[k] = at::empty({B, H}, x.options());
+      continue;
+    }
+    out[k] = at::empty({T, B, H}, x.options());
+    if (L < T) out[k].narrow(0, L, T - L).zero_();
   }
   if (L == 0 || B == 0) return {out[0], out[1], out[2], out[3], out[4]};
   const auto opts = x.options().dtype(acc);
@@ -141,10 +148,11 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
     rec(inner, h_op, /*accumulate=*/false);
     s.xp = xp[t].const_data_ptr<acc_t>();
     s.h_prev = t == 0 ? hp0.const_data_ptr<scalar_t>() : out_p[4] + (t - 1) * BH;
-    s.z = out_p[0] + t * BH;
-    s.r = out_p[1] + t * BH;
-    s.hh = out_p[2] + t * BH;
-    s.hr = out_p[3] + t * BH;
+    const int64_t gate_at = keep_gates ? t * BH : 0;
+    s.z = out_p[0] + gate_at;
+    s.r = out_p[1] + gate_at;
+    s.hh = out_p[2] + gate_at;
+    s.hr = out_p[3] + gate_at;
     s.h = out_p[4] + t * BH;
     s.h_acc = h_copy ? h_acc.data_ptr<acc_t>() + t % 2 * BH : nullptr;
     if (a.reset_after) {
@@ -284,6 +292,26 @@ struct GruOps {
                                            });
   }
 
+  static at::Tensor keras_gru_inference(const at::Tensor& seq_len_max, const at::Tensor& x,
+                                        const at::Tensor& h_prev, const at::Tensor& kernel,
+                                        const at::Tensor& recurrent_kernel,
+                                        const std::optional<at::Tensor>& bias, bool reset_after,
+                                        c10::string_view gate_activation,
+                                        c10::string_view activation) {
+    const GruAttrs a = gru_attrs(reset_after, gate_activation, activation);
+    const GRUSeqSizes s = check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias,
+                                               reset_after);
+    const int64_t L = check_seq_len_max(seq_len_max, s.T);
+    const c10::DeviceGuard guard(x.device());
+    const at::Tensor b = bias.has_value() ? *bias : at::Tensor();
+    return AT_DISPATCH_FLOATING_TYPES_AND2(
+        at::kHalf, at::kBFloat16, x.scalar_type(), "keras_gru_inference", [&] {
+          return std::get<4>(gru_forward<Backend, scalar_t>(L, x, h_prev, kernel,
+                                                            recurrent_kernel, b, a,
+                                                            /*keep_gates=*/false));
+        });
+  }
+
   static Grads5 keras_gru_grad(const at::Tensor& seq_len_max, const at::Tensor& x,
                                const at::Tensor& h_prev, const at::Tensor& kernel,
                                const at::Tensor& recurrent_kernel,
@@ -316,6 +344,7 @@ template <class Backend>
 void register_gru_ops(torch::Library& m) {
   m.impl("keras_gru", &GruOps<Backend>::keras_gru);
   m.impl("keras_gru_grad", &GruOps<Backend>::keras_gru_grad);
+  m.impl("keras_gru_inference", &GruOps<Backend>::keras_gru_inference);
 }
 
 }  // namespace gru_seq

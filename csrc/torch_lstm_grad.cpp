@@ -128,6 +128,11 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("keras_gru(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
         "Tensor recurrent_kernel, Tensor? bias, bool reset_after, str gate_activation, "
         "str activation) -> (Tensor z, Tensor r, Tensor hh, Tensor hr, Tensor h)");
+  // keras_gru's h alone, for callers that record no gradient (the same numbers; the gates of
+  // each step are not kept).
+  m.def("keras_gru_inference(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
+        "Tensor recurrent_kernel, Tensor? bias, bool reset_after, str gate_activation, "
+        "str activation) -> Tensor h");
   m.def("keras_gru_grad(Tensor seq_len_max, Tensor x, Tensor h_prev, Tensor kernel, "
         "Tensor recurrent_kernel, Tensor? bias, Tensor z, Tensor r, Tensor hh, Tensor hr, "
         "Tensor h, Tensor h_grad, bool reset_after, str gate_activation, str activation) -> "

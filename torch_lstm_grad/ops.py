@@ -36,6 +36,7 @@ __all__ = [
     "block_lstm_ex",
     "block_lstm_inference",
     "keras_gru",
+    "keras_gru_inference",
     "pack_recurrent_weight",
 ]
 
@@ -200,3 +201,28 @@ def keras_gru(
     out = call("torch_lstm_grad::keras_gru", slm, x, h_prev, kernel, recurrent_kernel, bias,
                bool(reset_after), gate_activation, activation)  # fmt: skip
     return KerasGRUOutput(*out)
+
+
+def keras_gru_inference(
+    x: torch.Tensor,
+    h_prev: torch.Tensor,
+    kernel: torch.Tensor,
+    recurrent_kernel: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    *,
+    seq_len_max: int | torch.Tensor | None = None,
+    reset_after: bool = True,
+    gate_activation: str = "sigmoid",
+    activation: str = "tanh",
+) -> torch.Tensor:
+    """`keras_gru`'s h [T, B, H] for a caller that records no gradient: the same numbers,
+    without keeping each step's gates (`torch_lstm_grad::keras_gru_inference`; it has no
+    gradient, and raises where one is asked of it). Arguments as `keras_gru`'s."""
+    check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+    check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+    slm = x.shape[0] if seq_len_max is None else seq_len_max
+    if not isinstance(slm, torch.Tensor):
+        slm = torch.tensor(int(slm), dtype=torch.int64)
+    return call_no_grad(torch.ops.torch_lstm_grad.keras_gru_inference.default, slm, x, h_prev,
+                        kernel, recurrent_kernel, bias, bool(reset_after), gate_activation,
+                        activation)  # fmt: skip

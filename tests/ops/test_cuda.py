@@ -212,6 +212,10 @@ def test_keras_gru_matches_cpu(dtype, reset_after, gate, act, _clip):
         out = ops.keras_gru(*ins, seq_len_max=T - 1, reset_after=reset_after,
                             gate_activation=gate, activation=act)  # fmt: skip
         results.append(list(out) + list(_grads([out.h], ins, 1)))
+        with torch.no_grad():  # the inference op: keras_gru's h on each device
+            inf = ops.keras_gru_inference(*ins, seq_len_max=T - 1, reset_after=reset_after,
+                                          gate_activation=gate, activation=act)  # fmt: skip
+        assert torch.equal(inf, out.h.detach())
     _compare(results[0], results[1], dtype)
 
 

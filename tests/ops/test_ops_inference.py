@@ -16,6 +16,7 @@ from tests.helpers import (
     inference_block_args,
     inference_cudnn_args,
     inference_fused_cell,
+    keras_gru_inputs,
 )
 from torch_lstm_grad import modules, packed_weights
 from torch_lstm_grad import ops as tlg_ops
@@ -277,6 +278,18 @@ def test_no_packing_where_the_kernels_do_not_use_it():
         assert m._packed._key is None
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("reset_after,use_bias", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("gate,act", [("sigmoid", "tanh"), ("hard_sigmoid_keras2", "relu")])
+def test_keras_gru_inference_is_keras_gru_h(dtype, reset_after, use_bias, gate, act):
+    """keras_gru_inference's h is keras_gru's, bit for bit, past seq_len_max (zeros) too."""
+    inp = keras_gru_inputs(6, dtype, reset_after, use_bias, seed=3)
+    kw = dict(seq_len_max=4, reset_after=reset_after, gate_activation=gate, activation=act)
+    want = tlg_ops.keras_gru(*inp, **kw).h
+    got = tlg_ops.keras_gru_inference(*inp, **kw)
+    assert torch.equal(got, want)
+
+
 def test_inference_ops_have_no_gradient():
     args = inference_block_args(requires=True)
     out = ops.block_lstm_inference(*args)
@@ -286,6 +299,11 @@ def test_inference_ops_have_no_gradient():
     out = ops.cudnn_rnn_inference(x, h, c, params.clone().requires_grad_(), *rest)
     with pytest.raises(RuntimeError, match="cudnn_rnn_inference keeps no activations"):
         out[0].sum().backward()
+    x, h, k, r, b = keras_gru_inputs(3, torch.float32, True)
+    out = ops.keras_gru_inference(torch.tensor(3), x, h, k.requires_grad_(), r, b, True,
+                                  "sigmoid", "tanh")  # fmt: skip
+    with pytest.raises(RuntimeError, match="keras_gru_inference keeps no activations"):
+        out.sum().backward()
 
 
 def _raises_same(op, args, exc, match):

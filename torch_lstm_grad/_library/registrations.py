@@ -169,6 +169,15 @@ def _keras_gru_fake(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, rese
     return _empties(x, (T, B, H), 5)
 
 
+@torch.library.register_fake(_LIB + "keras_gru_inference")
+def _keras_gru_inference_fake(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, reset_after,
+                              gate_activation, activation):  # fmt: skip
+    _check_gru_attrs(gate_activation, activation)
+    T, B, _, H = C.check_gru_seq_inputs(x, h_prev, kernel, recurrent_kernel, bias, reset_after)
+    C.check_seq_len_max(seq_len_max)
+    return x.new_empty((T, B, H))
+
+
 @torch.library.register_fake(_LIB + "keras_gru_grad")
 def _keras_gru_grad_fake(seq_len_max, x, h_prev, kernel, recurrent_kernel, bias, z, r, hh, hr, h,
                          h_grad, reset_after, gate_activation, activation):  # fmt: skip
@@ -276,7 +285,7 @@ def _no_context(ctx, inputs, output):
     pass
 
 
-for _name in ("block_lstm_inference", "cudnn_rnn_inference"):
+for _name in ("block_lstm_inference", "cudnn_rnn_inference", "keras_gru_inference"):
     torch.library.register_autograd(_LIB + _name, _no_gradient(_name), setup_context=_no_context)
 
 

@@ -368,6 +368,14 @@ class KerasGRU(KerasRNN):
 
     def _run(self, x, states, lengths):
         (h0,) = states
+        if not records_grad(x, h0, self.kernel, self.recurrent_kernel, self.bias):
+            # keras_gru's numbers without its gates kept for a backward (keras_gru_inference)
+            h = ops.keras_gru_inference(
+                x, h0, self.kernel, self.recurrent_kernel, self.bias if self.use_bias else None,
+                reset_after=self.reset_after, gate_activation=self.recurrent_activation,
+                activation=self.activation,
+            )  # fmt: skip
+            return h, [self._final(h, h0, lengths)]
         out = ops.keras_gru(
             x, h0, self.kernel, self.recurrent_kernel, self.bias if self.use_bias else None,
             reset_after=self.reset_after, gate_activation=self.recurrent_activation,

@@ -143,6 +143,9 @@ OTHER_OP_TESTS = {
     "cudnn_rnn_inference": (
         "ops/integration/test_inference.py", "test_opcheck_cudnn_rnn_inference"
     ),
+    "keras_gru_inference": (
+        "ops/integration/test_inference.py", "test_opcheck_keras_gru_inference"
+    ),
 }
 
 

@@ -1,6 +1,6 @@
 """torch.library.opcheck on the inference ops (block_lstm_inference, pack_recurrent_weight,
-cudnn_rnn_inference), their fake kernels' metadata against the kernels', and torch.compile of
-the modules' no-grad forward."""
+cudnn_rnn_inference, keras_gru_inference), their fake kernels' metadata against the kernels',
+and torch.compile of the modules' no-grad forward."""
 
 import torch
 
@@ -10,6 +10,7 @@ from tests.helpers import (
     inference_block_args,
     inference_cudnn_args,
     inference_fused_cell,
+    keras_gru_inputs,
     tree_leaves,
 )
 
@@ -43,12 +44,23 @@ def test_opcheck_cudnn_rnn_inference():
         torch.library.opcheck(ops.cudnn_rnn_inference.default, inference_cudnn_args(**kw))
 
 
+def test_opcheck_keras_gru_inference():
+    for reset_after, use_bias, dtype, slm in ((True, True, torch.float32, 4),
+                                              (False, False, torch.float64, 2)):  # fmt: skip
+        inp = keras_gru_inputs(4, dtype, reset_after, use_bias)
+        args = (torch.tensor(slm), *inp, reset_after, "hard_sigmoid_keras3", "relu")
+        torch.library.opcheck(ops.keras_gru_inference.default, args)
+
+
 def test_fake_metadata_equals_kernels():
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     cases = [(ops.block_lstm_inference.default, inference_block_args(proj=True, lengths=True)),
              (ops.cudnn_rnn_inference.default, inference_cudnn_args(packed=True, time_major=False)),
-             (ops.pack_recurrent_weight.default, (torch.randn(8, 72), 4))]  # fmt: skip
+             (ops.pack_recurrent_weight.default, (torch.randn(8, 72), 4)),
+             (ops.keras_gru_inference.default,
+              (torch.tensor(3), *keras_gru_inputs(4, torch.float32, True), True, "sigmoid",
+               "tanh"))]  # fmt: skip
     for op, args in cases:
         real = tree_leaves(op(*args))
         with FakeTensorMode(allow_non_fake_inputs=True) as mode:
