@@ -171,6 +171,14 @@ class KerasGRUOutput(NamedTuple):
     h: torch.Tensor
 
 
+def _gru_seq_len_max(x, seq_len_max, gate_activation, activation) -> torch.Tensor:
+    """keras_gru's attributes checked, and its seq_len_max as the op takes it."""
+    check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
+    check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
+    slm = x.shape[0] if seq_len_max is None else seq_len_max
+    return slm if isinstance(slm, torch.Tensor) else torch.tensor(int(slm), dtype=torch.int64)
+
+
 def keras_gru(
     x: torch.Tensor,
     h_prev: torch.Tensor,
@@ -193,11 +201,7 @@ def keras_gru(
     reset_after=True is cuDNN's GRU and Keras 3's default, reset_after=False TF's GRUBlockCell
     math. `seq_len_max` None runs all T steps.
     """
-    check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
-    check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
-    slm = x.shape[0] if seq_len_max is None else seq_len_max
-    if not isinstance(slm, torch.Tensor):
-        slm = torch.tensor(int(slm), dtype=torch.int64)
+    slm = _gru_seq_len_max(x, seq_len_max, gate_activation, activation)
     out = call("torch_lstm_grad::keras_gru", slm, x, h_prev, kernel, recurrent_kernel, bias,
                bool(reset_after), gate_activation, activation)  # fmt: skip
     return KerasGRUOutput(*out)
@@ -218,11 +222,7 @@ def keras_gru_inference(
     """`keras_gru`'s h [T, B, H] for a caller that records no gradient: the same numbers,
     without keeping each step's gates (`torch_lstm_grad::keras_gru_inference`; it has no
     gradient, and raises where one is asked of it). Arguments as `keras_gru`'s."""
-    check_choice(gate_activation, "gate_activation", LSTM_EX_CHOICES["gate_activation"])
-    check_choice(activation, "activation", LSTM_EX_CHOICES["activation"])
-    slm = x.shape[0] if seq_len_max is None else seq_len_max
-    if not isinstance(slm, torch.Tensor):
-        slm = torch.tensor(int(slm), dtype=torch.int64)
+    slm = _gru_seq_len_max(x, seq_len_max, gate_activation, activation)
     return call_no_grad(torch.ops.torch_lstm_grad.keras_gru_inference.default, slm, x, h_prev,
                         kernel, recurrent_kernel, bias, bool(reset_after), gate_activation,
                         activation)  # fmt: skip

@@ -23,11 +23,11 @@ import numpy as np
 
 from .graph_def import Graph, Node
 
-__all__ = ["CudnnOp", "cudnn_ops_on"]
+__all__ = ["CUDNN_DEFAULTS", "CudnnOp", "cudnn_ops_on"]
 
 _OPS = {"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"}
 # The ops' attributes where the saver dropped them (tensorflow/core/ops/cudnn_rnn_ops.cc).
-_DEFAULTS = {
+CUDNN_DEFAULTS = {
     "rnn_mode": "lstm",
     "input_mode": "linear_input",
     "direction": "unidirectional",
@@ -98,7 +98,7 @@ def cudnn_ops_on(g: Graph, keys: set[str]) -> list[CudnnOp]:
     for name in sorted(found):
         n = found[name]
         attrs = {k: (n.attrs.get(k) if n.attrs.get(k) is not None else v)
-                 for k, v in _DEFAULTS.items()}  # fmt: skip
+                 for k, v in CUDNN_DEFAULTS.items()}  # fmt: skip
         if n.op != "CudnnRNNV3":  # V1/V2 take no projection and are time-major
             attrs["num_proj"], attrs["time_major"] = 0, True
         op = CudnnOp(n, attrs)
@@ -117,7 +117,7 @@ def cudnn_ops_on(g: Graph, keys: set[str]) -> list[CudnnOp]:
         for m in g.nodes.values():
             if m.op != "CudnnRNNParamsSize" or len(m.inputs) != 3:
                 continue
-            if any((m.attrs.get(k) or _DEFAULTS[k]) != attrs[k]
+            if any((m.attrs.get(k) or CUDNN_DEFAULTS[k]) != attrs[k]
                    for k in ("rnn_mode", "input_mode", "direction")):  # fmt: skip
                 continue
             vals = [_const_ints(g, r) for r in m.inputs]

@@ -28,20 +28,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from .cudnn_ops import CUDNN_DEFAULTS
 from .graph_def import Graph, Node, through_identities
 
 __all__ = ["NotKerasCudnn", "cudnn_nodes", "read_cudnn_layer"]
 
 _CUDNN_OPS = {"CudnnRNN", "CudnnRNNV2", "CudnnRNNV3"}
-# CudnnRNNV3's attributes where the saver dropped them (tensorflow/core/ops/cudnn_rnn_ops.cc).
-_DEFAULTS = {
-    "rnn_mode": "lstm",
-    "input_mode": "linear_input",
-    "direction": "unidirectional",
-    "dropout": 0.0,
-    "num_proj": 0,
-    "time_major": True,
-}
 _MODES = {"LSTM": "lstm", "GRU": "gru"}
 
 
@@ -78,7 +70,7 @@ def cudnn_nodes(g: Graph, uses: list[Node]) -> list[Node]:
 
 def _attr(n: Node, key: str):
     value = n.attrs.get(key)
-    return _DEFAULTS[key] if value is None else value
+    return CUDNN_DEFAULTS[key] if value is None else value
 
 
 class _Params:
