@@ -188,6 +188,41 @@ def _weight_params(layer, weights) -> list[str]:
     ]
 
 
+def _run_keras_layer(tf, layer, case: _Case, rng, valid=None) -> tuple[_TFResult, list]:
+    """A Keras layer on the case under TF's tape: its outputs and the gradients of the loss on
+    them; `valid [B, T]`: a sequence output's steps outside it taken as zeros (so weighed by
+    zero in the loss)."""
+    xt = tf.constant(case.x)
+    inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
+    kwargs = {}
+    if case.mask is not None:
+        kwargs["mask"] = tf.constant(case.mask)
+    if inits:
+        kwargs["initial_state"] = inits
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        for s in inits:
+            tape.watch(s)
+        outs = _flat(layer(xt, training=False, **kwargs))
+        if valid is not None:
+            keep = tf.constant(valid[:, :, None].astype(np.float32))
+            outs = [o * keep if len(o.shape) == 3 else o for o in outs]
+        loss, rs = _tf_loss(tf, outs, outs, rng)
+    weights = list(layer.trainable_weights)
+    grads = tape.gradient(loss, [xt, *inits, *weights])
+    names = _weight_params(layer, weights)
+    n = len(inits)
+    return (
+        _TFResult(
+            [o.numpy() for o in outs],
+            grads[0].numpy(),
+            [g.numpy() for g in grads[1 : 1 + n]],
+            {p: g.numpy() for p, g in zip(names, grads[1 + n :], strict=True)},
+        ),
+        rs,
+    )
+
+
 class _KerasModel:
     """The Keras model of a file, loaded by the Keras that wrote it; each layer run alone."""
 
@@ -219,32 +254,7 @@ class _KerasModel:
         layer = self.layer(name)
         if _stateful(layer) is not None:
             layer.reset_states()
-        xt = tf.constant(case.x)
-        inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
-        kwargs = {}
-        if case.mask is not None:
-            kwargs["mask"] = tf.constant(case.mask)
-        if inits:
-            kwargs["initial_state"] = inits
-        with tf.GradientTape() as tape:
-            tape.watch(xt)
-            for s in inits:
-                tape.watch(s)
-            outs = _flat(layer(xt, training=False, **kwargs))
-            loss, rs = _tf_loss(tf, outs, outs, rng)
-        weights = list(layer.trainable_weights)
-        grads = tape.gradient(loss, [xt, *inits, *weights])
-        names = _weight_params(layer, weights)
-        n = len(inits)
-        return (
-            _TFResult(
-                [o.numpy() for o in outs],
-                grads[0].numpy(),
-                [g.numpy() for g in grads[1 : 1 + n]],
-                {p: g.numpy() for p, g in zip(names, grads[1 + n :], strict=True)},
-            ),
-            rs,
-        )
+        return _run_keras_layer(tf, layer, case, rng)
 
 
 class _SavedFunctions:
@@ -390,38 +400,10 @@ def _keras_loop_of(tf, source, module, case: _Case, rng) -> tuple[_TFResult, lis
         raise _Unverifiable("Keras' standard path is run on its TensorFlow backend")
     d = module.port_description
     layer = _keras_layer_of(keras, d, source.variables)
-    xt = tf.constant(case.x)
-    inits = [tf.constant(s) for s in case.initial] if case.initial is not None else []
-    kwargs = {}
-    if case.mask is not None:
-        kwargs["mask"] = tf.constant(case.mask)
-    if inits:
-        kwargs["initial_state"] = inits
     # the valid steps of each sequence output: a go_backwards layer's in its reading order
     flips = d.kind != "keras.Bidirectional" and bool(d.value("go_backwards"))
     valid = None if case.mask is None else (case.mask[:, ::-1] if flips else case.mask)
-    with tf.GradientTape() as tape:
-        tape.watch(xt)
-        for s in inits:
-            tape.watch(s)
-        outs = _flat(layer(xt, training=False, **kwargs))
-        if valid is not None:
-            keep = tf.constant(valid[:, :, None].astype(np.float32))
-            outs = [o * keep if len(o.shape) == 3 else o for o in outs]
-        loss, rs = _tf_loss(tf, outs, outs, rng)
-    weights = list(layer.trainable_weights)
-    grads = tape.gradient(loss, [xt, *inits, *weights])
-    n = len(inits)
-    return (
-        _TFResult(
-            [o.numpy() for o in outs],
-            grads[0].numpy(),
-            [g.numpy() for g in grads[1 : 1 + n]],
-            dict(zip(_weight_params(layer, weights), [g.numpy() for g in grads[1 + n :]],
-                     strict=True)),  # fmt: skip
-        ),
-        rs,
-    )
+    return _run_keras_layer(tf, layer, case, rng, valid)
 
 
 class _TF1Cells:
