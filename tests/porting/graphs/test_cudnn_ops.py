@@ -24,6 +24,8 @@ CASES = {  # name: (nn class, rnn_mode, kwargs, op, how the sizes are given)
     "rnn_tanh_3": (torch.nn.RNN, "rnn_tanh", dict(num_layers=3), "CudnnRNNV3", "params_size"),
     "rnn_relu_bi": (torch.nn.RNN, "rnn_relu", dict(nonlinearity="relu", bidirectional=True),
                     "CudnnRNNV3", "states"),
+    "lstm_proj": (torch.nn.LSTM, "lstm", dict(num_layers=2, proj_size=3), "CudnnRNNV3",
+                  "states"),
 }  # fmt: skip
 
 
@@ -42,6 +44,7 @@ def _write(tmp_path, name, frozen):
     ref = _reference(cls, kwargs, I, H, seed=len(name))
     buf = layouts.torch_rnn_to_cudnn(copy.deepcopy(ref).float()).opaque_kernel.detach().numpy()
     LD = ref.num_layers * (2 if ref.bidirectional else 1)
+    P = getattr(ref, "proj_size", 0) or H
     direction = "bidirectional" if ref.bidirectional else "unidirectional"
     g = tf1.Graph()
     with g.as_default():
@@ -56,11 +59,13 @@ def _write(tmp_path, name, frozen):
                                           direction=direction)  # fmt: skip
             h0 = tf1.placeholder(tf.float32, [None, None, H], name="h0")
         else:
-            h0 = tf.zeros(tf.stack([LD, tf.shape(x)[1], H]))
-        c0 = h0 if mode == "lstm" else tf.constant(0.0)
+            h0 = tf.zeros(tf.stack([LD, tf.shape(x)[1], P]))
+        c0 = tf.zeros(tf.stack([LD, tf.shape(x)[1], H])) if mode == "lstm" else tf.constant(0.0)
         extra = {}
         if op == "CudnnRNNV3":  # every row the full length
             extra["sequence_lengths"] = tf.fill(tf.shape(x)[1:2], tf.shape(x)[0])
+            if P != H:
+                extra["num_proj"] = P
         out = getattr(tf.raw_ops, op)(input=x, input_h=h0, input_c=c0, params=params,
                                       rnn_mode=mode, direction=direction, is_training=False,
                                       **extra)  # fmt: skip
@@ -91,11 +96,12 @@ def test_opaque_buffer_ports_as_cudnn_module(tmp_path, capsys, name, frozen):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(T, B, 4, generator=g, dtype=torch.float64, requires_grad=True)
     LD = ref.num_layers * (2 if ref.bidirectional else 1)
-    h0 = torch.randn(LD, B, 6, generator=g, dtype=torch.float64, requires_grad=True)
-    states = (h0, torch.zeros_like(h0)) if isinstance(ref, torch.nn.LSTM) else h0
-    want, want_h = ref(x, states)
-    got, got_h = port(x, initial_state=(h0,) if not isinstance(ref, torch.nn.LSTM) else
-                      (h0, torch.zeros_like(h0)))  # fmt: skip
+    h0 = torch.randn(LD, B, getattr(ref, "proj_size", 0) or 6, generator=g,
+                     dtype=torch.float64, requires_grad=True)  # fmt: skip
+    lstm = isinstance(ref, torch.nn.LSTM)
+    c0 = torch.zeros(LD, B, 6, dtype=torch.float64)
+    want, want_h = ref(x, (h0, c0) if lstm else h0)
+    got, got_h = port(x, initial_state=(h0, c0) if lstm else (h0,))
     want_h = want_h[0] if isinstance(want_h, tuple) else want_h
     r = torch.randn(want.shape, generator=g, dtype=torch.float64)
     ours = torch.autograd.grad((got * r).sum() + got_h[0].sum(), [x, h0, port.opaque_kernel])

@@ -9,8 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from tests.helpers import PORT_TOL, cli_convert, keras_module, needs_tf, scaled_error, tf_module
+from tests.helpers import (
+    PORT_TOL,
+    cli_convert,
+    convert_without_tf,
+    keras_module,
+    needs_tf,
+    same_modules,
+    scaled_error,
+    tf_module,
+)
 from tests.porting.cudnn_saved_models import export_cudnn_traced, has_cudnn_and_no_loop
+from torch_lstm_grad import porting
 
 pytestmark = needs_tf
 T, B, I = 6, 3, 4  # noqa: E741
@@ -172,3 +182,13 @@ def test_params_not_keras_weights_are_refused(tmp_path, capsys):
     err = cli_convert(src, tmp_path, capsys, code=2)
     assert "the z and r blocks are not swapped into cuDNN's r, z order" in err
     assert "lstm_1/split_3/value (Pack), not from the layer's weights" in err  # MIOpen's order
+
+
+def test_read_without_tensorflow(tmp_path, capsys):
+    """The reader is the package's own: the same modules where TF cannot be imported."""
+    model, _ = _model(_bidirectional, True, seed=7)
+    src = export_cudnn_traced(model, str(tmp_path / "sm"), "export")
+    mods, _ = cli_convert(src, tmp_path, capsys)
+    log = convert_without_tf(src, tmp_path / "no_tf.pt")
+    assert "cudnn_mask           = True" in log
+    same_modules(mods, porting.load(tmp_path / "no_tf.pt"))
