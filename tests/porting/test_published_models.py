@@ -19,6 +19,7 @@ import torch
 import torch_lstm_grad
 from tests.helpers import DATA, PORT_TOL, needs_tf, rng, scaled_error, tf_module
 from torch_lstm_grad import porting
+from torch_lstm_grad.porting.verify import as_keras_2_2_meant
 
 pytestmark = needs_tf
 
@@ -35,22 +36,7 @@ def _as_tf_keras_reads_it(path, tmp_path) -> str:
     copy = str(tmp_path / "for_tf_keras.h5")
     shutil.copy(path, copy)
     with h5py.File(copy, "r+") as f:
-        cfg = json.loads(f.attrs["model_config"])
-
-        def edit(c):
-            if isinstance(c, dict):
-                inner = c.get("config")
-                if c.get("class_name") == "GRU" and "reset_after" not in inner:
-                    inner["reset_after"] = False
-                if c.get("class_name") == "Embedding" and inner.get("dtype") == "int32":
-                    del inner["dtype"]
-                for v in c.values():
-                    edit(v)
-            elif isinstance(c, list):
-                for v in c:
-                    edit(v)
-
-        edit(cfg)
+        cfg = as_keras_2_2_meant(json.loads(f.attrs["model_config"]))
         f.attrs["model_config"] = json.dumps(cfg)
     return copy
 

@@ -45,7 +45,7 @@ from .graphs.graph_def import through_identities
 from .graphs.tf1_cells import cell_at
 from .source import keras_version_tuple
 
-__all__ = ["VerifyReport", "VerifyUnavailable", "verify"]
+__all__ = ["VerifyReport", "VerifyUnavailable", "as_keras_2_2_meant", "verify"]
 
 
 class VerifyUnavailable(RuntimeError):
@@ -652,12 +652,12 @@ def _before_keras_2_3(source) -> bool:
     return bool(version) and keras_version_tuple(version)[:2] < (2, 3)
 
 
-def _as_keras_2_2_meant(source) -> dict:
-    """The file's model config with what tf_keras 2.21 reads otherwise than Keras 2.0-2.2
-    wrote it spelled out: a GRU without `reset_after` is the reset-before GRU (its bias shape
-    says so, and the port reads it from there), and an Embedding's `dtype` "int32" was its
-    input's, not its weights'. The weights are the file's, loaded by tf_keras."""
-    config = copy.deepcopy(source.model_config)
+def as_keras_2_2_meant(model_config: dict) -> dict:
+    """A Keras 2.0-2.2 model config (a copy) with what tf_keras 2.21 reads otherwise than those
+    versions wrote it spelled out: a GRU without `reset_after` is the reset-before GRU (its bias
+    shape says so, and the port reads it from there), and an Embedding's `dtype` "int32" was
+    its input's, not its weights'. The weights are the file's, loaded by tf_keras."""
+    config = copy.deepcopy(model_config)
 
     def edit(c):
         if isinstance(c, dict):
@@ -699,7 +699,8 @@ def _keras_oracle(tf, path: str, source, config):
     try:
         legacy = _before_keras_2_3(source) and source.model_config is not None
         if has_config and legacy and path.endswith((".h5", ".hdf5")):
-            model = keras.models.model_from_json(json.dumps(_as_keras_2_2_meant(source)))
+            meant = as_keras_2_2_meant(source.model_config)
+            model = keras.models.model_from_json(json.dumps(meant))
             model.load_weights(path)
         elif has_config and (is_zip or path.endswith((".h5", ".hdf5"))):
             model = keras.models.load_model(path, compile=False)

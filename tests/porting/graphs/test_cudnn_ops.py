@@ -76,7 +76,9 @@ def _write(tmp_path, name, frozen):
             return str(path), ref
         saver = tf1.train.Saver()
         tf1.train.export_meta_graph(str(tmp_path / "model.meta"), saver_def=saver.as_saver_def())
-    with tf1.Graph().as_default():  # no session places the op on a CPU: its variable alone
+    # a tf.compat.v1.Session cannot place a graph holding the op on a CPU: the checkpoint is
+    # written from a graph of its variable alone
+    with tf1.Graph().as_default():
         tf1.get_variable("rnn/opaque_kernel", initializer=buf)
         with tf1.Session() as s:
             s.run(tf1.global_variables_initializer())

@@ -482,7 +482,8 @@ class _Describer:
             if a["input_mode"] == "skip_input":
                 I = H  # noqa: E741
             else:
-                first, slope = params_size(L, H, 1), params_size(L, H, 2) - params_size(L, H, 1)
+                first = params_size(L, H, 1)  # the length is linear in the input size
+                slope = params_size(L, H, 2) - first
                 I = 1 + (size - first) // slope if slope > 0 else 0  # noqa: E741
             if I < 1 or params_size(L, H, I) != size:
                 model = f"{a['rnn_mode']}, {a['direction']}, {a['input_mode']}"

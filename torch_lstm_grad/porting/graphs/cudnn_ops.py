@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .graph_def import Graph, Node
+from .graph_def import Graph, Node, local_name
 
 __all__ = ["CUDNN_DEFAULTS", "CudnnOp", "cudnn_ops_on"]
 
@@ -53,15 +53,7 @@ class CudnnOp:
 
     @property
     def where(self) -> str:
-        return f"{self.node.name.rpartition('::')[2]} ({self.node.op})"
-
-
-def _const_ints(g: Graph, ref) -> list[int] | None:
-    n = g.nodes.get(g.resolve(ref)[0])
-    value = n.attrs.get("value") if n is not None and n.op == "Const" else None
-    if not isinstance(value, np.ndarray) or value.dtype.kind not in "iu":
-        return None
-    return [int(v) for v in value.reshape(-1)]
+        return f"{local_name(self.node.name)} ({self.node.op})"
 
 
 def _dims(g: Graph, ref) -> list[int | None] | None:
@@ -74,7 +66,7 @@ def _dims(g: Graph, ref) -> list[int | None] | None:
         return list(value.shape) if isinstance(value, np.ndarray) and value.ndim == 3 else None
     if n.op != "Fill":
         return None
-    shape = _const_ints(g, n.inputs[0])
+    shape = g.ints(n.inputs[0])
     if shape is not None:
         return shape if len(shape) == 3 else None
     pack = g.nodes.get(g.resolve(n.inputs[0])[0])
@@ -82,7 +74,7 @@ def _dims(g: Graph, ref) -> list[int | None] | None:
         return None
     out = []
     for r in pack.inputs:
-        v = _const_ints(g, r)
+        v = g.ints(r)
         out.append(v[0] if v is not None and len(v) == 1 else None)
     return out
 
@@ -120,7 +112,7 @@ def cudnn_ops_on(g: Graph, keys: set[str]) -> list[CudnnOp]:
             if any((m.attrs.get(k) or CUDNN_DEFAULTS[k]) != attrs[k]
                    for k in ("rnn_mode", "input_mode", "direction")):  # fmt: skip
                 continue
-            vals = [_const_ints(g, r) for r in m.inputs]
+            vals = [g.ints(r) for r in m.inputs]
             if all(v is not None and len(v) == 1 for v in vals):
                 op.sizes.append(tuple(v[0] for v in vals))
         out.append(op)

@@ -227,6 +227,12 @@ class Graph:
         value = node.attrs["value"]
         return float(value) if value.size == 1 else None
 
+    def ints(self, ref: tuple[str, int]) -> list[int] | None:
+        """The integers of the Const at `ref` (an axis list, a permutation, a shape), or None."""
+        node = self.nodes.get(self.resolve(ref)[0])
+        value = node.attrs.get("value") if node is not None and node.op == "Const" else None
+        return [int(v) for v in value.reshape(-1)] if isinstance(value, np.ndarray) else None
+
     def variable(self, name: str) -> Node | None:
         """The variable node `name`, or in a frozen graph the float `Const` that replaced it
         (`convert_variables_to_constants` keeps the variable's name)."""
@@ -246,6 +252,16 @@ class Graph:
             and not n.attrs.get("transpose_a")
             and not n.attrs.get("transpose_b")
         )
+
+
+def function_of(key: str) -> str:
+    """The function a node key `F::n` belongs to ("" for the main graph)."""
+    return key.partition("::")[0] if "::" in key else ""
+
+
+def local_name(key: str) -> str:
+    """A node key's name inside its function (`n` of `F::n`), as TF names it there."""
+    return key.rpartition("::")[2]
 
 
 def graph_from_graph_def(graph_def: bytes, label: str = "meta graph") -> Graph:

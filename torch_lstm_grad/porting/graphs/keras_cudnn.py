@@ -30,6 +30,8 @@ import numpy as np
 
 from .cudnn_ops import CUDNN_DEFAULTS
 from .graph_def import Graph, Node, through_identities
+from .graph_def import function_of as _fn
+from .graph_def import local_name as _short
 
 __all__ = ["NotKerasCudnn", "cudnn_nodes", "read_cudnn_layer"]
 
@@ -39,14 +41,6 @@ _MODES = {"LSTM": "lstm", "GRU": "gru"}
 
 class NotKerasCudnn(Exception):
     """The op and what surrounds it are not a Keras layer on cuDNN's kernel; says why."""
-
-
-def _fn(key: str) -> str:
-    return key.partition("::")[0] if "::" in key else ""
-
-
-def _short(key: str) -> str:
-    return key.rpartition("::")[2]
 
 
 def cudnn_nodes(g: Graph, uses: list[Node]) -> list[Node]:
@@ -231,18 +225,17 @@ def read_cudnn_layer(g: Graph, cls: str, variables: dict[str, set[str]], shapes:
     if lens is not None and lens.op == "Fill":
         t = node_at(lens.inputs[1])
         shape_of = node_at(t.inputs[0]) if t is not None and t.op == "StridedSlice" else None
-        p = _Params(g, {}, {})
         if (
             shape_of is None
             or shape_of.op != "Shape"
             or g.resolve(shape_of.inputs[0]) != g.resolve(input_ref)
-            or [p.const_ints(r) for r in t.inputs[1:4]] != [[1], [2], [1]]
+            or [g.ints(r) for r in t.inputs[1:4]] != [[1], [2], [1]]
         ):
             raise NotKerasCudnn(f"{_short(lens.name)}: the lengths are not the input's length")
         lengths = "the full length (Fill of the input's time dimension)"
     elif lens is not None and lens.op == "Sum":
         cast = node_at(lens.inputs[0])
-        axis = _Params(g, {}, {}).const_ints(lens.inputs[1])
+        axis = g.ints(lens.inputs[1])
         if cast is None or cast.op != "Cast" or axis != [1] or lens.attrs.get("keep_dims"):
             raise NotKerasCudnn(f"{_short(lens.name)}: the lengths are not a mask's row counts")
         mask_ref = through_identities(g.nodes, cast.inputs[0])
@@ -254,7 +247,7 @@ def read_cudnn_layer(g: Graph, cls: str, variables: dict[str, set[str]], shapes:
     initial = []
     for label, ref in (("h", h_ref), ("c", c_ref)) if cls == "LSTM" else (("h", h_ref),):
         e = node_at(ref)
-        if e is None or e.op != "ExpandDims" or _Params(g, {}, {}).const_ints(e.inputs[1]) != [1]:
+        if e is None or e.op != "ExpandDims" or g.ints(e.inputs[1]) != [1]:
             raise NotKerasCudnn(f"{where}: the initial {label} is not a [B, 1, H] ExpandDims")
         held = g.resolve(e.inputs[0])[0]
         src = g.nodes.get(held)
@@ -271,7 +264,7 @@ def read_cudnn_layer(g: Graph, cls: str, variables: dict[str, set[str]], shapes:
         flips = [u for b in back for u in g.users(b.name, 0) if u.op == "ReverseV2"]
         if len(back) != 1 or len(flips) != 1:
             raise NotKerasCudnn(f"{where}: the output is not reversed back and flipped once")
-        if g.resolve(back[0].inputs[1]) != g.resolve(len_ref) or _Params(g, {}, {}).const_ints(
+        if g.resolve(back[0].inputs[1]) != g.resolve(len_ref) or g.ints(
             flips[0].inputs[1]
         ) != [1]:
             raise NotKerasCudnn(f"{_short(back[0].name)}: not the input's reversal undone")

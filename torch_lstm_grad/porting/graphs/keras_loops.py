@@ -28,6 +28,8 @@ import numpy as np
 
 from ..source import KerasLayer, keras_rnn_scopes, layer_and_rest
 from .graph_def import Graph, Node, through_identities
+from .graph_def import function_of as _fn
+from .graph_def import local_name as _short
 from .keras_cudnn import NotKerasCudnn, cudnn_nodes, read_cudnn_layer
 
 __all__ = ["keras_layers_from_graph"]
@@ -55,10 +57,6 @@ class _Unreadable(Exception):
 
 class _NotRun(Exception):
     """The layer's variables are read by no function the chosen signature runs."""
-
-
-def _fn(key: str) -> str:
-    return key.partition("::")[0] if "::" in key else ""
 
 
 class _Body:
@@ -228,7 +226,7 @@ def _row_taken(b: _Body, n: Node, output: int) -> int | None:
     if n.op == "GatherV2" and b.const(n.inputs[2]) == 0.0 and b.const(n.inputs[1]) is not None:
         return int(b.const(n.inputs[1]))
     if n.op == "StridedSlice" and n.attrs.get("shrink_axis_mask", 0) & 1:
-        begin, end, strides = (_ints(b.g, r) for r in n.inputs[1:4])
+        begin, end, strides = (b.g.ints(r) for r in n.inputs[1:4])
         if begin and end and strides and len(begin) == 1 and strides == [1]:
             return begin[0] if end[0] == begin[0] + 1 else None
     return None
@@ -397,7 +395,7 @@ def _gru_reset_before(b: _Body, uses: list[Node], has_bias: bool):
     users = b.users((m1.name, 0))
     if len(users) == 1 and users[0].op == "SplitV":  # tf.keras: split(·, [U, U, -1])
         split = users[0]
-        sizes = _ints(b.g, split.inputs[1])
+        sizes = b.g.ints(split.inputs[1])
         if sizes is None or sizes[:2] != [units, units]:
             raise _Unreadable(f"{_short(split.name)} splits h·R[:, :2U] as {sizes}, not [U, U]")
         if b.users((split.name, 2)):
@@ -537,7 +535,7 @@ def _around(g: Graph, b: _Body, loop: Node, cell: dict) -> dict:
         )
     src = g.nodes.get(g.resolve(made.inputs[0])[0])
     if src is not None and src.op == "ReverseV2":
-        axes = _ints(g, src.inputs[1])
+        axes = g.ints(src.inputs[1])
         if axes != [0]:
             raise _Unreadable(f"{src.name} reverses axes {axes}, not time (0)")
         out["go_backwards"] = (True, f"{_short(src.name)} (ReverseV2 of the time-major input)")
@@ -549,7 +547,7 @@ def _around(g: Graph, b: _Body, loop: Node, cell: dict) -> dict:
             f"the loop's input is {getattr(src, 'name', '?')} ({getattr(src, 'op', '?')}), "
             "not the batch-major input transposed"
         )
-    perm = _ints(g, src.inputs[1]) if len(src.inputs) == 2 else None
+    perm = g.ints(src.inputs[1]) if len(src.inputs) == 2 else None
     if perm != [1, 0, 2]:  # time-major [T, B, features]: another permutation loops over batch
         raise _Unreadable(f"{src.name} permutes the input's axes by {perm}, not [1, 0, 2]")
     out["time_major"] = (False, f"{_short(src.name)} transposes the batch-major input")
@@ -627,17 +625,6 @@ def _around(g: Graph, b: _Body, loop: Node, cell: dict) -> dict:
                 f"the initial state comes from a variable ({init.name}): a stateful layer"
             )
     return out
-
-
-def _ints(g: Graph, ref) -> list[int] | None:
-    """The integers of the Const at `ref` (an axis list, a permutation), or None."""
-    n = g.nodes.get(g.resolve(ref)[0])
-    value = n.attrs.get("value") if n is not None and n.op == "Const" else None
-    return [int(v) for v in value.reshape(-1)] if isinstance(value, np.ndarray) else None
-
-
-def _short(key: str) -> str:
-    return key.rpartition("::")[2]
 
 
 def _select(b: _Body, sel_ref, new, what: str):
