@@ -594,6 +594,65 @@ def test_verify_keras3_saved_model_traced_on_cudnn(tmp_path, capsys, monkeypatch
     assert "dec" not in out.split("FAILED:")[1]
 
 
+OPAQUE = {  # name: the model's attributes, sizes (L, H, I), frozen
+    "lstm_proj_bi_2": (dict(rnn_mode="lstm", direction="bidirectional", num_proj=3), (2, 5, 4),
+                       True),
+    "gru_skip": (dict(rnn_mode="gru", input_mode="skip_input"), (1, 5, 5), False),
+    "lstm_skip_bi_2": (dict(rnn_mode="lstm", input_mode="skip_input", direction="bidirectional"),
+                       (2, 5, 5), False),
+    "rnn_relu_bi_2": (dict(rnn_mode="rnn_relu", direction="bidirectional"), (2, 5, 4), True),
+}  # fmt: skip
+
+
+def _opaque_graph(tmp_path, name):
+    from tests.porting.cudnn_graphs import write_opaque_graph
+
+    attrs, (L, H, I), frozen = OPAQUE[name]  # noqa: E741
+    size = torch_lstm_grad.raw_ops.CudnnRNNParamsSize(
+        num_layers=L, num_units=H, input_size=I, T=torch.float32, S=torch.int64, **attrs
+    )[0]
+    buffer = (0.4 * np.random.default_rng(len(name)).standard_normal(int(size))).astype(np.float32)
+    return write_opaque_graph(tmp_path, buffer, num_layers=L, num_units=H, input_size=I,
+                              frozen=frozen, **attrs)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(OPAQUE))
+def test_verify_cudnn_op_on_an_opaque_buffer(tmp_path, capsys, name):
+    """A graph's cuDNN op on an opaque buffer, which TF runs on a GPU only, is verified against
+    TF's composite cells on the buffer's canonical weights: every output, the input's and
+    initial states' gradients, and the buffer's gradient element by element."""
+    out, _ = _verify_cli(_opaque_graph(tmp_path, name), tmp_path, capsys)
+    assert "verified: every tensor of rnn within the tolerance" in out
+    assert "d opaque_kernel" in out and "d initial_state 0" in out
+    assert "compared with TF's composite cells on the buffer's canonical weights" in out
+
+
+@pytest.mark.parametrize("defect", ["mode", "gate_blocks"])
+def test_verify_fails_a_wrong_port_of_an_opaque_buffer(tmp_path, capsys, monkeypatch, defect):
+    """The oracle reads the model from the graph's op and the weights from the file, not from
+    the port: a port of another rnn_mode (relu's buffer in a tanh module) or with two gate
+    blocks of the buffer swapped fails on its outputs."""
+    from torch_lstm_grad import modules
+
+    name = "rnn_relu_bi_2" if defect == "mode" else "lstm_proj_bi_2"
+    src = _opaque_graph(tmp_path, name)
+    if defect == "mode":
+        monkeypatch.setitem(build_tf1._BY_MODE, "rnn_relu", modules.CudnnRNNTanh)
+    else:
+        read = build_tf1.tensor
+
+        def swapped(value):  # layer 0's i and f input matrices (the buffer's first two blocks)
+            t = read(value).clone()
+            if t.ndim == 1:
+                n = 5 * 4
+                t[:n], t[n : 2 * n] = t[n : 2 * n].clone(), t[:n].clone()
+            return t
+
+        monkeypatch.setattr(build_tf1, "tensor", swapped)
+    out, _ = _verify_cli(src, tmp_path, capsys, code=3)
+    assert "FAILED:" in out and "rnn output 0" in out.split("FAILED:")[1]
+
+
 _PLANTED = 2.0**-8
 
 

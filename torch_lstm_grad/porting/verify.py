@@ -23,6 +23,9 @@ could only agree with itself):
   (`_TF1Cells`); LSTMBlockCell and GRUBlockCell, which TF 2 cannot differentiate, with the
   gradients TF1's tf.contrib registered for them (`_contrib_gradients`).
 
+* cuDNN's op on an opaque buffer (a TF1 graph's CudnnRNN / V2 / V3), which TF runs on a GPU only:
+  TF's composite cells on the buffer's canonical weights (composite_cells.py).
+
 What cannot be run so (a file without a model config or without its graph, stacked or
 bidirectional canonical cuDNN layers, cuDNN layers where TF has no kernel) is said per layer,
 "not verified" with the reason.
@@ -40,7 +43,9 @@ import numpy as np
 import torch
 
 from .build import tf1_cells
+from .composite_cells import CompositeCudnn
 from .convert import load, read_source
+from .graphs.cudnn_ops import cudnn_ops_on
 from .graphs.graph_def import through_identities
 from .graphs.tf1_cells import cell_at
 from .source import keras_version_tuple
@@ -433,11 +438,6 @@ class _TF1Cells:
             if cell is None or cell.cls not in ("BlockLSTM", "BlockLSTMV2"):
                 raise _Unverifiable(f"the {self.g.label} runs no fused BlockLSTM on {scope}")
             return cell
-        if d.kind == "tf1.CudnnRNN":
-            raise _Unverifiable(
-                "a graph's cuDNN op on an opaque buffer is not verified: TensorFlow runs the op "
-                "on a GPU only (the tests hold such ports to torch.nn's cuDNN model)"
-            )
         if d.kind.startswith("tf1.Cudnn"):
             raise _Unverifiable(f"a {d.kind[4:]} is not verified yet")
         if "gates/kernel" in d.weights:
@@ -533,6 +533,15 @@ class _TF1Cells:
     def run(self, name: str, module, case: _Case, rng):
         tf = self.tf
         d = module.port_description
+        if d.kind == "tf1.CudnnRNN":  # TF runs the op on a GPU only: its composite cells
+            name = d.weights["opaque_kernel"]
+            ops = cudnn_ops_on(self.g, {name, *self.g.aliases.get(name, [])})
+            if not ops:
+                raise _Unverifiable(f"the {self.g.label} runs no cuDNN op on {name}")
+            cells = CompositeCudnn(tf, self.source.variables[name], ops[0].attrs,
+                                   d.value("num_layers"), d.value("units"),
+                                   d.value("input_size"))  # fmt: skip
+            return _run_composite(tf, cells, case, rng)
         cell = self._cell(d)
         graph_def, outputs, by_variable = self._graph_def(cell, d)
         owner = {v: role for role, v in d.weights.items()}
@@ -595,6 +604,31 @@ class _TF1Cells:
             packed = entry["state_dict"]["opaque_kernel"].numpy()
             out.append((packed, float(sum((d_weights[k] * v[k]).sum() for k in v))))
         return "opaque_kernel", out
+
+
+def _run_composite(tf, cells: CompositeCudnn, case: _Case, rng) -> tuple[_TFResult, list]:
+    """TF's composite cells holding a file's cuDNN buffer (composite_cells.py) on the case
+    under TF's tape; the weights' gradient as the buffer's."""
+    xt = tf.constant(case.x)
+    inits = [tf.constant(s) for s in case.initial]
+    with tf.GradientTape() as tape:
+        tape.watch(xt)
+        for s in inits:
+            tape.watch(s)
+        outs = cells(xt, inits)
+        loss, rs = _tf_loss(tf, outs, outs, rng)
+    grads = tape.gradient(loss, [xt, *inits, *cells.variables])
+    n = len(inits)
+    d_buffer = cells.packed_gradient([g.numpy() for g in grads[1 + n :]])
+    return (
+        _TFResult(
+            [o.numpy() for o in outs],
+            grads[0].numpy(),
+            [g.numpy() for g in grads[1 : 1 + n]],
+            {"opaque_kernel": d_buffer},
+        ),
+        rs,
+    )
 
 
 _CONTRIB = {"LSTMBlockCell": "TorchLstmGradContribLSTMBlockCell",
@@ -758,6 +792,13 @@ def _shapes(module) -> tuple[int, list[int], str]:
         widths = [module.num_units, module.num_proj or module.num_units]
         call = "step" if isinstance(module, modules.LSTMBlockCell) else "sequence"
         return module.input_size, widths, call
+    if getattr(module, "port_description", None) is not None and (
+        module.port_description.kind == "tf1.CudnnRNN"
+    ):  # a graph's buffer: the module's whole stack, states [L·D, B, n] (h, c)
+        widths = [module.num_proj or module.num_units]
+        if isinstance(module, modules.CudnnLSTM):
+            widths.append(module.num_units)
+        return module.input_size, widths, "opaque"
     if isinstance(module, modules.CudnnLSTM):
         return module.input_size, [module.num_units, module.num_units], "cudnn"
     raise _Unverifiable(f"a {type(module).__name__} is not verified yet")
@@ -775,7 +816,8 @@ def _stateful(layer):
 def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends=False,
            right_padded=False):  # fmt: skip
     I, widths, call = _shapes(module)  # noqa: E741
-    time_major = call in ("sequence", "cudnn") or getattr(module, "time_major", False)
+    time_major = call in ("sequence", "cudnn", "opaque") or getattr(module, "time_major", False)
+    stack = (module.num_layers * module.num_dirs,) if call == "opaque" else ()
     out = []
     for B in batches:
         for T in [1] if call == "step" else ([fixed_T] if fixed_T else lengths):
@@ -791,7 +833,7 @@ def _cases(module, batches, lengths, rng, fixed_T, takes_mask, takes_initial, ke
                 if keep_ends:
                     mask[:, [0, -1]] = True
             initial = (
-                [(0.5 * rng.standard_normal((B, u))).astype(np.float32) for u in widths]
+                [(0.5 * rng.standard_normal((*stack, B, u))).astype(np.float32) for u in widths]
                 if takes_initial
                 else None
             )
@@ -809,6 +851,14 @@ def _call(module, x, mask, inits) -> list:
     if call == "sequence":
         out, (c, h) = module(x, initial_state=tuple(inits) if inits else None)
         return [out, c, h]
+    if call == "opaque":  # the module's own call: (output, (h, c)) / (output, (h,))
+        # is_training (a backward needs it), without the dropout between layers that it draws
+        dropout, module.dropout = module.dropout, 0.0
+        try:
+            out, states = module(x, initial_state=tuple(inits), training=True)
+        finally:
+            module.dropout = dropout
+        return [out, *states]
     if call == "cudnn":  # [L·D, B, H] states, (h, c); TF1's cell orders them (c, h)
         out, (h, c) = module(x, initial_state=(inits[1][None], inits[0][None]))
         return [out, c[0], h[0]]
@@ -919,6 +969,13 @@ def verify(
                     "saved on cuDNN's kernel, which TensorFlow cannot run on a CPU: compared "
                     "with Keras' standard path on the same weights, on right-padded masks; "
                     "padded steps compared as zeros (what cuDNN writes there)"
+                )
+            if d.kind == "tf1.CudnnRNN":
+                report.notes.setdefault(name, []).append(
+                    "cuDNN's op, which TensorFlow runs on a GPU only: compared with TF's "
+                    "composite cells on the buffer's canonical weights (cuDNN's layout), called "
+                    "time-major, full lengths, without dropout; the buffer's gradient element by "
+                    "element"
                 )
             cases = _cases(
                 module, sizes, lengths, rng, fixed_T, takes_mask, takes_initial, keep_ends,

@@ -5,13 +5,13 @@ the weights the buffer packs: outputs, the input's and initial states' gradients
 buffer's gradient against the nn module's weight gradients packed the same way."""
 
 import copy
-import os
 
 import numpy as np
 import pytest
 import torch
 
 from tests.helpers import cli_convert, needs_tf, tf_module
+from tests.porting.cudnn_graphs import as_skip_input, skip_input_buffer, write_opaque_graph
 from torch_lstm_grad import layouts
 
 pytestmark = needs_tf
@@ -37,53 +37,16 @@ def _reference(cls, kwargs, I, H, seed):  # noqa: E741
 def _write(tmp_path, name, frozen):
     """The graph (a meta graph + Saver checkpoint, or a frozen GraphDef) of one CASES entry,
     and the nn module whose weights its buffer packs."""
-    tf = tf_module()
-    tf1 = tf.compat.v1
     cls, mode, kwargs, op, sizes = CASES[name]
     I, H = 4, 6  # noqa: E741
     ref = _reference(cls, kwargs, I, H, seed=len(name))
-    buf = layouts.torch_rnn_to_cudnn(copy.deepcopy(ref).float()).opaque_kernel.detach().numpy()
-    LD = ref.num_layers * (2 if ref.bidirectional else 1)
-    P = getattr(ref, "proj_size", 0) or H
-    direction = "bidirectional" if ref.bidirectional else "unidirectional"
-    g = tf1.Graph()
-    with g.as_default():
-        x = tf1.placeholder(tf.float32, [None, None, I], name="x")
-        if frozen:
-            params = tf.constant(buf, name="rnn/opaque_kernel")
-        else:
-            params = tf1.get_variable("rnn/opaque_kernel", initializer=buf)
-        if sizes == "params_size":  # as TF1's contrib layer sizes its variable
-            tf.raw_ops.CudnnRNNParamsSize(num_layers=ref.num_layers, num_units=H, input_size=I,
-                                          T=tf.float32, S=tf.int32, rnn_mode=mode,
-                                          direction=direction)  # fmt: skip
-            h0 = tf1.placeholder(tf.float32, [None, None, H], name="h0")
-        else:
-            h0 = tf.zeros(tf.stack([LD, tf.shape(x)[1], P]))
-        c0 = tf.zeros(tf.stack([LD, tf.shape(x)[1], H])) if mode == "lstm" else tf.constant(0.0)
-        extra = {}
-        if op == "CudnnRNNV3":  # every row the full length
-            extra["sequence_lengths"] = tf.fill(tf.shape(x)[1:2], tf.shape(x)[0])
-            if P != H:
-                extra["num_proj"] = P
-        out = getattr(tf.raw_ops, op)(input=x, input_h=h0, input_c=c0, params=params,
-                                      rnn_mode=mode, direction=direction, is_training=False,
-                                      **extra)  # fmt: skip
-        tf.identity(out[0], name="y")
-        if frozen:
-            path = tmp_path / "frozen.pb"
-            path.write_bytes(g.as_graph_def().SerializeToString())
-            return str(path), ref
-        saver = tf1.train.Saver()
-        tf1.train.export_meta_graph(str(tmp_path / "model.meta"), saver_def=saver.as_saver_def())
-    # a tf.compat.v1.Session cannot place a graph holding the op on a CPU: the checkpoint is
-    # written from a graph of its variable alone
-    with tf1.Graph().as_default():
-        tf1.get_variable("rnn/opaque_kernel", initializer=buf)
-        with tf1.Session() as s:
-            s.run(tf1.global_variables_initializer())
-            tf1.train.Saver().save(s, str(tmp_path / "model"), write_meta_graph=False)
-    return os.fspath(tmp_path / "model"), ref
+    buf = _linear_buffer(ref).astype(np.float32)
+    path = write_opaque_graph(
+        tmp_path, buf, rnn_mode=mode, num_layers=ref.num_layers, num_units=H, input_size=I,
+        direction="bidirectional" if ref.bidirectional else "unidirectional",
+        num_proj=getattr(ref, "proj_size", 0), op=op, sizes=sizes, frozen=frozen,
+    )  # fmt: skip
+    return path, ref
 
 
 @pytest.mark.parametrize("frozen", [False, True], ids=["meta_graph", "frozen"])
@@ -94,9 +57,44 @@ def test_opaque_buffer_ports_as_cudnn_module(tmp_path, capsys, name, frozen):
     assert list(mods) == ["rnn"]
     how = "CudnnRNNParamsSize" if CASES[name][4] == "params_size" else "initial state"
     assert f"num_layers = {ref.num_layers}  <- " in log and how in log
-    port = mods["rnn"].double()
+    _assert_computes(mods["rnn"], ref, 4, layouts_of=_linear_buffer)
+
+
+SKIP_CASES = {"lstm_bi_2": (torch.nn.LSTM, dict(num_layers=2, bidirectional=True)),
+              "gru": (torch.nn.GRU, dict(num_layers=1))}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(SKIP_CASES))
+def test_skip_input_buffer_ports_as_cudnn_module(tmp_path, capsys, name):
+    """input_mode="skip_input": no layer-0 input matrices, the input size that of the units
+    (the buffer's length does not hold it), against an nn module whose layer-0 input matrices
+    are identity blocks."""
+    cls, kwargs = SKIP_CASES[name]
+    ref = _reference(cls, kwargs, 6, 6, seed=len(name))
+    buf = as_skip_input(ref)
+    src = write_opaque_graph(
+        tmp_path, buf, rnn_mode=cls.__name__.lower(), num_layers=ref.num_layers, num_units=6,
+        input_size=6, direction="bidirectional" if ref.bidirectional else "unidirectional",
+        input_mode="skip_input",
+    )  # fmt: skip
+    mods, log = cli_convert(src, tmp_path, capsys)
+    assert "input_mode = 'skip_input'" in log and "input_size = 6  <- " in log
+    assert mods["rnn"].input_mode == "skip_input"
+    _assert_computes(mods["rnn"], ref, 6, layouts_of=skip_input_buffer)
+
+
+def _linear_buffer(ref) -> np.ndarray:
+    """The params buffer of a torch.nn module's weights, in its dtype."""
+    return layouts.torch_rnn_to_cudnn(copy.deepcopy(ref)).opaque_kernel.detach().numpy()
+
+
+def _assert_computes(port, ref, I, layouts_of):  # noqa: E741
+    """The port computes what the nn module `ref` does (float64): outputs, the input's and
+    initial state's gradients, and the buffer's gradient the nn weights' packed (`layouts_of`:
+    the module's buffer, in its dtype)."""
+    port = port.double()
     g = torch.Generator().manual_seed(1)
-    x = torch.randn(T, B, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    x = torch.randn(T, B, I, generator=g, dtype=torch.float64, requires_grad=True)
     LD = ref.num_layers * (2 if ref.bidirectional else 1)
     h0 = torch.randn(LD, B, getattr(ref, "proj_size", 0) or 6, generator=g,
                      dtype=torch.float64, requires_grad=True)  # fmt: skip
@@ -115,8 +113,8 @@ def test_opaque_buffer_ports_as_cudnn_module(tmp_path, capsys, name, frozen):
     with torch.no_grad():
         for p, d in zip(grads.parameters(), theirs[2:], strict=True):
             p.copy_(d)
-    packed = layouts.torch_rnn_to_cudnn(grads).opaque_kernel.detach()
-    torch.testing.assert_close(ours[2], packed.to(ours[2].dtype))
+    packed = torch.from_numpy(layouts_of(grads))
+    torch.testing.assert_close(ours[2], packed)
 
 
 def test_sizes_not_in_the_graph_are_refused(tmp_path, capsys):
