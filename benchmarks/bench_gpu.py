@@ -1,23 +1,35 @@
-"""GPU benchmarks, paired as on the CPU: ours and torch.nn.LSTM (cuDNN) called in
-shuffled rounds of one call each, every call followed by a device synchronisation, the ratio the
-median of the per-round ratios (`torch_lstm_grad.tools.bench._time_paired`).
+"""GPU benchmarks, paired as on the CPU: ours and the torch.nn baseline called in shuffled rounds
+of one call each, every call followed by a device synchronisation, the ratio the median of the
+per-round ratios (`torch_lstm_grad.tools.bench._time_paired`, docs/performance.md §2). TF32 off.
 
-Per shape (T, B, H; I = H), fwd+bwd, TF32 off:
+Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
 
-* block: `raw_ops.BlockLSTM` (no peepholes, no clip: nn.LSTM's math) vs `nn.LSTM`, float32 and
+* `BlockLSTM` (no peepholes, no clip: nn.LSTM's math) vs `nn.LSTM`: fwd+bwd and inference,
+  float32 and bfloat16;
+* `CudnnRNNV3 equal` (lstm, every length T) vs `nn.LSTM`: fwd+bwd and inference, float32;
+* `CudnnRNNV3 varied` (lengths over [T/2, T], B >= 8) vs `nn.LSTM packed` (pack, nn.LSTM,
+  unpack): fwd+bwd, float32;
+* `LSTMBlockCell loop` (T steps from Python) vs `nn.LSTMCell loop`: fwd+bwd, float32;
+* `CudnnRNNV3 GRU equal` vs `nn.GRU`: fwd+bwd and inference, float32;
+* `keras_gru` (reset_after: cuDNN's GRU) vs `nn.GRU`: fwd+bwd and inference, float32 and
   bfloat16;
-* cell loop: `raw_ops.LSTMBlockCell` stepped T times vs `nn.LSTM` (float32; TF1's cell loop);
-* cudnn equal: `raw_ops.CudnnRNNV3` (every length T) vs `nn.LSTM`, float32;
-* cudnn varied: CudnnRNNV3 with lengths spread over [T/2, T] vs `pack_padded_sequence` +
-  `nn.LSTM` + `pad_packed_sequence`, float32.
+* `GRUBlockCell loop` (TF's reset-before GRU, T steps) vs `nn.GRUCell loop`: fwd+bwd, float32.
 
-Targets (docs/performance.md): block fwd+bwd <= 1.0x nn.LSTM; CudnnRNNV3 <= 1.0x with equal
-lengths and <= 0.8x packed nn.LSTM with varied lengths. The full grid is 9
-shapes; release/gpu_check.sh runs three of them.
+Each row: device, date, commit (and torch, cudnn, tf32), op, baseline, mode, dtype, T, B, I, H,
+ratio (ours ÷ baseline), ours_ms, baseline_ms, rounds, and the peak memory of one call of each
+above what was allocated before it (ours_peak_mib, baseline_peak_mib; CUDA only). `--json`
+writes the rows as a list.
 
-    python benchmarks/bench_gpu.py [--json FILE] [--min-run-time S] [--shape T,B,H ...]
+The grid (`--grid full`): H in {64, 128, 192, 256, 512, 1024} x B in {1, 8, 32, 128} x T in
+{100, 500}; `--grid small` is H in {64, 128, 256} x B in {1, 32} x T = 100. `--shape T,B,H`
+(repeatable) replaces the grid, `--ops` / `--modes` / `--dtypes` filter it, and `--budget S`
+stops starting rows after S seconds (the rows done are written). Targets: docs/performance.md.
 
-Exits 2 without a CUDA device or a CUDA build of the extension, saying which.
+    python benchmarks/bench_gpu.py --grid full --budget 400 --commit abc1234 --json F
+
+`--device cpu` runs the same rows on the CPU, to check the script (its figures are not the
+CPU benchmark: `torch-lstm-grad bench`). Exits 2 without a CUDA device or a CUDA build of the
+extension, saying which.
 """
 
 from __future__ import annotations
@@ -26,161 +38,306 @@ import argparse
 import datetime
 import json
 import statistics
+import subprocess
 import sys
+import time
 
 import torch
 
 import torch_lstm_grad
+from torch_lstm_grad import ops
 from torch_lstm_grad import raw_ops as R
 from torch_lstm_grad.tools.bench import _time_paired, _varied_lengths
 
-# The default grid: T = 100, H = 256 / 512 / 1024, B = 1 / 32 / 128.
-SHAPES = [(100, B, H) for H in (256, 512, 1024) for B in (1, 32, 128)]
+GRIDS = {
+    "full": [(T, B, H) for T in (100, 500) for H in (64, 128, 192, 256, 512, 1024)
+             for B in (1, 8, 32, 128)],
+    "small": [(100, B, H) for H in (64, 128, 256) for B in (1, 32)],
+}  # fmt: skip
+OPS = ("BlockLSTM", "CudnnRNNV3 equal", "CudnnRNNV3 varied", "LSTMBlockCell loop",
+       "CudnnRNNV3 GRU equal", "keras_gru", "GRUBlockCell loop")  # fmt: skip
+# op -> (baseline, modes, dtypes)
+PLAN = {
+    "BlockLSTM": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
+    "CudnnRNNV3 equal": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32",)),
+    "CudnnRNNV3 varied": ("nn.LSTM packed", ("fwd+bwd",), ("float32",)),
+    "LSTMBlockCell loop": ("nn.LSTMCell loop", ("fwd+bwd",), ("float32",)),
+    "CudnnRNNV3 GRU equal": ("nn.GRU", ("fwd+bwd", "inference"), ("float32",)),
+    "keras_gru": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
+    "GRUBlockCell loop": ("nn.GRUCell loop", ("fwd+bwd",), ("float32",)),
+}
 
 
-def _synced(fn):
-    def call():
-        out = fn()
-        torch.cuda.synchronize()
-        return out
-
-    return call
-
-
-def _lstm(I, H, dtype, seed=0):  # noqa: E741
-    torch.manual_seed(seed)
-    return torch.nn.LSTM(I, H).to(device="cuda", dtype=dtype)
+def _run(fn, mode, leaves):
+    """`fn()`'s outputs summed and differentiated with respect to `leaves` (fwd+bwd), or
+    `fn()` under no_grad (inference)."""
+    if mode == "inference":
+        with torch.no_grad():
+            return fn()
+    outs = fn()
+    return torch.autograd.grad(sum(o.float().sum() for o in outs), leaves)
 
 
-def _block_from_lstm(lstm: torch.nn.LSTM):
-    """BlockLSTM's w [I + H, 4H] and b [4H] (ICFO) computing the same function as `lstm`."""
+class _Shape:
+    """One shape's inputs and torch.nn modules, built once for every op of the shape."""
+
+    def __init__(self, T, B, H, dtype, device):
+        torch.manual_seed(0)
+        self.T, self.B, self.H, self.dtype, self.device = T, B, H, dtype, device
+        new = dict(device=device, dtype=dtype)
+        self.x = torch.randn(T, B, H, **new).requires_grad_()
+        self.h0 = torch.zeros(1, B, H, **new).requires_grad_()
+        self.c0 = torch.zeros(1, B, H, **new).requires_grad_()
+
+    def lstm(self):
+        return torch.nn.LSTM(self.H, self.H).to(self.device, self.dtype)
+
+    def gru(self):
+        return torch.nn.GRU(self.H, self.H).to(self.device, self.dtype)
+
+
+def _block_lstm(s: _Shape):
+    """BlockLSTM's w [I + H, 4H] (ICFO) and b on nn.LSTM's weights, vs that nn.LSTM."""
+    lstm = s.lstm()
     w_ih, w_hh = lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach()
-    b = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
     w = torch.cat([w_ih, w_hh], 1)
-    w = torch.cat([w.chunk(4, 0)[k] for k in (0, 2, 1, 3)]).t().contiguous()
-    b = torch.cat([b.chunk(4)[k] for k in (0, 2, 1, 3)])
-    return w.requires_grad_(), b.requires_grad_()
+    w = torch.cat([w.chunk(4, 0)[k] for k in (0, 2, 1, 3)]).t().contiguous().requires_grad_()
+    b = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
+    b = torch.cat([b.chunk(4)[k] for k in (0, 2, 1, 3)]).requires_grad_()
+    zeros = torch.zeros(s.H, device=s.device, dtype=s.dtype)
+    seq = torch.tensor(s.T, dtype=torch.int64)
 
-
-def _cases(T, B, H, dtype):
-    I = H  # noqa: E741
-    lstm = _lstm(I, H, dtype)
-    x = torch.randn(T, B, I, device="cuda", dtype=dtype).requires_grad_()
-    h0 = torch.zeros(1, B, H, device="cuda", dtype=dtype).requires_grad_()
-    c0 = torch.zeros(1, B, H, device="cuda", dtype=dtype).requires_grad_()
-    leaves = (x, h0, c0, *lstm.parameters())
-
-    def torch_fb():
-        out, _ = lstm(x, (h0, c0))
-        return torch.autograd.grad(out.sum(), leaves)
-
-    w, b = _block_from_lstm(lstm)
-    zeros = torch.zeros(H, device="cuda", dtype=dtype)
-    seq = torch.tensor(T, dtype=torch.int64)
-
-    def block_fb():
-        out = R.BlockLSTM(seq, x, c0[0], h0[0], w, zeros, zeros, zeros, b, forget_bias=0.0,
+    def ours():
+        out = R.BlockLSTM(seq, s.x, s.c0[0], s.h0[0], w, zeros, zeros, zeros, b, forget_bias=0.0,
                           cell_clip=-1.0, use_peephole=False)  # fmt: skip
-        return torch.autograd.grad(out.h.sum(), (x, w, b))
+        return (out.h,)
 
-    def cell_fb():
-        c, h = c0[0], h0[0]
-        hs = []
-        for t in range(T):
-            out = R.LSTMBlockCell(x[t], c, h, w, zeros, zeros, zeros, b, forget_bias=0.0,
+    return ours, (s.x, w, b), _nn(lstm, s, lstm=True)
+
+
+def _nn(module, s: _Shape, lstm: bool):
+    def theirs():
+        out, _ = module(s.x, (s.h0, s.c0) if lstm else s.h0)
+        return (out,)
+
+    return theirs, (s.x, s.h0, *((s.c0,) if lstm else ()), *module.parameters())
+
+
+def _cudnn(s: _Shape, mode: str, varied: bool):
+    module = s.lstm() if mode == "lstm" else s.gru()
+    params = torch.cat([p.detach().flatten() for p in module.parameters()]).requires_grad_()
+    lengths = _varied_lengths(s.T, s.B) if varied else torch.full((s.B,), s.T)
+    lengths32 = lengths.to(torch.int32)
+    c0 = s.c0 if mode == "lstm" else s.c0.new_zeros(())
+
+    def ours():
+        return (R.CudnnRNNV3(s.x, s.h0, c0, params, lengths32, rnn_mode=mode).output,)
+
+    leaves = (s.x, s.h0, *((s.c0,) if mode == "lstm" else ()), params)
+    if not varied:
+        return ours, leaves, _nn(module, s, lstm=mode == "lstm")
+    pack, pad = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
+
+    def packed():
+        out, _ = module(pack(s.x, lengths, enforce_sorted=False), (s.h0, s.c0))
+        return (pad(out, total_length=s.T)[0],)
+
+    return ours, leaves, (packed, (s.x, s.h0, s.c0, *module.parameters()))
+
+
+def _lstm_cell_loop(s: _Shape):
+    ours_fn, ours_leaves, _ = _block_lstm(s)
+    _, w, b = ours_leaves
+    zeros = torch.zeros(s.H, device=s.device, dtype=s.dtype)
+    cell = torch.nn.LSTMCell(s.H, s.H).to(s.device, s.dtype)
+
+    def ours():
+        c, h, hs = s.c0[0], s.h0[0], []
+        for t in range(s.T):
+            out = R.LSTMBlockCell(s.x[t], c, h, w, zeros, zeros, zeros, b, forget_bias=0.0,
                                   cell_clip=-1.0)  # fmt: skip
             c, h = out.cs, out.h
             hs.append(h)
-        return torch.autograd.grad(torch.stack(hs).sum(), (x, w, b))
+        return (torch.stack(hs),)
 
-    return lstm, (x, h0, c0), torch_fb, block_fb, cell_fb
+    def theirs():
+        c, h, hs = s.c0[0], s.h0[0], []
+        for t in range(s.T):
+            h, c = cell(s.x[t], (h, c))
+            hs.append(h)
+        return (torch.stack(hs),)
 
-
-def _cudnn_cases(T, B, H):
-    I = H  # noqa: E741
-    lstm = _lstm(I, H, torch.float32)
-    params = torch.cat([p.detach().flatten() for p in lstm.parameters()]).requires_grad_()
-    x = torch.randn(T, B, I, device="cuda").requires_grad_()
-    h0 = torch.zeros(1, B, H, device="cuda").requires_grad_()
-    c0 = torch.zeros(1, B, H, device="cuda").requires_grad_()
-    equal = torch.full((B,), T, dtype=torch.int32)
-    varied = _varied_lengths(T, B)
-    leaves = (x, h0, c0, *lstm.parameters())
-    pack, pad = torch.nn.utils.rnn.pack_padded_sequence, torch.nn.utils.rnn.pad_packed_sequence
-
-    def ours(lengths):
-        def fb():
-            out = R.CudnnRNNV3(x, h0, c0, params, lengths)
-            return torch.autograd.grad(out.output.sum(), (x, h0, c0, params))
-
-        return fb
-
-    def torch_equal():
-        out, _ = lstm(x, (h0, c0))
-        return torch.autograd.grad(out.sum(), leaves)
-
-    def torch_packed():
-        out, _ = lstm(pack(x, varied, enforce_sorted=False), (h0, c0))
-        out, _ = pad(out, total_length=T)
-        return torch.autograd.grad(out.sum(), leaves)
-
-    return ours(equal), torch_equal, ours(varied.to(torch.int32)), torch_packed
+    return ours, (s.x, w, b), (theirs, (s.x, *cell.parameters()))
 
 
-def _pair(ours, theirs, min_run_time):
-    t = _time_paired({"ours": _synced(ours), "torch": _synced(theirs)}, min_run_time)
-    ratios = [a / b for a, b in zip(t["ours"], t["torch"], strict=True)]
-    return {"ours_ms": statistics.median(t["ours"]) * 1e3,
-            "torch_ms": statistics.median(t["torch"]) * 1e3,
-            "ratio": statistics.median(ratios), "rounds": len(ratios)}  # fmt: skip
+def _keras_gru(s: _Shape):
+    gru = s.gru()
+    # nn.GRU's r, z, n blocks as Keras' z, r, h columns; its two biases as Keras' rows
+    order = (1, 0, 2)
+    kernel = torch.cat([gru.weight_ih_l0.detach().chunk(3)[k] for k in order]).t().contiguous()
+    recurrent = torch.cat([gru.weight_hh_l0.detach().chunk(3)[k] for k in order]).t().contiguous()
+    bias = torch.stack([torch.cat([b.detach().chunk(3)[k] for k in order])
+                        for b in (gru.bias_ih_l0, gru.bias_hh_l0)])  # fmt: skip
+    leaves = tuple(t.requires_grad_() for t in (kernel, recurrent, bias))
+
+    def ours():
+        if not torch.is_grad_enabled():
+            return (ops.keras_gru_inference(s.x, s.h0[0], *leaves),)
+        return (ops.keras_gru(s.x, s.h0[0], *leaves).h,)
+
+    return ours, (s.x, *leaves), _nn(gru, s, lstm=False)
+
+
+def _gru_cell_loop(s: _Shape):
+    H = s.H
+    new = dict(device=s.device, dtype=s.dtype)
+    w_ru = (0.1 * torch.randn(2 * H, 2 * H, **new)).requires_grad_()
+    w_c = (0.1 * torch.randn(2 * H, H, **new)).requires_grad_()
+    b_ru = torch.ones(2 * H, **new).requires_grad_()
+    b_c = torch.zeros(H, **new).requires_grad_()
+    cell = torch.nn.GRUCell(H, H).to(s.device, s.dtype)
+
+    def ours():
+        h, hs = s.h0[0], []
+        for t in range(s.T):
+            h = R.GRUBlockCell(s.x[t], h, w_ru, w_c, b_ru, b_c).h
+            hs.append(h)
+        return (torch.stack(hs),)
+
+    def theirs():
+        h, hs = s.h0[0], []
+        for t in range(s.T):
+            h = cell(s.x[t], h)
+            hs.append(h)
+        return (torch.stack(hs),)
+
+    return ours, (s.x, w_ru, w_c, b_ru, b_c), (theirs, (s.x, *cell.parameters()))
+
+
+BUILD = {
+    "BlockLSTM": _block_lstm,
+    "CudnnRNNV3 equal": lambda s: _cudnn(s, "lstm", varied=False),
+    "CudnnRNNV3 varied": lambda s: _cudnn(s, "lstm", varied=True),
+    "LSTMBlockCell loop": _lstm_cell_loop,
+    "CudnnRNNV3 GRU equal": lambda s: _cudnn(s, "gru", varied=False),
+    "keras_gru": _keras_gru,
+    "GRUBlockCell loop": _gru_cell_loop,
+}
+
+
+def _peak_mib(call, device) -> float | None:
+    """The memory one call allocates at its peak above what was allocated before it."""
+    if device != "cuda":
+        return None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    call()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - before) / 2**20
+
+
+def _commit(given: str | None) -> str:
+    if given:
+        return given
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                             text=True, timeout=10, check=True)  # fmt: skip
+        return out.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown (pass --commit)"
+
+
+def rows(shapes, op_names, modes, dtypes, device, min_run_time, budget, head):
+    """The benchmark's rows (dicts), one at a time, `head`'s fields first."""
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    started = time.perf_counter()
+    for T, B, H in shapes:
+        for op in op_names:
+            baseline, op_modes, op_dtypes = PLAN[op]
+            if op == "CudnnRNNV3 varied" and B < 8:
+                continue  # one or a few rows: lengths that vary prove nothing
+            for dtype_name in (d for d in op_dtypes if d in dtypes):
+                dtype = getattr(torch, dtype_name)
+                s = _Shape(T, B, H, dtype, device)
+                ours, ours_leaves, (theirs, their_leaves) = BUILD[op](s)
+                for mode in (m for m in op_modes if m in modes):
+                    if budget is not None and time.perf_counter() - started > budget:
+                        return
+
+                    def a(fn=ours, leaves=ours_leaves, mode=mode):
+                        out = _run(fn, mode, leaves)
+                        sync()
+                        return out
+
+                    def b(fn=theirs, leaves=their_leaves, mode=mode):
+                        out = _run(fn, mode, leaves)
+                        sync()
+                        return out
+
+                    t = _time_paired({"ours": a, "baseline": b}, min_run_time)
+                    ratios = [x / y for x, y in zip(t["ours"], t["baseline"], strict=True)]
+                    yield {**head, "op": op, "baseline": baseline, "mode": mode,
+                           "dtype": dtype_name, "T": T, "B": B, "I": H, "H": H,
+                           "ratio": round(statistics.median(ratios), 4),
+                           "ours_ms": round(statistics.median(t["ours"]) * 1e3, 4),
+                           "baseline_ms": round(statistics.median(t["baseline"]) * 1e3, 4),
+                           "rounds": len(ratios), "ours_peak_mib": _peak_mib(a, device),
+                           "baseline_peak_mib": _peak_mib(b, device)}  # fmt: skip
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--json", help="write the results here")
-    p.add_argument("--min-run-time", type=float, default=0.4, help="seconds per case and impl")
-    p.add_argument("--shape", action="append", help="T,B,H (repeatable; default: the grid above)")
+    p.add_argument("--json", help="write the rows here (a list of objects)")
+    p.add_argument("--min-run-time", type=float, default=0.2, help="seconds per row and side")
+    p.add_argument("--grid", choices=sorted(GRIDS), default="small")
+    p.add_argument("--shape", action="append", help="T,B,H (repeatable; replaces the grid)")
+    p.add_argument("--ops", help=f"comma-separated, of: {', '.join(OPS)} (default: all)")
+    p.add_argument("--modes", default="fwd+bwd,inference")
+    p.add_argument("--dtypes", default="float32,bfloat16")
+    p.add_argument("--budget", type=float, help="start no row after this many seconds")
+    p.add_argument("--commit", help="the commit measured (default: git's HEAD, where there is one)")
+    p.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
     args = p.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("bench_gpu: no CUDA device visible (torch.cuda.is_available() is False)",
-              file=sys.stderr)  # fmt: skip
-        return 2
-    if not torch_lstm_grad.built_with_cuda():
-        print("bench_gpu: torch_lstm_grad was built without CUDA kernels (see "
-              "`torch-lstm-grad doctor`)", file=sys.stderr)  # fmt: skip
-        return 2
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    shapes = [tuple(int(v) for v in s.split(",")) for s in args.shape] if args.shape else SHAPES
-    results = []
-    print(f"{'T':>4} {'B':>4} {'H':>5}  {'case':<16} {'ours ms':>9} {'torch ms':>9} {'ratio':>6}")
-    for T, B, H in shapes:
-        for dtype in (torch.float32, torch.bfloat16):
-            _, _, torch_fb, block_fb, cell_fb = _cases(T, B, H, dtype)
-            cases = {f"block {str(dtype)[6:]}": (block_fb, torch_fb)}
-            if dtype == torch.float32:
-                cases["cell loop"] = (cell_fb, torch_fb)
-            for name, (ours, theirs) in cases.items():
-                r = {"T": T, "B": B, "H": H, "case": name, **_pair(ours, theirs,
-                                                                   args.min_run_time)}  # fmt: skip
-                results.append(r)
-                print(f"{T:>4} {B:>4} {H:>5}  {name:<16} {r['ours_ms']:>9.3f} "
-                      f"{r['torch_ms']:>9.3f} {r['ratio']:>6.3f}", flush=True)  # fmt: skip
-        o_eq, t_eq, o_var, t_pack = _cudnn_cases(T, B, H)
-        for name, (ours, theirs) in {"cudnn equal": (o_eq, t_eq),
-                                     "cudnn varied": (o_var, t_pack)}.items():  # fmt: skip
-            r = {"T": T, "B": B, "H": H, "case": name, **_pair(ours, theirs, args.min_run_time)}
-            results.append(r)
-            print(f"{T:>4} {B:>4} {H:>5}  {name:<16} {r['ours_ms']:>9.3f} {r['torch_ms']:>9.3f} "
-                  f"{r['ratio']:>6.3f}", flush=True)  # fmt: skip
-    info = {"date": datetime.datetime.now().isoformat(timespec="seconds"),
-            "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version(), "tf32": False,
-            "min_run_time": args.min_run_time}  # fmt: skip
-    if args.json:
-        with open(args.json, "w") as fh:
-            json.dump({"info": info, "results": results}, fh, indent=1)
-    print(json.dumps(info))
+    if args.device == "cuda":
+        if not torch.cuda.is_available():
+            print("bench_gpu: no CUDA device visible (torch.cuda.is_available() is False)",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        if not torch_lstm_grad.built_with_cuda():
+            print("bench_gpu: torch_lstm_grad was built without CUDA kernels (see "
+                  "`torch-lstm-grad doctor`)", file=sys.stderr)  # fmt: skip
+            return 2
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    op_names = [o.strip() for o in args.ops.split(",")] if args.ops else list(OPS)
+    unknown = [o for o in op_names if o not in PLAN]
+    if unknown:
+        p.error(f"--ops: unknown {unknown}; expected some of {list(OPS)}")
+    shapes = ([tuple(int(v) for v in s.split(",")) for s in args.shape] if args.shape
+              else GRIDS[args.grid])  # fmt: skip
+    device_name = (torch.cuda.get_device_name() if args.device == "cuda"
+                   else f"cpu ({torch.get_num_threads()} threads)")  # fmt: skip
+    head = {"device": device_name,
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "commit": _commit(args.commit), "torch": torch.__version__,
+            "cudnn": torch.backends.cudnn.version() if args.device == "cuda" else None,
+            "tf32": False}  # fmt: skip
+    print(json.dumps(head))
+    print(f"{'T':>4} {'B':>4} {'H':>5}  {'op':<21} {'mode':<9} {'dtype':<8} {'ours ms':>9} "
+          f"{'base ms':>9} {'ratio':>6}  peak MiB ours/base")  # fmt: skip
+    out = []
+    for r in rows(shapes, op_names, args.modes.split(","), args.dtypes.split(","), args.device,
+                  args.min_run_time, args.budget, head):  # fmt: skip
+        out.append(r)
+        peak = (f"{r['ours_peak_mib']:.1f}/{r['baseline_peak_mib']:.1f}"
+                if r["ours_peak_mib"] is not None else "-")  # fmt: skip
+        print(f"{r['T']:>4} {r['B']:>4} {r['H']:>5}  {r['op']:<21} {r['mode']:<9} "
+              f"{r['dtype']:<8} {r['ours_ms']:>9.3f} {r['baseline_ms']:>9.3f} "
+              f"{r['ratio']:>6.3f}  {peak}", flush=True)  # fmt: skip
+        if args.json:  # rewritten after every row: a run cut short keeps what it measured
+            with open(args.json, "w") as fh:
+                json.dump(out, fh, indent=1)
     return 0
 
 

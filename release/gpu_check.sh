@@ -20,9 +20,11 @@
 #            tests/data/cudnn_weight_order_h200.txt, the CPU tests' copy       -> tests.log
 #   memcheck compute-sanitizer memcheck over every CUDA kernel (release/gpu_memcheck.py,
 #            float32) without the caching allocator                           -> sanitizer.log
-#   bench    benchmarks/bench_gpu.py on three shapes, paired with nn.LSTM -> bench.log, bench.json
+#   bench    benchmarks/bench_gpu.py's grid for BENCH_BUDGET s (40), paired with torch.nn
+#                                                                   -> bench.log, bench.json
 # summary.txt: one line per step. Seven files in all (the device tool returns eight at most).
-# Environment: PYTHON (default python3), PREBUILT (default .gpu-prebuilt).
+# Environment: PYTHON (default python3), PREBUILT (default .gpu-prebuilt), BENCH_BUDGET,
+# COMMIT.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -158,8 +160,11 @@ if command -v compute-sanitizer >/dev/null; then
 else
   note "memcheck: compute-sanitizer not found"
 fi
-step bench 80 bench.log "$PY" benchmarks/bench_gpu.py --min-run-time 0.2 --shape 100,1,256 \
-  --shape 100,32,512 --shape 100,128,1024 --json "$OUT_DIR/bench.json"
+# the full grid in its order (T = 100 first, the small hidden sizes first), rows started while
+# BENCH_BUDGET lasts; COMMIT names the sources measured (this copy of the tree has no git)
+step bench $((${BENCH_BUDGET:-40} + 90)) bench.log "$PY" benchmarks/bench_gpu.py --grid full \
+  --min-run-time 0.2 --budget "${BENCH_BUDGET:-40}" ${COMMIT:+--commit "$COMMIT"} \
+  --json "$OUT_DIR/bench.json"
 note "gpu_check: done in $(($(date +%s) - started)) s, $([ $failed -eq 0 ] && echo 'every step passed' \
   || echo 'some step failed')"
 exit $failed
