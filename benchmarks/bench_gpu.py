@@ -7,10 +7,12 @@ Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
 * `BlockLSTM` (no peepholes, no clip: nn.LSTM's math) vs `nn.LSTM`: fwd+bwd and inference,
   float32 and bfloat16;
 * `CudnnRNNV3 equal` (lstm, every length T) vs `nn.LSTM`: fwd+bwd and inference, float32;
+  `CudnnRNNV3 equal auto` the same under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (cuDNN's
+  persistent small-H algorithm where torch.nn takes it, docs/cudnn.md §8);
 * `CudnnRNNV3 varied` (lengths over [T/2, T], B >= 8) vs `nn.LSTM packed` (pack, nn.LSTM,
   unpack): fwd+bwd, float32;
 * `LSTMBlockCell loop` (T steps from Python) vs `nn.LSTMCell loop`: fwd+bwd, float32;
-* `CudnnRNNV3 GRU equal` vs `nn.GRU`: fwd+bwd and inference, float32;
+* `CudnnRNNV3 GRU equal` (and `... auto`) vs `nn.GRU`: fwd+bwd and inference, float32;
 * `keras_gru` (reset_after: cuDNN's GRU) vs `nn.GRU`: fwd+bwd and inference, float32 and
   bfloat16;
 * `GRUBlockCell loop` (TF's reset-before GRU, T steps) vs `nn.GRUCell loop`: fwd+bwd, float32.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -54,15 +57,18 @@ GRIDS = {
              for B in (1, 8, 32, 128)],
     "small": [(100, B, H) for H in (64, 128, 256) for B in (1, 32)],
 }  # fmt: skip
-OPS = ("BlockLSTM", "CudnnRNNV3 equal", "CudnnRNNV3 varied", "LSTMBlockCell loop",
-       "CudnnRNNV3 GRU equal", "keras_gru", "GRUBlockCell loop")  # fmt: skip
+OPS = ("BlockLSTM", "CudnnRNNV3 equal", "CudnnRNNV3 equal auto", "CudnnRNNV3 varied",
+       "LSTMBlockCell loop", "CudnnRNNV3 GRU equal", "CudnnRNNV3 GRU equal auto", "keras_gru",
+       "GRUBlockCell loop")  # fmt: skip
 # op -> (baseline, modes, dtypes)
 PLAN = {
     "BlockLSTM": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "CudnnRNNV3 equal": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32",)),
+    "CudnnRNNV3 equal auto": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32",)),
     "CudnnRNNV3 varied": ("nn.LSTM packed", ("fwd+bwd",), ("float32",)),
     "LSTMBlockCell loop": ("nn.LSTMCell loop", ("fwd+bwd",), ("float32",)),
     "CudnnRNNV3 GRU equal": ("nn.GRU", ("fwd+bwd", "inference"), ("float32",)),
+    "CudnnRNNV3 GRU equal auto": ("nn.GRU", ("fwd+bwd", "inference"), ("float32",)),
     "keras_gru": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "GRUBlockCell loop": ("nn.GRUCell loop", ("fwd+bwd",), ("float32",)),
 }
@@ -214,9 +220,32 @@ def _gru_cell_loop(s: _Shape):
     return ours, (s.x, w_ru, w_c, b_ru, b_c), (theirs, (s.x, *cell.parameters()))
 
 
+def _auto(case):
+    """A case whose op runs under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (docs/cudnn.md §8; read
+    at each call, so set around each call, the baseline's untouched)."""
+    ours, leaves, baseline = case
+
+    def under_auto():
+        before = os.environ.get(_ALGO)
+        os.environ[_ALGO] = "auto"
+        try:
+            return ours()
+        finally:
+            if before is None:
+                del os.environ[_ALGO]
+            else:
+                os.environ[_ALGO] = before
+
+    return under_auto, leaves, baseline
+
+
+_ALGO = "TORCH_LSTM_GRAD_CUDNN_RNN_ALGO"
+
 BUILD = {
     "BlockLSTM": _block_lstm,
     "CudnnRNNV3 equal": lambda s: _cudnn(s, "lstm", varied=False),
+    "CudnnRNNV3 equal auto": lambda s: _auto(_cudnn(s, "lstm", varied=False)),
+    "CudnnRNNV3 GRU equal auto": lambda s: _auto(_cudnn(s, "gru", varied=False)),
     "CudnnRNNV3 varied": lambda s: _cudnn(s, "lstm", varied=True),
     "LSTMBlockCell loop": _lstm_cell_loop,
     "CudnnRNNV3 GRU equal": lambda s: _cudnn(s, "gru", varied=False),

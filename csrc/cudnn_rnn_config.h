@@ -373,8 +373,9 @@ constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' '
 constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B
 
 // Which kernels made a reserve: the CPU's and cuDNN's lay out their activations differently, so
-// a reserve moved to the other device must not pass.
-enum class ReserveMaker : int64_t { kCpu = 1, kCudnn = 2 };
+// a reserve moved to the other device must not pass; cuDNN's backward runs the algorithm its
+// forward ran (docs/cudnn.md §8), which the word records.
+enum class ReserveMaker : int64_t { kCpu = 1, kCudnn = 2, kCudnnPersistSmallH = 3 };
 
 inline std::vector<int64_t> reserve_signature(const RNNConfig& c,
                                               const std::vector<int64_t>& lengths,
@@ -419,6 +420,9 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
     const auto name = [](int64_t m) -> std::string {
       if (m == static_cast<int64_t>(ReserveMaker::kCpu)) return "the CPU kernels";
       if (m == static_cast<int64_t>(ReserveMaker::kCudnn)) return "cuDNN (CUDA)";
+      if (m == static_cast<int64_t>(ReserveMaker::kCudnnPersistSmallH)) {
+        return "cuDNN (CUDA), its persistent small-H algorithm";
+      }
       return "unknown kernels (maker word " + std::to_string(m) + ")";
     };
     TORCH_CHECK_VALUE(false, "reserve_space: made by ", name(stored[11]), ", this call runs on ",

@@ -27,6 +27,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -204,7 +205,8 @@ struct ModelDesc {
 // draws dropout is described per call: its descriptor points at a state that may be re-seeded
 // or evicted between calls, and cuDNN does not document whether the RNN descriptor copies the
 // dropout descriptor or refers to it.
-using ModelKey = std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int>;
+using ModelKey =
+    std::tuple<int, int, int64_t, int64_t, int64_t, int64_t, int64_t, bool, int, int, int>;
 constexpr size_t kMaxCachedModels = 64;
 
 // Everything one forward or backward call describes to cuDNN: the model (cached or this call's
@@ -342,10 +344,39 @@ Rows kept_rows(const std::vector<int64_t>& lengths, const at::Device& device) {
   return r;
 }
 
+// The algorithm of a training forward (and so of its backward) or of an inference forward,
+// docs/cudnn.md §8. TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=standard (the default: TF's, which V3 never
+// autotunes) always runs CUDNN_RNN_ALGO_STANDARD; =auto follows torch.nn's choice: the
+// persistent small-H algorithm where every row runs all T steps (cuDNN refuses persistent
+// algorithms on varying lengths), without projection, not in double, on sm >= 6.0, at hidden
+// sizes where torch takes it for both the forward and the backward (LSTM, GRU <= 128; RELU,
+// TANH <= 256) in training, for the forward (<= 192, <= 384) in inference.
+cudnnRNNAlgo_t choose_algo(const RNNConfig& c, const std::vector<int64_t>& lengths,
+                           at::ScalarType compute, bool training) {
+  const char* env = std::getenv("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO");
+  const std::string choice = env == nullptr || *env == '\0' ? "standard" : env;
+  TORCH_CHECK_VALUE(choice == "standard" || choice == "auto",
+                    "TORCH_LSTM_GRAD_CUDNN_RNN_ALGO: expected \"standard\" or \"auto\", got \"",
+                    choice, "\"");
+  if (choice == "standard" || c.proj() || compute == at::kDouble) return CUDNN_RNN_ALGO_STANDARD;
+  if (!std::all_of(lengths.begin(), lengths.end(), [&](int64_t n) { return n == c.T; })) {
+    return CUDNN_RNN_ALGO_STANDARD;
+  }
+  if (at::cuda::getCurrentDeviceProperties()->major < 6) return CUDNN_RNN_ALGO_STANDARD;
+  const bool gated = c.mode == RNNMode::kLSTM || c.mode == RNNMode::kGRU;
+  const int64_t limit = gated ? (training ? 128 : 192) : (training ? 256 : 384);
+  return c.H <= limit ? CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H : CUDNN_RNN_ALGO_STANDARD;
+}
+
+ReserveMaker maker_of(cudnnRNNAlgo_t algo) {
+  return algo == CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H ? ReserveMaker::kCudnnPersistSmallH
+                                                       : ReserveMaker::kCudnn;
+}
+
 void set_rnn_desc(ModelDesc& m, cudnnHandle_t handle, const RNNConfig& c, cudnnDataType_t t,
-                  cudnnDataType_t math_prec, cudnnMathType_t math) {
+                  cudnnDataType_t math_prec, cudnnMathType_t math, cudnnRNNAlgo_t algo) {
   AT_CUDNN_CHECK(cudnnSetRNNDescriptor_v8(
-      m.rnn.get(), CUDNN_RNN_ALGO_STANDARD, cudnn_mode(c.mode), CUDNN_RNN_DOUBLE_BIAS,
+      m.rnn.get(), algo, cudnn_mode(c.mode), CUDNN_RNN_DOUBLE_BIAS,
       c.D == 2 ? CUDNN_BIDIRECTIONAL : CUDNN_UNIDIRECTIONAL,
       c.skip_input ? CUDNN_SKIP_INPUT : CUDNN_LINEAR_INPUT, t, math_prec, math,
       /*inputSize=*/static_cast<int32_t>(c.I), /*hiddenSize=*/static_cast<int32_t>(c.H),
@@ -358,7 +389,7 @@ void set_rnn_desc(ModelDesc& m, cudnnHandle_t handle, const RNNConfig& c, cudnnD
 // backward reads its forward's masks from the reserve).
 void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows& rows,
               at::ScalarType compute, double dropout, int64_t seed, int64_t seed2,
-              const at::Device& device, bool training, bool forward) {
+              const at::Device& device, bool training, bool forward, cudnnRNNAlgo_t algo) {
   const cudnnDataType_t t = cudnn_type(compute);
   const cudnnDataType_t math_prec = compute == at::kDouble ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
   cudnnMathType_t math = CUDNN_DEFAULT_MATH;
@@ -372,13 +403,14 @@ void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows&
   if (rate == 0) {
     thread_local std::map<ModelKey, std::unique_ptr<ModelDesc>> cache;
     const ModelKey key{static_cast<int>(device.index()), static_cast<int>(c.mode), c.L, c.D, c.I,
-                       c.H, c.P, c.skip_input, static_cast<int>(compute), static_cast<int>(math)};
+                       c.H, c.P, c.skip_input, static_cast<int>(compute), static_cast<int>(math),
+                       static_cast<int>(algo)};
     auto it = cache.find(key);
     if (it == cache.end()) {
       if (cache.size() >= kMaxCachedModels) cache.clear();
       auto m = std::make_unique<ModelDesc>();
       set_dropout(m->dropout.get(), handle, 0.0, 0, 0, device, false);
-      set_rnn_desc(*m, handle, c, t, math_prec, math);
+      set_rnn_desc(*m, handle, c, t, math_prec, math, algo);
       it = cache.emplace(key, std::move(m)).first;
     }
     d.model = it->second.get();
@@ -386,7 +418,7 @@ void describe(CudnnRNN& d, cudnnHandle_t handle, const RNNConfig& c, const Rows&
     d.owned = std::make_unique<ModelDesc>();
     d.model = d.owned.get();
     d.dropout = set_dropout(d.model->dropout.get(), handle, rate, seed, seed2, device, forward);
-    set_rnn_desc(*d.model, handle, c, t, math_prec, math);
+    set_rnn_desc(*d.model, handle, c, t, math_prec, math, algo);
   }
   const int batch = static_cast<int>(rows.lengths.size());
   const cudnnRNNDataLayout_t layout = c.time_major ? CUDNN_RNN_DATA_LAYOUT_SEQ_MAJOR_UNPACKED
@@ -476,11 +508,12 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
   const int64_t header = reserve_signature_bytes(c.B, 256);
   at::Tensor reserve;  // training: the signature, then cuDNN's reserve where rows run
   if (!run && is_training) reserve = at::zeros({header / elem}, input.options());
+  const cudnnRNNAlgo_t algo = choose_algo(c, lengths, compute, is_training);
   if (run) {
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
     describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), is_training,
-             /*forward=*/true);
+             /*forward=*/true, algo);
     const at::Tensor w = params.to(compute).contiguous();
     verify_weight_layout(handle, d, c, compute, w);
     const at::Tensor x = keep_seq(input.to(compute), c, rows);
@@ -509,7 +542,7 @@ Outputs5 cudnn_rnn_cuda(const at::Tensor& input, const at::Tensor& input_h,
     cy = c.lstm() ? scatter_rows(cyk, c0, 1, rows) : c0;
   }
   if (is_training) {
-    std::vector<int64_t> sig = reserve_signature(c, lengths, dropout, ReserveMaker::kCudnn);
+    std::vector<int64_t> sig = reserve_signature(c, lengths, dropout, maker_of(algo));
     // From pinned memory, non-blocking: a pageable copy would wait for the queued kernels.
     const at::Tensor words = to_device(sig, at::kLong, input.device());
     reserve.view(at::kByte).narrow(0, 0, words.numel() * 8).copy_(words.view(at::kByte));
@@ -550,20 +583,27 @@ Grads4 cudnn_rnn_backprop_impl(
                     "is_training=True, got shape ", shape_str(reserve_space.sizes()));
   const int64_t header = reserve_signature_bytes(c.B, 256);
   SignedReserve* signed_ = signed_reserve(reserve_space);
+  at::Tensor stored;  // a reserve that is not the forward's own tensor: its device copy
   if (signed_ != nullptr) {  // the forward's signature, kept on the host
     TORCH_CHECK_VALUE(!signed_->consumed, "reserve_space: already used by a backward that did "
                       "not retain the graph (cuDNN's backward writes into its reserve); run the "
                       "forward again, or the first backward with retain_graph=True");
-    check_reserve_signature(signed_->words.data(), static_cast<int64_t>(signed_->words.size()),
-                            c, lengths, dropout, ReserveMaker::kCudnn);
-  } else {  // a reserve that is not the forward's own tensor: its device copy, a few bytes
+  } else {
     const int64_t n_words = std::min<int64_t>(
         reserve_space.numel() * reserve_space.element_size() / 8, kReserveFixedWords + c.B);
-    const at::Tensor stored =
-        reserve_space.view(at::kByte).narrow(0, 0, n_words * 8).to(at::kCPU).view(at::kLong);
-    check_reserve_signature(stored.const_data_ptr<int64_t>(), n_words, c, lengths, dropout,
-                            ReserveMaker::kCudnn);
+    stored = reserve_space.view(at::kByte).narrow(0, 0, n_words * 8).to(at::kCPU).view(at::kLong);
   }
+  const int64_t* words = signed_ != nullptr ? signed_->words.data()
+                                            : stored.const_data_ptr<int64_t>();
+  const int64_t n_words = signed_ != nullptr ? static_cast<int64_t>(signed_->words.size())
+                                             : stored.numel();
+  // The backward runs its forward's algorithm, which the maker word records; any other word
+  // (another device's kernels included) is checked as it stands.
+  const bool small_h = n_words >= kReserveFixedWords &&
+                       words[11] == static_cast<int64_t>(ReserveMaker::kCudnnPersistSmallH);
+  const cudnnRNNAlgo_t algo =
+      small_h ? CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H : CUDNN_RNN_ALGO_STANDARD;
+  check_reserve_signature(words, n_words, c, lengths, dropout, maker_of(algo));
   const auto dtype = input.scalar_type();
   const auto [compute, opts, rows, h0, c0] = prepare(c, lengths, input, input_h, input_c);
   const at::Tensor dhy = states_tm(output_h_backprop, c).to(compute);
@@ -581,7 +621,7 @@ Grads4 cudnn_rnn_backprop_impl(
     cudnnHandle_t handle = at::native::getCudnnHandle();
     CudnnRNN d;
     describe(d, handle, c, rows, compute, dropout, seed, seed2, input.device(), true,
-             /*forward=*/false);
+             /*forward=*/false, algo);
     const at::Tensor w = params.to(compute).contiguous();
     verify_weight_layout(handle, d, c, compute, w);
     TORCH_CHECK_VALUE(reserve_space.numel() * reserve_space.element_size() >=

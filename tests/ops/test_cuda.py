@@ -328,6 +328,41 @@ def test_reserve_from_the_other_device_is_refused():
             R.CudnnRNNBackpropV3(*_backprop_args(moved, ins, moved.reserve_space))
 
 
+def _maker_word(reserve) -> int:
+    """Word 11 of a reserve's signature: the kernels (and cuDNN algorithm) that made it."""
+    return int(reserve.view(torch.uint8)[88:96].cpu().view(torch.int64)[0])
+
+
+@pytest.mark.parametrize("mode", ["lstm", "gru", "rnn_tanh"])
+def test_persistent_small_h_algorithm_under_auto(monkeypatch, mode):
+    """TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto: equal lengths at a small hidden size run cuDNN's
+    persistent small-H algorithm (the reserve's maker word 3) and match the CPU kernels forward
+    and backward; the backward follows its reserve's algorithm whatever the variable says then;
+    varied lengths keep the standard one (word 2)."""
+    monkeypatch.setenv("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO", "auto")
+    args = _cudnn_args(mode, 1, 1, [5, 5, 5], H=8, dtype=torch.float32)
+    ins = [t.cuda() for t in args]
+    cpu, fwd = R.CudnnRNNV3(*args, rnn_mode=mode), R.CudnnRNNV3(*ins, rnn_mode=mode)
+    assert _maker_word(fwd.reserve_space) == 3
+    for a, b in zip(cpu[:3], fwd[:3], strict=True):
+        torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=1e-5)
+    monkeypatch.setenv("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO", "standard")
+    got = R.CudnnRNNBackpropV3(*_backprop_args(fwd, ins, fwd.reserve_space), rnn_mode=mode)
+    want = R.CudnnRNNBackpropV3(*_backprop_args(cpu, args, cpu.reserve_space), rnn_mode=mode)
+    for a, b in zip(want, got, strict=True):
+        torch.testing.assert_close(b.cpu(), a, atol=1e-5, rtol=1e-5)
+    monkeypatch.setenv("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO", "auto")
+    varied = [t.cuda() for t in _cudnn_args(mode, 1, 1, [5, 3, 4], H=8, dtype=torch.float32)]
+    assert _maker_word(R.CudnnRNNV3(*varied, rnn_mode=mode).reserve_space) == 2
+
+
+def test_an_unknown_algorithm_setting_is_refused(monkeypatch):
+    monkeypatch.setenv("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO", "fastest")
+    ins = [t.cuda() for t in _cudnn_args("lstm", 1, 1, [5, 2, 4], dtype=torch.float32)]
+    with pytest.raises(ValueError, match='TORCH_LSTM_GRAD_CUDNN_RNN_ALGO: expected "standard"'):
+        R.CudnnRNNV3(*ins)
+
+
 def test_reserve_checked_through_its_device_copy_when_not_the_forwards_own():
     """The forward's own reserve carries its signature on the host (no device read); a copy of
     it is checked through the device header: both give the same gradients, a copy with another

@@ -1879,6 +1879,9 @@ def _cases(op: str) -> list[Case]:
         add("reserve_space_made_by_cudnn", lambda a: a.update(reserve_space=_maker(a, 2)),
             ValueError, "reserve_space", "made by cuDNN (CUDA), this call runs on the CPU kernels",
             vd=True)  # fmt: skip
+        add("reserve_space_made_by_cudnn_small_h", lambda a: a.update(reserve_space=_maker(a, 3)),
+            ValueError, "reserve_space", "made by cuDNN (CUDA), its persistent small-H algorithm, "
+            "this call runs on the CPU kernels", vd=True)  # fmt: skip
         add("reserve_space_unknown_maker", lambda a: a.update(reserve_space=_maker(a, 7)),
             ValueError, "reserve_space", "made by unknown kernels (maker word 7)", vd=True)
     return out
