@@ -29,9 +29,9 @@ stops starting rows after S seconds (the rows done are written). Targets: docs/p
 
     python benchmarks/bench_gpu.py --grid full --budget 400 --commit abc1234 --json F
 
-`--device cpu` runs the same rows on the CPU, to check the script (its figures are not the
-CPU benchmark: `torch-lstm-grad bench`). Exits 2 without a CUDA device or a CUDA build of the
-extension, saying which.
+`--device cpu` runs the same rows on the CPU: the script's check, and the CPU figures of the
+cell loops (the fused ops' CPU benchmark is `torch-lstm-grad bench`). Exits 2 without a CUDA
+device or a CUDA build of the extension, saying which.
 """
 
 from __future__ import annotations
