@@ -102,14 +102,20 @@ class _Shape:
         return torch.nn.GRU(self.H, self.H).to(self.device, self.dtype)
 
 
-def _block_lstm(s: _Shape):
-    """BlockLSTM's w [I + H, 4H] (ICFO) and b on nn.LSTM's weights, vs that nn.LSTM."""
-    lstm = s.lstm()
+def _block_weights(lstm):
+    """BlockLSTM's / LSTMBlockCell's w [I + H, 4H] (ICFO) and b [4H] on nn.LSTM's weights."""
     w_ih, w_hh = lstm.weight_ih_l0.detach(), lstm.weight_hh_l0.detach()
     w = torch.cat([w_ih, w_hh], 1)
     w = torch.cat([w.chunk(4, 0)[k] for k in (0, 2, 1, 3)]).t().contiguous().requires_grad_()
     b = (lstm.bias_ih_l0 + lstm.bias_hh_l0).detach()
     b = torch.cat([b.chunk(4)[k] for k in (0, 2, 1, 3)]).requires_grad_()
+    return w, b
+
+
+def _block_lstm(s: _Shape):
+    """BlockLSTM on nn.LSTM's weights, vs that nn.LSTM."""
+    lstm = s.lstm()
+    w, b = _block_weights(lstm)
     zeros = torch.zeros(s.H, device=s.device, dtype=s.dtype)
     seq = torch.tensor(s.T, dtype=torch.int64)
 
@@ -152,8 +158,7 @@ def _cudnn(s: _Shape, mode: str, varied: bool):
 
 
 def _lstm_cell_loop(s: _Shape):
-    ours_fn, ours_leaves, _ = _block_lstm(s)
-    _, w, b = ours_leaves
+    w, b = _block_weights(s.lstm())
     zeros = torch.zeros(s.H, device=s.device, dtype=s.dtype)
     cell = torch.nn.LSTMCell(s.H, s.H).to(s.device, s.dtype)
 
@@ -220,6 +225,9 @@ def _gru_cell_loop(s: _Shape):
     return ours, (s.x, w_ru, w_c, b_ru, b_c), (theirs, (s.x, *cell.parameters()))
 
 
+_ALGO = "TORCH_LSTM_GRAD_CUDNN_RNN_ALGO"
+
+
 def _auto(case):
     """A case whose op runs under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (docs/cudnn.md §8; read
     at each call, so set around each call, the baseline's untouched)."""
@@ -239,8 +247,6 @@ def _auto(case):
     return under_auto, leaves, baseline
 
 
-_ALGO = "TORCH_LSTM_GRAD_CUDNN_RNN_ALGO"
-
 BUILD = {
     "BlockLSTM": _block_lstm,
     "CudnnRNNV3 equal": lambda s: _cudnn(s, "lstm", varied=False),
@@ -252,6 +258,17 @@ BUILD = {
     "keras_gru": _keras_gru,
     "GRUBlockCell loop": _gru_cell_loop,
 }
+
+
+def _synced(fn, mode, leaves, sync):
+    """One timed call: `fn` run (`_run`) and the device synchronised."""
+
+    def call():
+        out = _run(fn, mode, leaves)
+        sync()
+        return out
+
+    return call
 
 
 def _peak_mib(call, device) -> float | None:
@@ -294,16 +311,8 @@ def rows(shapes, op_names, modes, dtypes, device, min_run_time, budget, head):
                     if budget is not None and time.perf_counter() - started > budget:
                         return
 
-                    def a(fn=ours, leaves=ours_leaves, mode=mode):
-                        out = _run(fn, mode, leaves)
-                        sync()
-                        return out
-
-                    def b(fn=theirs, leaves=their_leaves, mode=mode):
-                        out = _run(fn, mode, leaves)
-                        sync()
-                        return out
-
+                    a = _synced(ours, mode, ours_leaves, sync)
+                    b = _synced(theirs, mode, their_leaves, sync)
                     t = _time_paired({"ours": a, "baseline": b}, min_run_time)
                     ratios = [x / y for x, y in zip(t["ours"], t["baseline"], strict=True)]
                     yield {**head, "op": op, "baseline": baseline, "mode": mode,

@@ -55,6 +55,10 @@ class CompositeCudnn:
                           rnn_mode=self.mode, input_mode=attrs["input_mode"],
                           direction=attrs["direction"], num_proj=proj)  # fmt: skip
         self.G = len(_COLUMNS[self.mode])
+        if self.mode == "lstm":  # TF1's cells, as TF 2.21 ships them
+            from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
+
+            self._rnn_cell_impl = rnn_cell_impl
         n = self.L * self.D * 2 * self.G
         canonical = raw_ops.CudnnRNNParamsToCanonicalV2(
             params=torch.as_tensor(np.asarray(buffer, np.float32)),
@@ -82,10 +86,10 @@ class CompositeCudnn:
         kernel_r = np.concatenate([R[g].T for g in cols], axis=1)
         in_size = kernel_in.shape[0]
         if self.mode == "lstm":
-            from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
-
-            cell = rnn_cell_impl.LSTMCell(H, num_proj=self.P if proj else None, forget_bias=0.0,
-                                          state_is_tuple=True, name=f"cell_{k}")  # fmt: skip
+            cell = self._rnn_cell_impl.LSTMCell(
+                H, num_proj=self.P if proj else None, forget_bias=0.0, state_is_tuple=True,
+                name=f"cell_{k}",
+            )  # fmt: skip
             cell.build(tf.TensorShape([None, in_size]))
             values = [np.concatenate([kernel_in, kernel_r]),
                       np.concatenate([bW[g] + bR[g] for g in cols])]  # fmt: skip
@@ -141,9 +145,7 @@ class CompositeCudnn:
                 out = [None] * T
                 for t in reversed(range(T)) if d == 1 else range(T):
                     if self.mode == "lstm":
-                        from tensorflow.python.keras.layers.legacy_rnn import rnn_cell_impl
-
-                        h, (c, _) = cell(steps[t], rnn_cell_impl.LSTMStateTuple(c, h))
+                        h, (c, _) = cell(steps[t], self._rnn_cell_impl.LSTMStateTuple(c, h))
                     else:
                         h, _ = cell(steps[t], [h], training=False)
                     out[t] = h

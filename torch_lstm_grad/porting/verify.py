@@ -534,11 +534,11 @@ class _TF1Cells:
         tf = self.tf
         d = module.port_description
         if d.kind == "tf1.CudnnRNN":  # TF runs the op on a GPU only: its composite cells
-            name = d.weights["opaque_kernel"]
-            ops = cudnn_ops_on(self.g, {name, *self.g.aliases.get(name, [])})
+            buffer = d.weights["opaque_kernel"]
+            ops = cudnn_ops_on(self.g, {buffer, *self.g.aliases.get(buffer, [])})
             if not ops:
-                raise _Unverifiable(f"the {self.g.label} runs no cuDNN op on {name}")
-            cells = CompositeCudnn(tf, self.source.variables[name], ops[0].attrs,
+                raise _Unverifiable(f"the {self.g.label} runs no cuDNN op on {buffer}")
+            cells = CompositeCudnn(tf, self.source.variables[buffer], ops[0].attrs,
                                    d.value("num_layers"), d.value("units"),
                                    d.value("input_size"))  # fmt: skip
             return _run_composite(tf, cells, case, rng)
