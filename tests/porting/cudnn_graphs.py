@@ -14,11 +14,13 @@ from torch_lstm_grad import layouts, raw_ops
 
 def write_opaque_graph(directory, buffer, *, rnn_mode, num_layers, num_units, input_size,
                        direction="unidirectional", input_mode="linear_input", num_proj=0,
-                       op="CudnnRNNV3", sizes="states", frozen=False) -> str:  # fmt: skip
+                       op="CudnnRNNV3", sizes="states", frozen=False,
+                       lengths=None) -> str:  # fmt: skip
     """The graph's path (a checkpoint prefix, or the frozen .pb) of `op` reading `buffer` (the
     variable or Const `rnn/opaque_kernel`) on a placeholder `x [T, B, input_size]`; `sizes`:
     "states" (zero initial states of constant L·D and widths) or "params_size" (a
-    CudnnRNNParamsSize op, as TF1's contrib layer sizes its variable, and fed states)."""
+    CudnnRNNParamsSize op, as TF1's contrib layer sizes its variable, and fed states);
+    `lengths`: V3's sequence_lengths as a constant (else every row x's full length)."""
     tf = tf_module()
     tf1 = tf.compat.v1
     LD = num_layers * (2 if direction == "bidirectional" else 1)
@@ -43,7 +45,9 @@ def write_opaque_graph(directory, buffer, *, rnn_mode, num_layers, num_units, in
         else:
             c0 = tf.constant(0.0)
         extra = {}
-        if op == "CudnnRNNV3":  # every row the full length
+        if op == "CudnnRNNV3" and lengths is not None:
+            extra["sequence_lengths"] = tf.constant(lengths, tf.int32, name="lengths")
+        elif op == "CudnnRNNV3":  # every row the full length
             extra["sequence_lengths"] = tf.fill(tf.shape(x)[1:2], tf.shape(x)[0])
             if P != H:
                 extra["num_proj"] = P

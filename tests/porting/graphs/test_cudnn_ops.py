@@ -5,6 +5,7 @@ the weights the buffer packs: outputs, the input's and initial states' gradients
 buffer's gradient against the nn module's weight gradients packed the same way."""
 
 import copy
+import re
 
 import numpy as np
 import pytest
@@ -53,7 +54,7 @@ def _write(tmp_path, name, frozen):
 @pytest.mark.parametrize("name", list(CASES))
 def test_opaque_buffer_ports_as_cudnn_module(tmp_path, capsys, name, frozen):
     src, ref = _write(tmp_path, name, frozen)
-    mods, log = cli_convert(src, tmp_path, capsys)
+    mods, log = _convert(src, tmp_path, capsys)
     assert list(mods) == ["rnn"]
     how = "CudnnRNNParamsSize" if CASES[name][4] == "params_size" else "initial state"
     assert f"num_layers = {ref.num_layers}  <- " in log and how in log
@@ -77,10 +78,16 @@ def test_skip_input_buffer_ports_as_cudnn_module(tmp_path, capsys, name):
         input_size=6, direction="bidirectional" if ref.bidirectional else "unidirectional",
         input_mode="skip_input",
     )  # fmt: skip
-    mods, log = cli_convert(src, tmp_path, capsys)
+    mods, log = _convert(src, tmp_path, capsys)
     assert "input_mode = 'skip_input'" in log and "input_size = 6  <- " in log
     assert mods["rnn"].input_mode == "skip_input"
     _assert_computes(mods["rnn"], ref, 6, layouts_of=skip_input_buffer)
+
+
+def _convert(src, tmp_path, capsys):
+    """cli_convert's modules and log, the log's attribute columns closed up (`key = value`)."""
+    mods, log = cli_convert(src, tmp_path, capsys)
+    return mods, re.sub(r"(?m)^(\s+\S+) +=", r"\1 =", log)
 
 
 def _linear_buffer(ref) -> np.ndarray:
@@ -115,6 +122,23 @@ def _assert_computes(port, ref, I, layouts_of):  # noqa: E741
             p.copy_(d)
     packed = torch.from_numpy(layouts_of(grads))
     torch.testing.assert_close(ours[2], packed)
+
+
+@pytest.mark.parametrize("lengths", [None, [5, 3, 2]], ids=["fed", "constant"])
+def test_v3_sequence_lengths_are_printed(tmp_path, capsys, lengths):
+    """The module takes CudnnRNNV3's sequence_lengths at its call: the log says what the graph
+    fed (constant values, or the node feeding them) and that the module does not keep it."""
+    ref = _reference(torch.nn.GRU, {}, 4, 6, seed=3)
+    src = write_opaque_graph(tmp_path, _linear_buffer(ref).astype(np.float32), rnn_mode="gru",
+                             num_layers=1, num_units=6, input_size=4, frozen=True,
+                             lengths=lengths)  # fmt: skip
+    _, log = _convert(src, tmp_path, capsys)
+    if lengths is None:
+        assert "sequence_lengths = 'at the call'  <- CudnnRNNV3 (CudnnRNNV3)'s input Fill" in log
+        assert "every row runs all T steps" in log and "[not stored in the file]" in log
+    else:
+        assert "sequence_lengths = [5, 3, 2]  <- " in log and "lengths, a constant" in log
+        assert "call it with sequence_lengths= these" in log
 
 
 def test_sizes_not_in_the_graph_are_refused(tmp_path, capsys):

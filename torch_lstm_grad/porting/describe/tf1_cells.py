@@ -498,6 +498,20 @@ class _Describer:
               "training only)")  # fmt: skip
         d.set("time_major", bool(a["time_major"]), f"{op.where}'s attribute (the module's call: "
               "time_major=)")  # fmt: skip
+        if op.lengths_from is not None:
+            # The module takes the lengths at its call, not from the file (docs/porting.md,
+            # "cuDNN ops on an opaque buffer"): say what the graph fed, so that a caller who
+            # does not pass them knows the port runs every row all T steps.
+            if op.lengths is not None:
+                d.set("sequence_lengths", op.lengths,
+                      f"{op.where}'s input {op.lengths_from}, a constant: the module does not "
+                      "keep it; call it with sequence_lengths= these to compute what the graph "
+                      "computed")  # fmt: skip
+            else:
+                d.set("sequence_lengths", "at the call",
+                      f"{op.where}'s input {op.lengths_from}: pass the same lengths to the "
+                      "module's sequence_lengths= (without them every row runs all T steps)",
+                      stored=False)  # fmt: skip
         d.weights = {"opaque_kernel": name}
         return d
 

@@ -42,7 +42,8 @@ class CudnnOp:
     """One cuDNN RNN op reading a params buffer: `attrs` with the op's defaults filled in;
     `layers_dirs`, `units`, `proj` from the initial states where the graph fixes them (else
     None); `sizes`: (num_layers, num_units, input_size) of each CudnnRNNParamsSize of the same
-    model in the graph."""
+    model in the graph; `lengths_from` (V3 only): the node feeding its `sequence_lengths`, and
+    `lengths` their values where that node is a constant."""
 
     node: Node
     attrs: dict
@@ -50,6 +51,8 @@ class CudnnOp:
     units: int | None = None
     proj: int | None = None
     sizes: list[tuple[int, int, int]] = field(default_factory=list)
+    lengths_from: str | None = None
+    lengths: list[int] | None = None
 
     @property
     def where(self) -> str:
@@ -94,6 +97,9 @@ def cudnn_ops_on(g: Graph, keys: set[str]) -> list[CudnnOp]:
         if n.op != "CudnnRNNV3":  # V1/V2 take no projection and are time-major
             attrs["num_proj"], attrs["time_major"] = 0, True
         op = CudnnOp(n, attrs)
+        if n.op == "CudnnRNNV3" and len(n.inputs) >= 5:
+            op.lengths_from = local_name(g.resolve(n.inputs[4])[0])
+            op.lengths = g.ints(n.inputs[4])
         lead = 0 if attrs["time_major"] else 1
         h = _dims(g, n.inputs[1])
         c = _dims(g, n.inputs[2]) if attrs["rnn_mode"] == "lstm" else None
