@@ -371,6 +371,8 @@ class MostRecentlyUsed {
 
 constexpr int64_t kReserveMagic = 0x31305652474c5401;  // bytes 01 'T' 'L' 'G' 'R' 'V' '0' '1'
 constexpr int64_t kReserveFixedWords = 13;             // magic, 11 fields, B
+constexpr int64_t kReserveDropoutWord = 10;            // the dropout rate's bits
+constexpr int64_t kReserveMakerWord = 11;              // a ReserveMaker
 
 // Which kernels made a reserve: the CPU's and cuDNN's lay out their activations differently, so
 // a reserve moved to the other device must not pass; cuDNN's backward runs the algorithm its
@@ -416,7 +418,7 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
       "", "rnn_mode", "input_mode (skip_input)", "direction (D)", "num_layers", "input_size",
       "num_units (cell units)", "num_units of input_h (num_proj)", "time_major",
       "T (time steps)", "dropout", "", "B (batch rows)"};
-  if (stored[11] != want[11]) {
+  if (stored[kReserveMakerWord] != want[kReserveMakerWord]) {
     const auto name = [](int64_t m) -> std::string {
       if (m == static_cast<int64_t>(ReserveMaker::kCpu)) return "the CPU kernels";
       if (m == static_cast<int64_t>(ReserveMaker::kCudnn)) return "cuDNN (CUDA)";
@@ -425,12 +427,13 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
       }
       return "unknown kernels (maker word " + std::to_string(m) + ")";
     };
-    TORCH_CHECK_VALUE(false, "reserve_space: made by ", name(stored[11]), ", this call runs on ",
-                      name(want[11]), ": a reserve is only read by the device's kernels that "
-                      "made it (run the forward on the same device)");
+    TORCH_CHECK_VALUE(false, "reserve_space: made by ", name(stored[kReserveMakerWord]),
+                      ", this call runs on ", name(want[kReserveMakerWord]),
+                      ": a reserve is only read by the device's kernels that made it (run the "
+                      "forward on the same device)");
   }
   for (int64_t k = 1; k < kReserveFixedWords; ++k) {
-    if (k == 10) {  // the rate's bits; compared as a double (-0.0 == 0.0)
+    if (k == kReserveDropoutWord) {  // compared as a double (-0.0 == 0.0)
       double made = 0;
       std::memcpy(&made, &stored[k], sizeof(made));
       TORCH_CHECK_VALUE(made == dropout, "reserve_space: made by a forward with dropout = ", made,
@@ -438,7 +441,7 @@ inline void check_reserve_signature(const int64_t* stored, int64_t n_stored, con
                         " (the Backprop op must repeat its forward's attributes)");
       continue;
     }
-    if (k == 11 || stored[k] == want[k]) continue;
+    if (k == kReserveMakerWord || stored[k] == want[k]) continue;
     TORCH_CHECK_VALUE(false, "reserve_space: made by a forward with another ", names[k], " (",
                       stored[k], "), this call has ", want[k],
                       " (the Backprop op must repeat its forward's attributes and shapes)");

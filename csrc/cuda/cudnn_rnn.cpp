@@ -600,7 +600,8 @@ Grads4 cudnn_rnn_backprop_impl(
   // The backward runs its forward's algorithm, which the maker word records; any other word
   // (another device's kernels included) is checked as it stands.
   const bool small_h = n_words >= kReserveFixedWords &&
-                       words[11] == static_cast<int64_t>(ReserveMaker::kCudnnPersistSmallH);
+                       words[kReserveMakerWord] ==
+                           static_cast<int64_t>(ReserveMaker::kCudnnPersistSmallH);
   const cudnnRNNAlgo_t algo =
       small_h ? CUDNN_RNN_ALGO_PERSIST_STATIC_SMALL_H : CUDNN_RNN_ALGO_STANDARD;
   check_reserve_signature(words, n_words, c, lengths, dropout, maker_of(algo));
