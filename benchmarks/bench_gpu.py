@@ -5,7 +5,9 @@ per-round ratios (`torch_lstm_grad.tools.bench._time_paired`, docs/performance.m
 Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
 
 * `BlockLSTM` (no peepholes, no clip: nn.LSTM's math) vs `nn.LSTM`: fwd+bwd and inference,
-  float32 and bfloat16;
+  float32 and bfloat16; `BlockLSTM persistent` the same under
+  TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent (one kernel a pass, the recurrent weights kept in
+  shared memory, csrc/cuda/lstm_persistent.cuh; the steps path where it does not fit);
 * `CudnnRNNV3 equal` (lstm, every length T) vs `nn.LSTM`: fwd+bwd and inference, float32;
   `CudnnRNNV3 equal auto` the same under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (cuDNN's
   persistent small-H algorithm where torch.nn takes it, docs/cudnn.md §8);
@@ -57,12 +59,13 @@ GRIDS = {
              for B in (1, 8, 32, 128)],
     "small": [(100, B, H) for H in (64, 128, 256) for B in (1, 32)],
 }  # fmt: skip
-OPS = ("BlockLSTM", "CudnnRNNV3 equal", "CudnnRNNV3 equal auto", "CudnnRNNV3 varied",
-       "LSTMBlockCell loop", "CudnnRNNV3 GRU equal", "CudnnRNNV3 GRU equal auto", "keras_gru",
-       "GRUBlockCell loop")  # fmt: skip
+OPS = ("BlockLSTM", "BlockLSTM persistent", "CudnnRNNV3 equal", "CudnnRNNV3 equal auto",
+       "CudnnRNNV3 varied", "LSTMBlockCell loop", "CudnnRNNV3 GRU equal",
+       "CudnnRNNV3 GRU equal auto", "keras_gru", "GRUBlockCell loop")  # fmt: skip
 # op -> (baseline, modes, dtypes)
 PLAN = {
     "BlockLSTM": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
+    "BlockLSTM persistent": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "CudnnRNNV3 equal": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32",)),
     "CudnnRNNV3 equal auto": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32",)),
     "CudnnRNNV3 varied": ("nn.LSTM packed", ("fwd+bwd",), ("float32",)),
@@ -225,30 +228,35 @@ def _gru_cell_loop(s: _Shape):
     return ours, (s.x, w_ru, w_c, b_ru, b_c), (theirs, (s.x, *cell.parameters()))
 
 
-_ALGO = "TORCH_LSTM_GRAD_CUDNN_RNN_ALGO"
-
-
-def _auto(case):
-    """A case whose op runs under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (docs/cudnn.md §8; read
-    at each call, so set around each call, the baseline's untouched)."""
+def _under(name, value, case):
+    """A case whose op runs with the environment variable `name` = `value` (the extension reads
+    its settings at each call, so it is set around each call; the baseline's untouched)."""
     ours, leaves, baseline = case
 
-    def under_auto():
-        before = os.environ.get(_ALGO)
-        os.environ[_ALGO] = "auto"
+    def under():
+        before = os.environ.get(name)
+        os.environ[name] = value
         try:
             return ours()
         finally:
             if before is None:
-                del os.environ[_ALGO]
+                del os.environ[name]
             else:
-                os.environ[_ALGO] = before
+                os.environ[name] = before
 
-    return under_auto, leaves, baseline
+    return under, leaves, baseline
+
+
+def _auto(case):
+    """Under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (docs/cudnn.md §8)."""
+    return _under("TORCH_LSTM_GRAD_CUDNN_RNN_ALGO", "auto", case)
 
 
 BUILD = {
     "BlockLSTM": _block_lstm,
+    "BlockLSTM persistent": lambda s: _under(
+        "TORCH_LSTM_GRAD_CUDA_RECURRENT", "persistent", _block_lstm(s)
+    ),
     "CudnnRNNV3 equal": lambda s: _cudnn(s, "lstm", varied=False),
     "CudnnRNNV3 equal auto": lambda s: _auto(_cudnn(s, "lstm", varied=False)),
     "CudnnRNNV3 GRU equal auto": lambda s: _auto(_cudnn(s, "gru", varied=False)),

@@ -147,7 +147,7 @@ per_test=()
 step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${per_test[@]}" \
   tests/ops/test_cuda.py tests/modules/test_modules_cuda.py tests/porting/test_cuda.py \
   tests/ops/test_raw_ops_cudnn_rnn.py tests/ops/integration/test_cudnn_rnn.py \
-  tests/ops/integration/test_block_ops.py
+  tests/ops/integration/test_block_ops.py tests/ops/test_cuda_persistent.py
 step layout 50 tests.log "$PY" release/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 # cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
 step weights 30 tests.log bash -c "diff <(\"$PY\" release/cudnn_weight_order.py) \

@@ -4,17 +4,20 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 (so each tensor is its own allocation and a rea
 one is seen; under the caching allocator it would land in a pooled neighbour).
 
 Forward and backward of: BlockLSTM / BlockLSTMV2 / LSTMBlockCell (peepholes, clip, a
-seq_len_max below T), block_lstm_ex in each variant with and without a projection,
-block_lstm_inference with and without sequence_length and w_proj, GRUBlockCell, keras_gru
-(reset_after both ways, each variant), CudnnRNNV3 in every mode (bidirectional, projection,
-zero-length and padded rows, batch-major, dropout) with the copying and the consuming backward,
-and cudnn_rnn_inference. Prints one line per case; exits 1 when a case raises, 2 without a GPU.
+seq_len_max below T), the same under TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent (the
+persistent recurrence, csrc/cuda/lstm_persistent.cuh), block_lstm_ex in each variant with
+and without a projection, block_lstm_inference with and without sequence_length and w_proj,
+GRUBlockCell, keras_gru (reset_after both ways, each variant), CudnnRNNV3 in every mode
+(bidirectional, projection, zero-length and padded rows, batch-major, dropout) with the copying
+and the consuming backward, and cudnn_rnn_inference. Prints one line per case; exits 1 when a
+case raises, 2 without a GPU.
 
     python release/gpu_memcheck.py
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 
@@ -48,6 +51,15 @@ def lstm_block(op):
         out = getattr(R, op)(T - 1, g(T, B, I), g(B, H), g(B, H), g(I + H, 4 * H), g(H), g(H),
                              g(H), g(4 * H), **kw)  # fmt: skip
     backward(out.cs, out.h)
+
+
+def persistent(fn):
+    """fn() with the persistent recurrence asked for (read at each call)."""
+    os.environ["TORCH_LSTM_GRAD_CUDA_RECURRENT"] = "persistent"
+    try:
+        fn()
+    finally:
+        del os.environ["TORCH_LSTM_GRAD_CUDA_RECURRENT"]
 
 
 def block_lstm_ex(variant, proj):
@@ -111,6 +123,10 @@ def cudnn(mode, L, D, proj, lengths, time_major, dropout, retain):
 def cases():
     for op in ("BlockLSTM", "BlockLSTMV2", "LSTMBlockCell"):
         yield op, lambda op=op: lstm_block(op)
+    for op in ("BlockLSTM", "BlockLSTMV2"):
+        yield f"{op} persistent", lambda op=op: persistent(lambda: lstm_block(op))
+    yield ("block_lstm_inference persistent",
+           lambda: persistent(lambda: block_lstm_inference(None, False)))  # fmt: skip
     for v in VARIANTS:
         for proj in (False, True):
             yield f"block_lstm_ex {v[0]} proj={proj}", lambda v=v, p=proj: block_lstm_ex(v, p)

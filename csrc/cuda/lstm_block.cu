@@ -1,7 +1,9 @@
 // CUDA backend of the LSTM block ops and block_lstm_ex (drivers and cell math:
 // csrc/lstm_block.h): the per-step pointwise passes as one elementwise kernel each (one per
-// activation variant), on PyTorch's current stream. The GEMMs are cuBLAS on torch's handle
-// (cublas_gemm.h: the step loops call it on pointers, no Tensor or dispatch a step);
+// activation variant), on PyTorch's current stream; or, where asked and where it fits, the
+// whole loop of a pass as one persistent kernel (lstm_persistent.cuh). The GEMMs are cuBLAS
+// on torch's handle (cublas_gemm.h: the step loops call it on pointers, no Tensor or dispatch
+// a step);
 // the whole-sequence reductions (peephole and bias grads: no atomics) are ATen's.
 // bfloat16 ops multiply bf16 operands on tensor cores with float32 accumulation (the backward
 // rounds the gate gradients to bf16 for its products, as mixed precision does); float16 ops
@@ -15,6 +17,7 @@
 #include "../lstm_block.h"
 #include "activations.cuh"
 #include "cublas_gemm.h"
+#include "lstm_persistent.cuh"
 
 namespace torch_lstm_grad {
 namespace {
@@ -201,6 +204,7 @@ struct CudaBackend {
                            int64_t L, const PointStep& point_step, const scalar_t* h0,
                            const scalar_t* h) {
     if (rec.operand_type() != c10::CppTypeToScalarType<scalar_t>::value) return false;
+    if (cuda::persistent::forward(proto, rec, B, L, point_step, h0, h)) return true;
     const int64_t K = rec.b().size(0), N = rec.b().size(1);
     FwdStep<scalar_t> s = proto;
     for (int64_t t = 0; t < L; ++t) {
@@ -218,6 +222,7 @@ struct CudaBackend {
                             int64_t L, const PointStep& point_step,
                             const at::opmath_type<scalar_t>*, at::opmath_type<scalar_t>* dh_carry) {
     using acc_t = at::opmath_type<scalar_t>;
+    if (cuda::persistent::backward(proto, rec, B, L, point_step)) return true;
     const int64_t K = rec.b().size(0), N = rec.b().size(1);  // K = 4H, N = P
     const bool lp = rec.operand_type() != c10::CppTypeToScalarType<acc_t>::value;
     BwdStep<scalar_t> s = proto;
