@@ -16,7 +16,7 @@ Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
 * `LSTMBlockCell loop` (T steps from Python) vs `nn.LSTMCell loop`: fwd+bwd, float32;
 * `CudnnRNNV3 GRU equal` (and `... auto`) vs `nn.GRU`: fwd+bwd and inference, float32;
 * `keras_gru` (reset_after: cuDNN's GRU) vs `nn.GRU`: fwd+bwd and inference, float32 and
-  bfloat16;
+  bfloat16; `keras_gru persistent` the same under TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent;
 * `GRUBlockCell loop` (TF's reset-before GRU, T steps) vs `nn.GRUCell loop`: fwd+bwd, float32.
 
 Each row: device, date, commit (and torch, cudnn, tf32), op, baseline, mode, dtype, T, B, I, H,
@@ -61,7 +61,8 @@ GRIDS = {
 }  # fmt: skip
 OPS = ("BlockLSTM", "BlockLSTM persistent", "CudnnRNNV3 equal", "CudnnRNNV3 equal auto",
        "CudnnRNNV3 varied", "LSTMBlockCell loop", "CudnnRNNV3 GRU equal",
-       "CudnnRNNV3 GRU equal auto", "keras_gru", "GRUBlockCell loop")  # fmt: skip
+       "CudnnRNNV3 GRU equal auto", "keras_gru", "keras_gru persistent",
+       "GRUBlockCell loop")  # fmt: skip
 # op -> (baseline, modes, dtypes)
 PLAN = {
     "BlockLSTM": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
@@ -73,6 +74,7 @@ PLAN = {
     "CudnnRNNV3 GRU equal": ("nn.GRU", ("fwd+bwd", "inference"), ("float32",)),
     "CudnnRNNV3 GRU equal auto": ("nn.GRU", ("fwd+bwd", "inference"), ("float32",)),
     "keras_gru": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
+    "keras_gru persistent": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "GRUBlockCell loop": ("nn.GRUCell loop", ("fwd+bwd",), ("float32",)),
 }
 
@@ -264,6 +266,9 @@ BUILD = {
     "LSTMBlockCell loop": _lstm_cell_loop,
     "CudnnRNNV3 GRU equal": lambda s: _cudnn(s, "gru", varied=False),
     "keras_gru": _keras_gru,
+    "keras_gru persistent": lambda s: _under(
+        "TORCH_LSTM_GRAD_CUDA_RECURRENT", "persistent", _keras_gru(s)
+    ),
     "GRUBlockCell loop": _gru_cell_loop,
 }
 

@@ -85,6 +85,30 @@ struct GruCell {
   }
 };
 
+// The whole recurrence of a reset_after pass at once, for a Backend that runs one
+// (Backend::forward_loop / backward_loop: true, or false having done nothing, and the driver
+// runs its steps). Every pointer is the steps path's own buffer; [L, B, ·] unless said.
+template <typename scalar_t>
+struct GruLoop {
+  using acc_t = at::opmath_type<scalar_t>;
+  int64_t L, B, H;
+  ActivationFns fns;
+  const acc_t* R;          // [H, 3H] row-major, float type: the recurrent kernel
+  const acc_t* b_in;       // [3H]
+  const acc_t* b_rec;      // [3H]
+  const scalar_t* h0;      // [B, H]: h_prev
+  // Forward: xp in, z, r, hh, hr, h out (z .. hr `gate_step` apart: B·H, or 0 for one reused
+  // row block).
+  const acc_t* xp;         // [L, B, 3H]: x·kernel, bias not added
+  scalar_t *z, *r, *hh, *hr, *h;
+  int64_t gate_step;
+  // Backward: z .. h, h_grad in (h_grad [T, B, H], dense); d_xp, d_inner out; dh: zeros in,
+  // h_prev's gradient out (its direct part plus d_inner[0]·Rᵀ, as after the last step's
+  // product).
+  const scalar_t* h_grad;
+  acc_t *d_xp, *d_inner, *dh;
+};
+
 // ---------------------------------------------------------------------------------------------
 // Host drivers.
 
@@ -120,6 +144,24 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   // Without a bias, zeros: the loops then have no branch (x + 0 is x).
   const at::Tensor bias_a = bias.defined() ? bias.to(acc).contiguous() : at::zeros({6 * H}, opts);
   const at::Tensor R = rkernel.to(acc);
+  const at::Tensor hp0 = h_prev.contiguous();
+  std::array<scalar_t*, 5> out_p;
+  for (int k = 0; k < 5; ++k) out_p[k] = out[k].data_ptr<scalar_t>();
+  const int64_t BH = B * H;
+  if (a.reset_after) {  // the whole loop at once where the backend runs one
+    const at::Tensor Rc = R.contiguous();
+    GruLoop<scalar_t> loop{};
+    loop.L = L, loop.B = B, loop.H = H, loop.fns = a.fns;
+    loop.R = Rc.const_data_ptr<acc_t>();
+    loop.b_in = bias_a.const_data_ptr<acc_t>();
+    loop.b_rec = loop.b_in + 3 * H;
+    loop.h0 = hp0.const_data_ptr<scalar_t>();
+    loop.xp = xp.const_data_ptr<acc_t>();
+    loop.z = out_p[0], loop.r = out_p[1], loop.hh = out_p[2], loop.hr = out_p[3];
+    loop.h = out_p[4];
+    loop.gate_step = keep_gates ? BH : 0;
+    if (Backend::forward_loop(loop)) return {out[0], out[1], out[2], out[3], out[4]};
+  }
   const auto rec = Backend::recurrent_gemm(a.reset_after ? R : R.narrow(1, 0, 2 * H), B, L);
   std::optional<std::decay_t<decltype(rec)>> cand_gemm;
   at::Tensor inner = at::empty({B, (a.reset_after ? 3 : 2) * H}, opts), cand, rh;
@@ -130,7 +172,6 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   }
   const bool h_copy = x.scalar_type() != acc;
   at::Tensor h_acc = h_copy ? at::empty({2, B, H}, opts) : at::Tensor();
-  const at::Tensor hp0 = h_prev.contiguous();
   const at::Tensor h0 = h_prev.to(acc).contiguous();
   GruStep<scalar_t> s{};
   s.H = H;
@@ -140,9 +181,6 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   s.inner = inner.const_data_ptr<acc_t>();
   s.cand = cand.defined() ? cand.const_data_ptr<acc_t>() : nullptr;
   s.rh = rh.defined() ? rh.data_ptr<acc_t>() : nullptr;
-  const int64_t BH = B * H;
-  std::array<scalar_t*, 5> out_p;
-  for (int k = 0; k < 5; ++k) out_p[k] = out[k].data_ptr<scalar_t>();
   for (int64_t t = 0; t < L; ++t) {
     const at::Tensor h_op = t == 0 ? h0 : (h_copy ? h_acc[(t - 1) % 2] : out[4][t - 1]);
     rec(inner, h_op, /*accumulate=*/false);
@@ -187,41 +225,60 @@ Grads5 gru_backward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   at::Tensor d_xp = at::empty({L, B, 3 * H}, opts), d_inner = at::empty({L, B, G * H}, opts);
   at::Tensor dh = at::zeros({B, H}, opts), d_cand, d_rh;
   const at::Tensor R = rkernel.to(acc);
-  const auto rec_t = Backend::recurrent_gemm(R.narrow(1, 0, G * H).t(), B, L);  // [G·H, H]
-  std::optional<std::decay_t<decltype(rec_t)>> cand_t;
-  if (!a.reset_after) {
-    cand_t.emplace(Backend::recurrent_gemm(R.narrow(1, 2 * H, H).t(), B, L));  // [H, H]
-    d_cand = at::empty({B, H}, opts);
-    d_rh = at::empty({B, H}, opts);
-  }
   const at::Tensor hp0 = h_prev.contiguous();
   const at::Tensor hg = h_grad.contiguous();
   std::array<const scalar_t*, 5> o_p;
   for (int k = 0; k < 5; ++k) o_p[k] = outs[k].const_data_ptr<scalar_t>();
-  GruStep<scalar_t> s{};
-  s.H = H;
-  s.fns = a.fns;
-  s.dh = dh.data_ptr<acc_t>();
-  s.d_cand = d_cand.defined() ? d_cand.data_ptr<acc_t>() : nullptr;
-  s.d_rh = d_rh.defined() ? d_rh.const_data_ptr<acc_t>() : nullptr;
-  const int64_t BH = B * H;
-  for (int64_t t = L - 1; t >= 0; --t) {
-    s.h_prev = t == 0 ? hp0.const_data_ptr<scalar_t>() : o_p[4] + (t - 1) * BH;
-    s.z = const_cast<scalar_t*>(o_p[0] + t * BH);  // read only in the backward passes
-    s.r = const_cast<scalar_t*>(o_p[1] + t * BH);
-    s.hh = const_cast<scalar_t*>(o_p[2] + t * BH);
-    s.hr = const_cast<scalar_t*>(o_p[3] + t * BH);
-    s.h_grad = hg.const_data_ptr<scalar_t>() + t * BH;
-    s.d_xp = d_xp.data_ptr<acc_t>() + t * 3 * BH;
-    s.d_inner = d_inner.data_ptr<acc_t>() + t * G * BH;
-    if (a.reset_after) {
-      Backend::backward_after(s, B);
-    } else {
-      Backend::backward_gates(s, B);  // dz, dhh; dh = its direct part
-      (*cand_t)(d_rh, d_cand, /*accumulate=*/false);
-      Backend::backward_reset(s, B);  // dr; dh += d_rh ⊙ r
+  bool whole_loop = false;
+  if (a.reset_after) {  // the whole loop at once where the backend runs one
+    const at::Tensor Rc = R.contiguous();
+    GruLoop<scalar_t> loop{};
+    loop.L = L, loop.B = B, loop.H = H, loop.fns = a.fns;
+    loop.R = Rc.const_data_ptr<acc_t>();
+    loop.h0 = hp0.const_data_ptr<scalar_t>();
+    // read only in the backward
+    loop.z = const_cast<scalar_t*>(o_p[0]), loop.r = const_cast<scalar_t*>(o_p[1]);
+    loop.hh = const_cast<scalar_t*>(o_p[2]), loop.hr = const_cast<scalar_t*>(o_p[3]);
+    loop.h = const_cast<scalar_t*>(o_p[4]);
+    loop.gate_step = B * H;
+    loop.h_grad = hg.const_data_ptr<scalar_t>();
+    loop.d_xp = d_xp.data_ptr<acc_t>(), loop.d_inner = d_inner.data_ptr<acc_t>();
+    loop.dh = dh.data_ptr<acc_t>();
+    whole_loop = Backend::backward_loop(loop);
+  }
+  if (!whole_loop) {  // the steps: per step the pointwise passes and the products
+    const auto rec_t = Backend::recurrent_gemm(R.narrow(1, 0, G * H).t(), B, L);  // [G·H, H]
+    std::optional<std::decay_t<decltype(rec_t)>> cand_t;
+    if (!a.reset_after) {
+      cand_t.emplace(Backend::recurrent_gemm(R.narrow(1, 2 * H, H).t(), B, L));  // [H, H]
+      d_cand = at::empty({B, H}, opts);
+      d_rh = at::empty({B, H}, opts);
     }
-    rec_t(dh, d_inner[t], /*accumulate=*/true);
+    GruStep<scalar_t> s{};
+    s.H = H;
+    s.fns = a.fns;
+    s.dh = dh.data_ptr<acc_t>();
+    s.d_cand = d_cand.defined() ? d_cand.data_ptr<acc_t>() : nullptr;
+    s.d_rh = d_rh.defined() ? d_rh.const_data_ptr<acc_t>() : nullptr;
+    const int64_t BH = B * H;
+    for (int64_t t = L - 1; t >= 0; --t) {
+      s.h_prev = t == 0 ? hp0.const_data_ptr<scalar_t>() : o_p[4] + (t - 1) * BH;
+      s.z = const_cast<scalar_t*>(o_p[0] + t * BH);  // read only in the backward passes
+      s.r = const_cast<scalar_t*>(o_p[1] + t * BH);
+      s.hh = const_cast<scalar_t*>(o_p[2] + t * BH);
+      s.hr = const_cast<scalar_t*>(o_p[3] + t * BH);
+      s.h_grad = hg.const_data_ptr<scalar_t>() + t * BH;
+      s.d_xp = d_xp.data_ptr<acc_t>() + t * 3 * BH;
+      s.d_inner = d_inner.data_ptr<acc_t>() + t * G * BH;
+      if (a.reset_after) {
+        Backend::backward_after(s, B);
+      } else {
+        Backend::backward_gates(s, B);  // dz, dhh; dh = its direct part
+        (*cand_t)(d_rh, d_cand, /*accumulate=*/false);
+        Backend::backward_reset(s, B);  // dr; dh += d_rh ⊙ r
+      }
+      rec_t(dh, d_inner[t], /*accumulate=*/true);
+    }
   }
   // Whole-sequence products and sums.
   const at::Tensor dxp = d_xp.view({L * B, 3 * H});

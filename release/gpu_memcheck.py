@@ -4,8 +4,8 @@ PYTORCH_NO_CUDA_MEMORY_CACHING=1 (so each tensor is its own allocation and a rea
 one is seen; under the caching allocator it would land in a pooled neighbour).
 
 Forward and backward of: BlockLSTM / BlockLSTMV2 / LSTMBlockCell (peepholes, clip, a
-seq_len_max below T), the same under TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent (the
-persistent recurrence, csrc/cuda/lstm_persistent.cuh), block_lstm_ex in each variant with
+seq_len_max below T), the same and keras_gru under TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent
+(the persistent recurrences, csrc/cuda/*_persistent.cuh), block_lstm_ex in each variant with
 and without a projection, block_lstm_inference with and without sequence_length and w_proj,
 GRUBlockCell, keras_gru (reset_after both ways, each variant), CudnnRNNV3 in every mode
 (bidirectional, projection, zero-length and padded rows, batch-major, dropout) with the copying
@@ -127,6 +127,7 @@ def cases():
         yield f"{op} persistent", lambda op=op: persistent(lambda: lstm_block(op))
     yield ("block_lstm_inference persistent",
            lambda: persistent(lambda: block_lstm_inference(None, False)))  # fmt: skip
+    yield "keras_gru persistent", lambda: persistent(lambda: keras_gru(True, VARIANTS[0]))
     for v in VARIANTS:
         for proj in (False, True):
             yield f"block_lstm_ex {v[0]} proj={proj}", lambda v=v, p=proj: block_lstm_ex(v, p)

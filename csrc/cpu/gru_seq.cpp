@@ -293,6 +293,15 @@ struct CpuGruBackend {
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps, /*allow_blocks=*/true};
   }
+  // No whole-loop form: the steps' products and passes are already one parallel region each.
+  template <typename scalar_t>
+  static bool forward_loop(const gru_seq::GruLoop<scalar_t>&) {
+    return false;
+  }
+  template <typename scalar_t>
+  static bool backward_loop(const gru_seq::GruLoop<scalar_t>&) {
+    return false;
+  }
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     cpu::transpose_into(dst, src);

@@ -1,6 +1,7 @@
 // CUDA kernels of keras_gru(_grad) (drivers and cell math: csrc/gru_seq.h): each pointwise pass
 // of a step is one elementwise kernel over B·H elements (one instantiation per activation
-// variant), on PyTorch's current stream; the products are ATen's (cuBLAS).
+// variant), on PyTorch's current stream; the products are ATen's (cuBLAS). Where asked and
+// where it fits, a reset_after pass runs as one persistent kernel (gru_persistent.cuh).
 
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDAException.h>
@@ -9,6 +10,7 @@
 #include "../bool_dispatch.h"
 #include "../gru_seq.h"
 #include "activations.cuh"
+#include "gru_persistent.cuh"
 
 namespace torch_lstm_grad {
 namespace {
@@ -131,6 +133,14 @@ struct CudaGruBackend {
   }
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
+  template <typename scalar_t>
+  static bool forward_loop(const gru_seq::GruLoop<scalar_t>& s) {
+    return cuda::persistent::gru_forward(s);
+  }
+  template <typename scalar_t>
+  static bool backward_loop(const gru_seq::GruLoop<scalar_t>& s) {
+    return cuda::persistent::gru_backward(s);
+  }
   template <typename scalar_t>
   static void forward_after(const GruStep<scalar_t>& s, int64_t B) {
     launch<Pass::kForwardAfter>(s, B);

@@ -173,3 +173,63 @@ def test_an_unknown_setting_is_refused(monkeypatch):
     args = _to(_args(*SHAPES["small"], torch.float32), "cuda")
     with pytest.raises(ValueError, match='TORCH_LSTM_GRAD_CUDA_RECURRENT: expected "steps"'):
         R.BlockLSTM(7, *args)
+
+
+# -- keras_gru (reset_after: one product a step) ---------------------------------------------
+
+
+def _gru_args(T, B, I, H, dtype, reset_after=True, seed=1):  # noqa: E741
+    torch.manual_seed(seed)
+    g = lambda *s: (torch.randn(*s) * 0.5).to(dtype)  # noqa: E731
+    bias = g(2, 3 * H) if reset_after else g(3 * H)
+    return [g(T, B, I), g(B, H), g(I, 3 * H), g(H, 3 * H), bias]
+
+
+def _keras_gru(args, device, seq_len_max, **kw):
+    ins = _to(args, device)
+    out = ops.keras_gru(*ins, seq_len_max=seq_len_max, **kw)
+    return list(out) + _grads([out.h], ins)
+
+
+@pytest.mark.parametrize("shape", list(SHAPES))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("gate,act", [("sigmoid", "tanh"), ("hard_sigmoid_keras2", "relu")])
+def test_persistent_keras_gru_matches_cpu(monkeypatch, gate, act, dtype, shape):
+    """float32 against the CPU kernels; bfloat16 against the GPU's steps path (the same float
+    products on the rounded values), as for the LSTM."""
+    T, B, I, H = SHAPES[shape]  # noqa: E741
+    args = _gru_args(T, B, I, H, dtype)
+    kw = {"reset_after": True, "gate_activation": gate, "activation": act}
+    monkeypatch.setenv(ENV, "steps")
+    want = _keras_gru(args, "cpu" if dtype == torch.float32 else "cuda", T - 1, **kw)
+    monkeypatch.setenv(ENV, "persistent")
+    got, names = _kernels(lambda: _keras_gru(args, "cuda", T - 1, **kw))
+    assert _ran(names, "gru_forward") and _ran(names, "gru_backward"), sorted(names)
+    _compare(want, got, dtype)
+
+
+def test_persistent_keras_gru_inference_matches_cpu(monkeypatch):
+    """keras_gru_inference: the gates of every step in one reused row block, h a sequence."""
+    T, B, I, H = SHAPES["chunked"]  # noqa: E741
+    args = _gru_args(T, B, I, H, torch.float32)
+
+    def run(device):
+        return ops.keras_gru_inference(*(t.to(device) for t in args), seq_len_max=T)
+
+    want = run("cpu")
+    monkeypatch.setenv(ENV, "persistent")
+    got, names = _kernels(lambda: run("cuda"))
+    assert _ran(names, "gru_forward"), sorted(names)
+    _compare([want], [got], torch.float32)
+
+
+def test_reset_before_gru_runs_the_steps_path(monkeypatch):
+    """reset_after=False (two products a step) has no persistent form: the steps path's kernels
+    and numbers."""
+    T, B, I, H = SHAPES["small"]  # noqa: E741
+    args = _gru_args(T, B, I, H, torch.float32, reset_after=False)
+    want = _keras_gru(args, "cpu", T, reset_after=False)
+    monkeypatch.setenv(ENV, "persistent")
+    got, names = _kernels(lambda: _keras_gru(args, "cuda", T, reset_after=False))
+    assert not _ran(names, "gru_forward") and not _ran(names, "gru_backward")
+    _compare(want, got, torch.float32)
