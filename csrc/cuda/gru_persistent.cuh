@@ -163,10 +163,7 @@ constexpr bool kGruTypes = std::is_same_v<scalar_t, float> ||
 template <typename scalar_t>
 bool gru_plan(const gru_seq::GruLoop<scalar_t>& s, bool forward, const void* kernel, Plan& plan) {
   const int64_t lim = std::numeric_limits<int>::max() / 4;
-  if (!requested() || s.L <= 0 || s.B <= 0 || std::max({s.B, s.H, s.L}) > lim ||
-      s.L * s.B * 3 * s.H > std::numeric_limits<int64_t>::max() / 8) {
-    return false;
-  }
+  if (!requested() || s.L <= 0 || s.B <= 0 || std::max({s.B, s.H, s.L}) > lim) return false;
   const size_t row_op = forward ? sizeof(scalar_t) : sizeof(float);
   return plan_for(s.B, s.H, 3, forward, sizeof(float), row_op, plan) && fits_at_once(kernel, plan);
 }

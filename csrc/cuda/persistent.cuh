@@ -155,6 +155,8 @@ __device__ __forceinline__ T load_cg(const T* p) {
   }
 }
 
+// The split S depends on the chunk's row count, so a row of a short last chunk is summed in
+// another order than one of a full chunk: deterministic for a shape on a device, as cuBLAS is.
 // One partial sum a thread over interleaved slices of k (thread s of S takes k = s, s + S, ...),
 // then the S partials of each output added in order s = 0 .. S - 1. `a(o, k)` and `b(o, k)`
 // the operands of output o. O outputs; `part` holds max(kThreads, O) floats.
