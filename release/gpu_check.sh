@@ -14,6 +14,9 @@
 #   (no CUDA device: stops here with exit code 2, the dry run on a CPU machine)
 #   tests    pytest -m cuda: the GPU against the CPU kernels per op, module, dtype; converted
 #            tf_keras files and cutkum's frozen graph against TF's stored numbers -> tests.log
+#   real_sizes  tests/ops/test_cuda_real_sizes.py: projections, stacks with lengths, T = 10,000,
+#            B = 512, dropout's gradient, TF32 on, torch.compile, CUDA graphs (REAL_SIZES=0
+#            skips it where the call's time is short)                          -> tests.log
 #   layout   the params layout against cudnnGetRNNWeightParams, every configuration
 #                                                                    -> tests.log, layout.json
 #   weights  torch's flattened cuDNN weights (release/cudnn_weight_order.py) against
@@ -24,7 +27,7 @@
 #                                                                   -> bench.log, bench.json
 # summary.txt: one line per step. Seven files in all (the device tool returns eight at most).
 # Environment: PYTHON (default python3), PREBUILT (default .gpu-prebuilt), BENCH_BUDGET,
-# COMMIT.
+# COMMIT, REAL_SIZES.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT" || exit 1
@@ -148,6 +151,11 @@ step tests 170 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda "${p
   tests/ops/test_cuda.py tests/modules/test_modules_cuda.py tests/porting/test_cuda.py \
   tests/ops/test_raw_ops_cudnn_rnn.py tests/ops/integration/test_cudnn_rnn.py \
   tests/ops/integration/test_block_ops.py tests/ops/test_cuda_persistent.py
+# real sizes, long sequences, TF32, torch.compile (inductor compiles for tens of seconds), graphs
+if [ "${REAL_SIZES:-1}" = 1 ]; then
+  step real_sizes 120 tests.log "$PY" -m pytest -q -rs -p no:cacheprovider -m cuda \
+    "${per_test[@]}" tests/ops/test_cuda_real_sizes.py
+fi
 step layout 50 tests.log "$PY" release/cudnn_layout_check.py --json "$OUT_DIR/layout.json"
 # cuDNN's weight space through torch's flatten_parameters, against the copy the CPU tests hold.
 step weights 30 tests.log bash -c "diff <(\"$PY\" release/cudnn_weight_order.py) \
