@@ -59,14 +59,7 @@ __global__ void __launch_bounds__(kThreads) gru_forward_kernel(GruArgs<scalar_t>
     const int64_t gate_at = t * s.gate_step;
     for (int b0 = 0; b0 < a.B; b0 += a.Bc) {
       const int nb = min(a.Bc, a.B - b0);
-      for (int e = threadIdx.x; e < nb * H; e += kThreads) {
-        hs[(e / H) * Hp + e % H] = load_cg(hp + static_cast<int64_t>(b0) * H + e);
-      }
-      __syncthreads();
-      dot_rows(
-          nb * G, H,
-          [&](int o, int k) { return static_cast<float>(hs[(o / G) * Hp + k]); },
-          [&](int o, int k) { return ws[k * G + o % G]; }, part);
+      chunk_products(hp + static_cast<int64_t>(b0) * H, nb, H, Hp, G, hs, ws, part);
       for (int e = threadIdx.x; e < nb * un; e += kThreads) {
         const int b = e / un, u = e % un, row = b0 + b, j = j0 + u;
         const int64_t k = static_cast<int64_t>(row) * H + j;
@@ -114,13 +107,7 @@ __global__ void __launch_bounds__(kThreads) gru_backward_kernel(GruArgs<scalar_t
     for (int b0 = 0; b0 < a.B; b0 += a.Bc) {
       const int nb = min(a.Bc, a.B - b0);
       if (carry) {
-        for (int e = threadIdx.x; e < nb * H3; e += kThreads) {
-          ds[(e / H3) * H3p + e % H3] = load_cg(next + static_cast<int64_t>(b0) * H3 + e);
-        }
-        __syncthreads();
-        dot_rows(
-            nb * U, H3, [&](int o, int n) { return ds[(o / U) * H3p + n]; },
-            [&](int o, int n) { return wr[n * U + o % U]; }, part);
+        chunk_products(next + static_cast<int64_t>(b0) * H3, nb, H3, H3p, U, ds, wr, part);
       }
       for (int e = threadIdx.x; e < nb * un; e += kThreads) {
         const int b = e / un, u = e % un, row = b0 + b, j = j0 + u;

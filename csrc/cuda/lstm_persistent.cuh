@@ -86,14 +86,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(FwdArgs<scalar_t> a) 
     const scalar_t* cs_prev = step_at<const scalar_t>(a.cs_prev, t);
     for (int b0 = 0; b0 < a.B; b0 += a.Bc) {
       const int nb = min(a.Bc, a.B - b0);
-      for (int e = threadIdx.x; e < nb * H; e += kThreads) {
-        hs[(e / H) * Hp + e % H] = load_cg(hp + static_cast<int64_t>(b0) * H + e);
-      }
-      __syncthreads();
-      dot_rows(
-          nb * C, H,
-          [&](int o, int k) { return static_cast<float>(hs[(o / C) * Hp + k]); },
-          [&](int o, int k) { return static_cast<float>(ws[k * C + o % C]); }, part);
+      chunk_products(hp + static_cast<int64_t>(b0) * H, nb, H, Hp, C, hs, ws, part);
       for (int e = threadIdx.x; e < nb * un; e += kThreads) {
         const int b = e / un, u = e % un, row = b0 + b, j = j0 + u;
         const int64_t k = static_cast<int64_t>(row) * H + j;
@@ -218,14 +211,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(BwdArgs<scalar_t, op
     for (int b0 = 0; b0 < a.B; b0 += a.Bc) {
       const int nb = min(a.Bc, a.B - b0);
       if (carry) {
-        for (int e = threadIdx.x; e < nb * H4; e += kThreads) {
-          ds[(e / H4) * H4p + e % H4] = load_cg(next + static_cast<int64_t>(b0) * H4 + e);
-        }
-        __syncthreads();
-        dot_rows(
-            nb * U, H4,
-            [&](int o, int n) { return static_cast<float>(ds[(o / U) * H4p + n]); },
-            [&](int o, int n) { return static_cast<float>(wr[n * U + o % U]); }, part);
+        chunk_products(next + static_cast<int64_t>(b0) * H4, nb, H4, H4p, U, ds, wr, part);
       }
       for (int e = threadIdx.x; e < nb * un; e += kThreads) {
         const int b = e / un, u = e % un, row = b0 + b, j = j0 + u;

@@ -178,6 +178,21 @@ __device__ __forceinline__ void dot_rows(int O, int K, const A& a, const Bf& b, 
   __syncthreads();
 }
 
+// One chunk's products: rows src[0 .. nb) (dense rows of K) loaded into `rows` (Kp apart), then
+// part[b·Cw + c] = Σ_k rows[b][k] · w[k·Cw + c] for the chunk's rows b and the block's Cw
+// outputs a row (w in shared memory, K × Cw).
+template <typename row_t, typename w_t>
+__device__ __forceinline__ void chunk_products(const row_t* src, int nb, int K, int Kp, int Cw,
+                                               row_t* rows, const w_t* w, float* part) {
+  for (int e = threadIdx.x; e < nb * K; e += kThreads) {
+    rows[(e / K) * Kp + e % K] = load_cg(src + e);
+  }
+  __syncthreads();
+  dot_rows(
+      nb * Cw, K, [&](int o, int k) { return static_cast<float>(rows[(o / Cw) * Kp + k]); },
+      [&](int o, int k) { return static_cast<float>(w[k * Cw + o % Cw]); }, part);
+}
+
 }  // namespace persistent
 }  // namespace cuda
 }  // namespace torch_lstm_grad
