@@ -10,20 +10,13 @@ import pytest
 import torch
 
 from tests.helpers import CUDA_OK, CUDA_SKIP
-from tests.ops.test_cuda import _cudnn_args, _grads, _to
+from tests.ops.test_cuda import _compare_low, _cudnn_args, _grads, _to
 from torch_lstm_grad import keras_layers as K
 from torch_lstm_grad import modules as M
 from torch_lstm_grad import ops
 from torch_lstm_grad import raw_ops as R
 
 pytestmark = [pytest.mark.cuda, pytest.mark.skipif(not CUDA_OK, reason=CUDA_SKIP)]
-
-
-def _close(cpu, gpu, tol):
-    """Every tensor within tol of the CPU's, relative to the tensor's largest magnitude."""
-    for a, b in zip(cpu, gpu, strict=True):
-        scale = max(1.0, float(a.abs().max())) if a.numel() else 1.0
-        torch.testing.assert_close(b.cpu().to(a.dtype), a, atol=tol * scale, rtol=tol)
 
 
 def _cudnn_both(args, n_diff, **kw):
@@ -40,7 +33,7 @@ def test_cudnn_rnn_v3_projection_at_a_real_size():
     torch.manual_seed(0)
     args = _cudnn_args("lstm", 2, 1, [50] * 32, T=50, I=256, H=512, P=128, dtype=torch.float32)
     cpu, gpu = _cudnn_both(args, 3, num_proj=128)
-    _close(cpu, gpu, 1e-4)
+    _compare_low(cpu, gpu, 1e-4)
 
 
 @pytest.mark.usefixtures("no_tf32")
@@ -51,7 +44,7 @@ def test_cudnn_rnn_v3_bidirectional_stack_with_lengths_at_a_real_size():
     torch.manual_seed(1)
     args = _cudnn_args("lstm", 2, 2, lengths, T=60, I=128, H=256, dtype=torch.float32)
     cpu, gpu = _cudnn_both(args, 3, direction="bidirectional")
-    _close(cpu, gpu, 1e-4)
+    _compare_low(cpu, gpu, 1e-4)
 
 
 def _block(T, B, I, H, seed=2):  # noqa: E741
@@ -80,13 +73,13 @@ def test_block_lstm_ex_projection_at_a_real_size():
         x, cs, h, w, b, w_proj = _to(args, device)
         out = ops.block_lstm_ex(x, cs, h, w, b, w_proj=w_proj, proj_clip=0.8, cell_clip=2.0)
         results.append(list(out) + list(_grads((out.cs, out.h), [x, cs, h, w, b, w_proj], 2)))
-    _close(*results, 1e-4)
+    _compare_low(*results, 1e-4)
 
 
 @pytest.mark.usefixtures("no_tf32")
 @pytest.mark.parametrize("T,B,H", [(10_000, 2, 32), (20, 512, 128)], ids=["T10000", "B512"])
 def test_block_lstm_long_sequence_and_large_batch(T, B, H):
-    _close(*_block_lstm_both(_block(T, B, H, H), use_peephole=True, cell_clip=1.0), 1e-4)
+    _compare_low(*_block_lstm_both(_block(T, B, H, H), use_peephole=True, cell_clip=1.0), 1e-4)
 
 
 def test_tf32_on_stays_near_float32():
@@ -95,10 +88,10 @@ def test_tf32_on_stays_near_float32():
     old = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
     try:
-        _close(*_block_lstm_both(_block(20, 16, 128, 256)), 2e-2)
+        _compare_low(*_block_lstm_both(_block(20, 16, 128, 256)), 2e-2)
         torch.manual_seed(4)
         args = _cudnn_args("lstm", 2, 1, [20] * 16, T=20, I=128, H=256, dtype=torch.float32)
-        _close(*_cudnn_both(args, 3), 2e-2)
+        _compare_low(*_cudnn_both(args, 3), 2e-2)
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
