@@ -86,8 +86,9 @@ struct GruCell {
 };
 
 // The whole recurrence of a reset_after pass at once, for a Backend that runs one
-// (Backend::forward_loop / backward_loop: true, or false having done nothing, and the driver
-// runs its steps). Every pointer is the steps path's own buffer; [L, B, ·] unless said.
+// (Backend::kWholeLoops; then Backend::forward_loop / backward_loop: true, or false having done
+// nothing, and the driver runs its steps). Every pointer is the steps path's own buffer;
+// [L, B, ·] unless said.
 template <typename scalar_t>
 struct GruLoop {
   using acc_t = at::opmath_type<scalar_t>;
@@ -108,6 +109,18 @@ struct GruLoop {
   const scalar_t* h_grad;
   acc_t *d_xp, *d_inner, *dh;
 };
+
+// A pass's GruLoop with what both directions read set: R (the recurrent kernel in the float
+// type, dense) and h0 (h_prev, dense) must outlive it.
+template <typename scalar_t>
+GruLoop<scalar_t> gru_loop(int64_t L, int64_t B, int64_t H, const ActivationFns& fns,
+                           const at::Tensor& R, const at::Tensor& h0) {
+  GruLoop<scalar_t> loop{};
+  loop.L = L, loop.B = B, loop.H = H, loop.fns = fns;
+  loop.R = R.const_data_ptr<at::opmath_type<scalar_t>>();
+  loop.h0 = h0.const_data_ptr<scalar_t>();
+  return loop;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Host drivers.
@@ -148,19 +161,18 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   std::array<scalar_t*, 5> out_p;
   for (int k = 0; k < 5; ++k) out_p[k] = out[k].data_ptr<scalar_t>();
   const int64_t BH = B * H;
-  if (a.reset_after) {  // the whole loop at once where the backend runs one
-    const at::Tensor Rc = R.contiguous();
-    GruLoop<scalar_t> loop{};
-    loop.L = L, loop.B = B, loop.H = H, loop.fns = a.fns;
-    loop.R = Rc.const_data_ptr<acc_t>();
-    loop.b_in = bias_a.const_data_ptr<acc_t>();
-    loop.b_rec = loop.b_in + 3 * H;
-    loop.h0 = hp0.const_data_ptr<scalar_t>();
-    loop.xp = xp.const_data_ptr<acc_t>();
-    loop.z = out_p[0], loop.r = out_p[1], loop.hh = out_p[2], loop.hr = out_p[3];
-    loop.h = out_p[4];
-    loop.gate_step = keep_gates ? BH : 0;
-    if (Backend::forward_loop(loop)) return {out[0], out[1], out[2], out[3], out[4]};
+  if constexpr (Backend::kWholeLoops) {
+    if (a.reset_after) {  // the whole loop at once where the backend runs it
+      const at::Tensor Rc = R.contiguous();
+      GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.fns, Rc, hp0);
+      loop.b_in = bias_a.const_data_ptr<acc_t>();
+      loop.b_rec = loop.b_in + 3 * H;
+      loop.xp = xp.const_data_ptr<acc_t>();
+      loop.z = out_p[0], loop.r = out_p[1], loop.hh = out_p[2], loop.hr = out_p[3];
+      loop.h = out_p[4];
+      loop.gate_step = keep_gates ? BH : 0;
+      if (Backend::forward_loop(loop)) return {out[0], out[1], out[2], out[3], out[4]};
+    }
   }
   const auto rec = Backend::recurrent_gemm(a.reset_after ? R : R.narrow(1, 0, 2 * H), B, L);
   std::optional<std::decay_t<decltype(rec)>> cand_gemm;
@@ -230,21 +242,20 @@ Grads5 gru_backward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   std::array<const scalar_t*, 5> o_p;
   for (int k = 0; k < 5; ++k) o_p[k] = outs[k].const_data_ptr<scalar_t>();
   bool whole_loop = false;
-  if (a.reset_after) {  // the whole loop at once where the backend runs one
-    const at::Tensor Rc = R.contiguous();
-    GruLoop<scalar_t> loop{};
-    loop.L = L, loop.B = B, loop.H = H, loop.fns = a.fns;
-    loop.R = Rc.const_data_ptr<acc_t>();
-    loop.h0 = hp0.const_data_ptr<scalar_t>();
-    // read only in the backward
-    loop.z = const_cast<scalar_t*>(o_p[0]), loop.r = const_cast<scalar_t*>(o_p[1]);
-    loop.hh = const_cast<scalar_t*>(o_p[2]), loop.hr = const_cast<scalar_t*>(o_p[3]);
-    loop.h = const_cast<scalar_t*>(o_p[4]);
-    loop.gate_step = B * H;
-    loop.h_grad = hg.const_data_ptr<scalar_t>();
-    loop.d_xp = d_xp.data_ptr<acc_t>(), loop.d_inner = d_inner.data_ptr<acc_t>();
-    loop.dh = dh.data_ptr<acc_t>();
-    whole_loop = Backend::backward_loop(loop);
+  if constexpr (Backend::kWholeLoops) {
+    if (a.reset_after) {  // the whole loop at once where the backend runs it
+      const at::Tensor Rc = R.contiguous();
+      GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.fns, Rc, hp0);
+      // read only in the backward
+      loop.z = const_cast<scalar_t*>(o_p[0]), loop.r = const_cast<scalar_t*>(o_p[1]);
+      loop.hh = const_cast<scalar_t*>(o_p[2]), loop.hr = const_cast<scalar_t*>(o_p[3]);
+      loop.h = const_cast<scalar_t*>(o_p[4]);
+      loop.gate_step = B * H;
+      loop.h_grad = hg.const_data_ptr<scalar_t>();
+      loop.d_xp = d_xp.data_ptr<acc_t>(), loop.d_inner = d_inner.data_ptr<acc_t>();
+      loop.dh = dh.data_ptr<acc_t>();
+      whole_loop = Backend::backward_loop(loop);
+    }
   }
   if (!whole_loop) {  // the steps: per step the pointwise passes and the products
     const auto rec_t = Backend::recurrent_gemm(R.narrow(1, 0, G * H).t(), B, L);  // [G·H, H]

@@ -294,14 +294,7 @@ struct CpuGruBackend {
     return {b, m, steps, /*allow_blocks=*/true};
   }
   // No whole-loop form: the steps' products and passes are already one parallel region each.
-  template <typename scalar_t>
-  static bool forward_loop(const gru_seq::GruLoop<scalar_t>&) {
-    return false;
-  }
-  template <typename scalar_t>
-  static bool backward_loop(const gru_seq::GruLoop<scalar_t>&) {
-    return false;
-  }
+  static constexpr bool kWholeLoops = false;
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     cpu::transpose_into(dst, src);

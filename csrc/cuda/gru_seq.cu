@@ -133,6 +133,7 @@ struct CudaGruBackend {
   }
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
+  static constexpr bool kWholeLoops = true;  // the persistent kernels, where asked and fitting
   template <typename scalar_t>
   static bool forward_loop(const gru_seq::GruLoop<scalar_t>& s) {
     return cuda::persistent::gru_forward(s);
