@@ -1,5 +1,6 @@
 """`torch-lstm-grad bench`: a tiny shape runs and writes its JSON (paired ratios), the inference
-and module rows, the page-fault count per call, a bad shape refused."""
+and module rows, the page-fault count per call, a bad shape refused, the CPU named with its
+family and model."""
 
 import json
 import sys
@@ -7,7 +8,7 @@ import sys
 import pytest
 import torch
 
-from torch_lstm_grad.tools import cli
+from torch_lstm_grad.tools import bench, cli
 
 
 def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
@@ -65,3 +66,15 @@ def test_bench_rejects_a_bad_shape(capsys):
         cli.main(["bench", "--shape", "2,2,3", "--no-tf"])
     assert exc.value.code == 2
     assert "T,B,I,H" in capsys.readouterr().err
+
+
+def test_cpu_model_names_the_family_and_model():
+    # The first block of a Zen 4 VM's /proc/cpuinfo (trimmed), then the second CPU's.
+    text = (
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "model name\t: AMD EPYC\n\nprocessor\t: 1\ncpu family\t: 26\nmodel\t\t: 2\n"
+    )
+    assert bench._cpuinfo_model(text) == "AMD EPYC (cpu family 25, model 17)"
+    # aarch64 kernels print no model name: the caller falls back to platform.processor().
+    assert bench._cpuinfo_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
+    assert bench._cpuinfo_model("model name\t: Some CPU\n") == "Some CPU"

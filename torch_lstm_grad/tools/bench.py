@@ -369,12 +369,28 @@ def _time_tf(fn, min_run_time: float) -> float:
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+            model = _cpuinfo_model(f.read())
     except OSError:
-        pass
-    return platform.processor() or "unknown"
+        model = None
+    return model or platform.processor() or "unknown"
+
+
+def _cpuinfo_model(text: str) -> str | None:
+    """The first CPU's model name from /proc/cpuinfo's text, with its family and model numbers
+    where x86 gives them: one name ("AMD EPYC") covers CPUs whose caches and vector units differ
+    (Zen 4 is family 25, Zen 5 family 26), and the figures differ with them."""
+    fields = {}
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the first CPU's block ends here
+        key, _, value = line.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name")
+    if not name:
+        return None
+    if fields.get("cpu family") and fields.get("model"):
+        return f"{name} (cpu family {fields['cpu family']}, model {fields['model']})"
+    return name
 
 
 def _fmt_ms(ms):
