@@ -40,7 +40,7 @@ def test_bench_inference_and_module_rows(tmp_path, capsys):
     assert "inference" in table and "CudnnLSTM/nn.LSTM" in table and "us/step" in table
     rows = json.loads(out.read_text())["results"]
     assert [r["pass"] for r in rows] == ["inference", "fwd", "fwd+bwd"]
-    names = ("LSTMBlockFusedCell", "CudnnLSTM")
+    names = ("LSTMBlockFusedCell", "CudnnLSTM", "KerasLSTM")
     for r in rows:
         assert all(r["ms"][k] > 0 and r["ratio"][f"{k}/nn.LSTM"] > 0 for k in names)
     assert rows[0]["us_per_step"]["nn.LSTM"] == pytest.approx(rows[0]["ms"]["nn.LSTM"] * 1e3 / 3)

@@ -14,8 +14,9 @@ The logic behind ``torch-lstm-grad bench`` and ``benchmarks/bench_block_lstm.py`
 [T/2, T] ("varied"), where the nn.LSTM column is ``pack_padded_sequence`` + nn.LSTM +
 ``pad_packed_sequence``. TF has no CPU kernel for CudnnRNN.
 
-``--modules``: the modules ``LSTMBlockFusedCell`` and ``CudnnLSTM`` (one layer, no peepholes or
-clip: nn.LSTM's math) too, in the same rounds: fwd, and fwd+bwd with
+``--modules``: the modules ``LSTMBlockFusedCell``, ``CudnnLSTM`` and ``keras_layers.KerasLSTM``
+(one layer, no peepholes or clip: nn.LSTM's math; KerasLSTM as ``convert`` builds Keras' LSTM
+layer, time-major here) too, in the same rounds: fwd, and fwd+bwd with
 ``grad(out.sum(), (x, c0, h0, *parameters))``.
 
 ``--mode inference``: the modules against nn.LSTM under ``torch.inference_mode()`` (what a
@@ -75,7 +76,7 @@ INFERENCE_SHAPES = (
     (20, 64, 512, 512),
     (200, 4, 128, 256),
 )
-MODULES = ("LSTMBlockFusedCell", "CudnnLSTM")
+MODULES = ("LSTMBlockFusedCell", "CudnnLSTM", "KerasLSTM")
 IMPLS = ("ours", "nn.LSTM", "TF")
 PASSES = ("fwd", "fwd+bwd")
 
@@ -120,7 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--modules",
         action="store_true",
-        help="training mode: time LSTMBlockFusedCell and CudnnLSTM too (--op block_lstm)",
+        help="training mode: time LSTMBlockFusedCell, CudnnLSTM and KerasLSTM too "
+        "(--op block_lstm)",
     )
     parser.add_argument("--no-tf", action="store_true", help="skip TensorFlow")
     parser.add_argument(
@@ -202,16 +204,20 @@ def _nn_lstm(inputs, seed):
 
 
 def _module_fns(inputs, seed):
-    """{name: (fwd, fwd_bwd)} for LSTMBlockFusedCell and CudnnLSTM (one layer, nn.LSTM's math);
-    under inference_mode, fwd is the inference forward (nothing is recorded)."""
+    """{name: (fwd, fwd_bwd)} for LSTMBlockFusedCell, CudnnLSTM and KerasLSTM (one layer,
+    nn.LSTM's math; KerasLSTM as `convert` builds Keras' LSTM layer, whole sequence out, here
+    time-major); under inference_mode, fwd is the inference forward (nothing is recorded)."""
+    from ..keras_layers import KerasLSTM
     from ..modules import CudnnLSTM, LSTMBlockFusedCell
 
     I, H = inputs["x"].shape[2], inputs["cs_prev"].shape[1]  # noqa: E741
     torch.manual_seed(seed)
     fused, cudnn = LSTMBlockFusedCell(H, I), CudnnLSTM(1, H, I)
+    keras = KerasLSTM(H, I, return_sequences=True, time_major=True)
     calls = {
         "LSTMBlockFusedCell": (fused, lambda x, c0, h0: fused(x, (c0, h0))[0]),
         "CudnnLSTM": (cudnn, lambda x, c0, h0: cudnn(x, (h0[None], c0[None]))[0]),
+        "KerasLSTM": (keras, lambda x, c0, h0: keras(x, initial_state=[h0, c0])),
     }
     fns = {}
     for name, (module, call) in calls.items():
