@@ -57,12 +57,6 @@ struct ForwardAfterRowsKernel {
   }
 };
 
-// forward_after_rows: ForwardAfterRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void forward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<ForwardAfterRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
-
 // reset_after=False, before the candidate's product: z, r and r ⊙ h_prev.
 template <typename scalar_t, class Gate, class Cell>
 struct ForwardGatesRowsKernel {
@@ -93,12 +87,6 @@ struct ForwardGatesRowsKernel {
   }
 };
 
-// forward_gates_rows: ForwardGatesRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void forward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<ForwardGatesRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
-
 // reset_after=False, after it: hh = act(xp_h + (r ⊙ h)·R_h), h.
 template <typename scalar_t, class Gate, class Cell>
 struct ForwardCandidateRowsKernel {
@@ -127,12 +115,6 @@ struct ForwardCandidateRowsKernel {
     }
   }
 };
-
-// forward_candidate_rows: ForwardCandidateRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void forward_candidate_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<ForwardCandidateRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
 
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardAfterRowsKernel {
@@ -170,12 +152,6 @@ struct BackwardAfterRowsKernel {
   }
 };
 
-// backward_after_rows: BackwardAfterRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void backward_after_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<BackwardAfterRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
-
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardGatesRowsKernel {
   TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
@@ -208,12 +184,6 @@ struct BackwardGatesRowsKernel {
   }
 };
 
-// backward_gates_rows: BackwardGatesRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void backward_gates_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<BackwardGatesRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
-
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardResetRowsKernel {
   TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
@@ -239,55 +209,42 @@ struct BackwardResetRowsKernel {
   }
 };
 
-// backward_reset_rows: BackwardResetRowsKernel::body compiled for the instruction set cpu::isa() chose.
-template <typename scalar_t, class Gate, class Cell>
-void backward_reset_rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<BackwardResetRowsKernel<scalar_t, Gate, Cell>>(s, b0, b1);
-}
-
 template <typename scalar_t>
 using Rows = void (*)(const GruStep<scalar_t>&, int64_t, int64_t);
+
+// A pass's rows b0 .. b1: Kernel::body compiled for the instruction set cpu::isa() chose.
+template <template <typename, class, class> class Kernel, typename scalar_t, class Gate,
+          class Cell>
+void rows_on_isa(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  cpu::dispatch<Kernel<scalar_t, Gate, Cell>>(s, b0, b1);
+}
 
 using Sigmoid = lstm_block::SigmoidGate<CpuAct>;
 using Hard = lstm_block::HardSigmoidGate;
 using Tanh = lstm_block::TanhCell<CpuAct>;
 using Rect = lstm_block::RectCell;
 
-// The loop `Pass` for the step's variant, run over the B rows. The backward passes need only
+// The pass `Kernel` for the step's variant, run over the B rows. The backward passes need only
 // the activations' derivatives, which cost little: one loop for every variant (AnyGate,
 // AnyCell blend them, lstm_block.h), where a loop per variant would quadruple them.
-template <template <typename, class, class> class Pass, bool kAnyVariant = false,
+template <template <typename, class, class> class Kernel, bool kAnyVariant = false,
           typename scalar_t>
 void run(const GruStep<scalar_t>& s, int64_t B) {
   Rows<scalar_t> rows = nullptr;
   if constexpr (kAnyVariant) {
-    rows = &Pass<scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>::rows;
+    rows = &rows_on_isa<Kernel, scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>;
   } else {
     rows = dispatch_bools(
         [](auto kHard, auto kTanh) {
           using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
           using Cell = std::conditional_t<kTanh, Tanh, Rect>;
-          return &Pass<scalar_t, Gate, Cell>::rows;
+          return &rows_on_isa<Kernel, scalar_t, Gate, Cell>;
         },
         s.fns.gate != lstm_block::GateFn::kSigmoid, s.fns.cell == lstm_block::CellFn::kTanh);
   }
   at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
 }
 
-#define TLG_GRU_PASS(Name, fn)                                              \
-  template <typename scalar_t, class Gate, class Cell>                      \
-  struct Name {                                                             \
-    static void rows(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) { \
-      fn<scalar_t, Gate, Cell>(s, b0, b1);                                  \
-    }                                                                       \
-  };
-TLG_GRU_PASS(ForwardAfter, forward_after_rows)
-TLG_GRU_PASS(ForwardGates, forward_gates_rows)
-TLG_GRU_PASS(ForwardCandidate, forward_candidate_rows)
-TLG_GRU_PASS(BackwardAfter, backward_after_rows)
-TLG_GRU_PASS(BackwardGates, backward_gates_rows)
-TLG_GRU_PASS(BackwardReset, backward_reset_rows)
-#undef TLG_GRU_PASS
 
 struct CpuGruBackend {
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
@@ -301,27 +258,27 @@ struct CpuGruBackend {
   }
   template <typename scalar_t>
   static void forward_after(const GruStep<scalar_t>& s, int64_t B) {
-    run<ForwardAfter>(s, B);
+    run<ForwardAfterRowsKernel>(s, B);
   }
   template <typename scalar_t>
   static void forward_gates(const GruStep<scalar_t>& s, int64_t B) {
-    run<ForwardGates>(s, B);
+    run<ForwardGatesRowsKernel>(s, B);
   }
   template <typename scalar_t>
   static void forward_candidate(const GruStep<scalar_t>& s, int64_t B) {
-    run<ForwardCandidate>(s, B);
+    run<ForwardCandidateRowsKernel>(s, B);
   }
   template <typename scalar_t>
   static void backward_after(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardAfter, true>(s, B);
+    run<BackwardAfterRowsKernel, true>(s, B);
   }
   template <typename scalar_t>
   static void backward_gates(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardGates, true>(s, B);
+    run<BackwardGatesRowsKernel, true>(s, B);
   }
   template <typename scalar_t>
   static void backward_reset(const GruStep<scalar_t>& s, int64_t B) {
-    run<BackwardReset, true>(s, B);
+    run<BackwardResetRowsKernel, true>(s, B);
   }
 };
 
