@@ -245,7 +245,6 @@ void run(const GruStep<scalar_t>& s, int64_t B) {
   at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
 }
 
-
 struct CpuGruBackend {
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps, /*allow_blocks=*/true};
