@@ -328,8 +328,12 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - gate_gemm(b, m, steps, packed): the forward's recurrent product ([P, 4H], four gate blocks),
 //   `packed` an undefined tensor or pack_recurrent_weight(b, 4) for a form that reads it;
 // - dh_gemm(b, m, steps): the backward's (b = Whᵀ, [4H, P]);
+// - step_gates(xh, w): a single step's gate pre-activations [x, h_prev]·w, as a new contiguous
+//   tensor of the float type (the weight used once: nothing prepared);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
+// - cell_step(s, B): that pointwise pass alone, on gates that hold the whole pre-activation
+//   (a single step's [x, h_prev]·w);
 // - forward_loop(s, recurrent, B, L, point_step, h0, h): all L steps of forward_step's work
 //   (h read as stored: step t reads h0 or h + (t - 1)·B·H), each step's pointers from
 //   point_step(t, s), which returns its gates; false, having done nothing, where the backend
@@ -452,8 +456,12 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   }
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
-  const auto recurrent = Backend::gate_gemm(w.narrow(0, I, P), B, L,
-                                            inf != nullptr ? inf->packed : at::Tensor());
+  // The recurrent product, prepared once for the loop; a single step has none (step_gates).
+  std::optional<decltype(Backend::gate_gemm(w, B, L, at::Tensor()))> recurrent;
+  if (!step_outputs) {
+    recurrent.emplace(Backend::gate_gemm(w.narrow(0, I, P), B, L,
+                                         inf != nullptr ? inf->packed : at::Tensor()));
+  }
   const at::Tensor bias = b.to(acc).contiguous();
   at::Tensor wci_a, wcf_a, wco_a;
   if (attrs.use_peephole) {
@@ -461,25 +469,30 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     wcf_a = wcf.to(acc).contiguous();
     wco_a = wco.to(acc).contiguous();
   }
-  // The input projection of all L steps in one GEMM; each step then adds h·Wh in place.
+  // The input projection of all L steps in one GEMM; each step then adds h·Wh in place. A
+  // single step (LSTMBlockCell) takes TF's own form instead, one product [x, h_prev]·w: one
+  // GEMM call where the sequence's form makes two (docs/performance.md §3.7).
   const auto mm = Backend::product_type(x.scalar_type());
   const at::Tensor gates =
-      Backend::input_gates(x.narrow(0, 0, L).reshape({L * B, I}).to(mm),
-                           w.narrow(0, 0, I).to(mm), inf != nullptr ? inf->packed_x : at::Tensor())
+      (step_outputs
+           ? Backend::step_gates(at::cat({x[0].to(mm), h_prev.to(mm)}, 1), w.to(mm))
+           : Backend::input_gates(x.narrow(0, 0, L).reshape({L * B, I}).to(mm),
+                                  w.narrow(0, 0, I).to(mm),
+                                  inf != nullptr ? inf->packed_x : at::Tensor()))
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
   // Every h a step reads is [B, P] dense, of the recurrent product's operand type: the stored
   // h itself, or (float16, or bfloat16 multiplied in float32) a float copy of it, two of them
   // alternating: a step reads the previous h while (on the CPU, in the same parallel region)
   // other threads already write this step's.
-  const auto h_type = recurrent.operand_type();
+  const auto h_type = recurrent ? recurrent->operand_type() : x.scalar_type();  // no later step
   const bool h_copy = h_type != x.scalar_type();
   TORCH_INTERNAL_ASSERT(!h_copy || h_type == acc);
   const at::Tensor h0 = h_prev.to(h_type).contiguous();
   at::Tensor h_acc = h_copy ? at::empty({2, B, P}, gates.options()) : at::Tensor();
   // With a projection the cell writes m = o ⊙ act(cs) (the op's dtype) to m_buf, and the
   // step's product r = m · w_proj goes to h (through r_acc, float, for float16/bfloat16).
-  std::optional<std::decay_t<decltype(recurrent)>> projection;
+  std::optional<std::decay_t<decltype(*recurrent)>> projection;
   at::Tensor m_buf, r_acc;
   if (proj != nullptr) {
     projection.emplace(Backend::recurrent_gemm(proj->w_proj, B, L));
@@ -530,16 +543,21 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
                          /*gates_streamed=*/inf == nullptr && !step_outputs &&
                              5 * L * B * H * static_cast<int64_t>(sizeof(scalar_t)) >=
                                  kStreamedGateBytes};
+  if (step_outputs) {  // the gates hold the whole pre-activation: the cell alone
+    point_step(0, step);
+    Backend::cell_step(step, B);
+    return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
+  }
   // The whole loop at once where the backend runs one (nothing between the steps: no
   // projection, no per-row final states, h read as stored).
   const bool whole_loop = !projection && !h_copy &&
                           (inf == nullptr || inf->lengths.empty()) &&
-                          Backend::forward_loop(step, recurrent, B, L, point_step,
+                          Backend::forward_loop(step, *recurrent, B, L, point_step,
                                                 h0.const_data_ptr<scalar_t>(), out_p[6]);
   for (int64_t t = 0; t < L && !whole_loop; ++t) {
     at::Tensor g = gates[t];
     point_step(t, step);
-    Backend::forward_step(step, recurrent, g,
+    Backend::forward_step(step, *recurrent, g,
                           t == 0 ? h0 : (h_copy ? h_acc[(t - 1) % 2] : out[6][t - 1]));
     if (projection) {
       at::Tensor r = out[6][t];

@@ -184,11 +184,23 @@ class LSTMBlockCellFunction(torch.autograd.Function):
             x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
             _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), ctx.use_peephole,
         )  # fmt: skip
-        xh_grad = dicfo @ w.t()
-        x_grad, h_prev_grad = xh_grad.split([x.shape[1], h_prev.shape[1]], dim=1)
-        w_grad = torch.cat([x, h_prev], dim=1).t() @ dicfo
+        # Only the products whose inputs need a gradient: a first layer's x and a loop's
+        # initial h_prev usually need none, and each is half of dicfo·wᵀ.
+        need = ctx.needs_input_grad
+        I = x.shape[1]
+        x_grad = h_prev_grad = w_grad = b_grad = None
+        if need[0] and need[2]:
+            x_grad, h_prev_grad = (dicfo @ w.t()).split([I, h_prev.shape[1]], dim=1)
+        elif need[0]:
+            x_grad = dicfo @ w[:I].t()
+        elif need[2]:
+            h_prev_grad = dicfo @ w[I:].t()
+        if need[3]:
+            w_grad = torch.cat([x, h_prev], dim=1).t() @ dicfo
+        if need[7]:
+            b_grad = dicfo.sum(0)
         return (x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad,
-                dicfo.sum(0), None, None, None)  # fmt: skip
+                b_grad, None, None, None)  # fmt: skip
 
 
 class GRUBlockCellFunction(torch.autograd.Function):
@@ -216,9 +228,11 @@ class GRUBlockCellFunction(torch.autograd.Function):
         d_x, d_h_prev, d_c_bar, d_ru = _ops.gru_block_cell_grad.default(
             x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, _grad_or_zeros(d_h, h_prev)
         )
-        d_w_ru = torch.cat([x, h_prev], dim=1).t() @ d_ru
-        d_w_c = torch.cat([x, r * h_prev], dim=1).t() @ d_c_bar
-        return d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0), d_c_bar.sum(0)
+        need = ctx.needs_input_grad  # the weight products only where they are wanted
+        d_w_ru = torch.cat([x, h_prev], dim=1).t() @ d_ru if need[2] else None
+        d_w_c = torch.cat([x, r * h_prev], dim=1).t() @ d_c_bar if need[3] else None
+        return (d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0) if need[4] else None,
+                d_c_bar.sum(0) if need[5] else None)  # fmt: skip
 
 
 class KerasGRUFunction(torch.autograd.Function):

@@ -357,6 +357,12 @@ struct CpuBackend {
     return out;
   }
 
+  // A single step's [x, h_prev]·w: the library product (oneDNN or MKL by size, cpu::matmul),
+  // where packing the weight into panels for its one use would cost more than it saves.
+  static at::Tensor step_gates(const at::Tensor& xh, const at::Tensor& w) {
+    return cpu::matmul(xh, w);
+  }
+
   // The backward's long sums (dx over the 4H gate columns, dW over the L·B rows), pairwise up to
   // kPairwiseMaxMacs (pairwise_gemm.h): one GEMM over them puts BlockLSTM's w_grad and x_grad
   // several times further from float64 than TF on TF's CudnnLSTM "large" shape (T 32, B 16,
@@ -423,6 +429,14 @@ struct CpuBackend {
     rows(s, 0, B, j0, j0 + n);
   }
 
+  // The cell of one step on gates that hold its whole pre-activation: a row-parallel pass.
+  template <typename scalar_t>
+  static void cell_step(const FwdStep<scalar_t>& s, int64_t B) {
+    const auto rows = Rows::template forward<scalar_t>(s);
+    at::parallel_for(0, B, cpu::row_grain(s.H),
+                     [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, s.H); });
+  }
+
   // With a blocks-form weight ([H, 4H]) each thread takes a block of units (forward_units):
   // one parallel region a step. Otherwise the library product and a row-parallel pointwise
   // pass.
@@ -430,13 +444,12 @@ struct CpuBackend {
   static void forward_step(const FwdStep<scalar_t>& s, const cpu::RecurrentGemm& rec,
                            at::Tensor& g, const at::Tensor& h) {
     const int64_t B = g.size(0), H = s.H, K = h.size(1);
-    const auto rows = Rows::template forward<scalar_t>(s);
     if (!rec.blocks()) {
       rec(g, h, /*accumulate=*/true);
-      at::parallel_for(0, B, cpu::row_grain(H),
-                       [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, H); });
+      cell_step(s, B);
       return;
     }
+    const auto rows = Rows::template forward<scalar_t>(s);
     TORCH_INTERNAL_ASSERT(h.is_contiguous() && g.is_contiguous());
     float* gp = g.data_ptr<float>();
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {

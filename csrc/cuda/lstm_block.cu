@@ -154,6 +154,10 @@ struct CudaBackend {
     return cuda::mm_float(a, b);
   }
 
+  static at::Tensor step_gates(const at::Tensor& xh, const at::Tensor& w) {
+    return cuda::mm_float(xh, w);
+  }
+
   // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.
   static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) {
     return cuda::mm_float(a, b);
@@ -194,7 +198,13 @@ struct CudaBackend {
   static void forward_step(const FwdStep<scalar_t>& s, const Gemm& rec, at::Tensor& g,
                            const at::Tensor& h) {
     rec(g, h, /*accumulate=*/true);
-    launch_forward(s, g.size(0) * s.H);
+    cell_step(s, g.size(0));
+  }
+
+  // The cell of one step on gates that hold its whole pre-activation.
+  template <typename scalar_t>
+  static void cell_step(const FwdStep<scalar_t>& s, int64_t B) {
+    launch_forward(s, B * s.H);
   }
 
   // The whole loop on pointers: per step the product (h read as stored: the driver takes this
