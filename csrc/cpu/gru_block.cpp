@@ -10,6 +10,7 @@
 
 #include "../checks.h"
 #include "activations.h"
+#include "pairwise_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -31,7 +32,11 @@ Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
   xh.narrow(1, 0, I).copy_(x);
   xh.narrow(1, I, H).copy_(h_prev);
   const at::Tensor hp = h_prev.to(acc).contiguous();
-  const at::Tensor ru_bar = at::addmm(b_ru.to(acc), xh, w_ru.to(acc));  // [B, 2H]: r | u
+  // Each product sums K = I + H pairwise (pairwise_gemm.h), then the bias is added, TF's
+  // order: at B = 1 one GEMM (MKL's GEMV) sums K in order and puts r, u, c and h 2-4x TF's
+  // error from float64 (tests/ops/test_raw_ops_accuracy.py).
+  at::Tensor ru_bar = cpu::pairwise_sum_gemm(xh, w_ru.to(acc));  // [B, 2H]: r | u
+  ru_bar.add_(b_ru.to(acc));
   {
     const acc_t* ru_p = ru_bar.const_data_ptr<acc_t>();
     const acc_t* hp_p = hp.const_data_ptr<acc_t>();
@@ -50,7 +55,8 @@ Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
       }
     });
   }
-  const at::Tensor c_bar = at::addmm(b_c.to(acc), xh, w_c.to(acc));  // [B, H]
+  at::Tensor c_bar = cpu::pairwise_sum_gemm(xh, w_c.to(acc));  // [B, H]
+  c_bar.add_(b_c.to(acc));
   {
     const acc_t* cb_p = c_bar.const_data_ptr<acc_t>();
     const acc_t* hp_p = hp.const_data_ptr<acc_t>();

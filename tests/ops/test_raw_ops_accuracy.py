@@ -15,7 +15,8 @@ initialises with Glorot).
 Shapes: CudnnRNN's NAMED_RNN_TESTCASES small / medium / large (cudnn_rnn_ops_test.py); the
 block LSTM's lstm_ops_test.py shape (B 2, I 3, H 4, T 4) and, since summation order only
 shows on longer sums, CudnnRNN's "large" one (I = H = 128, B 16, T 32); GRU's gru_ops_test.py
-shape (B 4, H 5, I 6) and that large one.
+shape (B 4, H 5, I 6) and that large one; for the cells also steps at model sizes (B 1 to 32,
+H 256 to 512), where how a step's [x, h_prev]·w sums its I + H terms shows.
 
 RESULTS records every comparison (ours and TF's max error, the floor); `python -m pytest
 tests/ops/test_raw_ops_accuracy.py -s` prints the table at the end of the module.
@@ -217,8 +218,11 @@ def test_lstm_block_cell_vs_float64(shape):
     assert not bad, bad
 
 
-@pytest.mark.parametrize("shape", [(4, 6, 5), (16, 128, 128)], ids=["gru_ops_test", "large"])
+@pytest.mark.parametrize("shape", [(4, 6, 5), (16, 128, 128), (1, 256, 256), (32, 256, 256)],
+                         ids=["gru_ops_test", "large", "B1-H256", "B32-H256"])  # fmt: skip
 def test_gru_block_cell_vs_float64(shape):
+    """gru_ops_test.py's shape, CudnnRNN's "large" one, and steps at model sizes, where one GEMM
+    a product (MKL's GEMV at B = 1) put r, u, c and h 2-4x TF's error from float64."""
     B, I, H = shape  # noqa: E741
     g = np.random.RandomState(0)
     f = lambda *s: torch.tensor(g.rand(*s).astype(np.float32))  # noqa: E731
