@@ -209,6 +209,36 @@ def test_lstm_block_cell_gradcheck_subset(subset):
     assert gradcheck(cell_fn("apply", True), tuple(inputs.values()))
 
 
+@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("subset", ["all", "x_w", "state"])
+def test_lstm_block_cell_float32_grads_at_model_sizes(subset, rows):
+    """At I = 128, H = 256 the backward's dicfo·wᵀ takes (w·dicfoᵀ)ᵀ from 16 rows (autograd.py's
+    _times_transposed) and only the products whose inputs need a gradient: every gradient
+    within float32 rounding of the float64 reference."""
+    size, width = 256, 128
+    g = torch.Generator().manual_seed(0)
+    shapes = {"x": (rows, width), "cs_prev": (rows, size), "h_prev": (rows, size),
+              "w": (width + size, 4 * size), "wci": (size,), "wcf": (size,), "wco": (size,),
+              "b": (4 * size,)}  # fmt: skip
+    scale = {"w": 0.05, "wci": 0.1, "wcf": 0.1, "wco": 0.1}
+    inputs = {n: torch.randn(s, generator=g) * scale.get(n, 1.0) for n, s in shapes.items()}
+    leaves = {n: t.requires_grad_(n in LSTM_SUBSETS[subset]) for n, t in inputs.items()}
+    out = raw_ops.LSTMBlockCell(**leaves, forget_bias=1.0, cell_clip=-1.0, use_peephole=True)
+    cs_grad, h_grad = torch.randn(rows, size, generator=g), torch.randn(rows, size, generator=g)
+    wanted = [n for n in LSTM_NAMES if leaves[n].requires_grad]
+    grads = torch.autograd.grad((out.cs, out.h), [leaves[n] for n in wanted], (cs_grad, h_grad))
+    plain = [inputs[n].detach().double() for n in LSTM_NAMES]
+    expected = reference.block_lstm_grad(
+        1, plain[0][None], *plain[1:], cs_grad.double()[None], h_grad.double()[None],
+        forget_bias=1.0, cell_clip=-1.0, use_peephole=True, gate_order="icfo",
+    )  # fmt: skip
+    expected = dict(zip(LSTM_NAMES, (expected[0][0], *expected[1:]), strict=True))
+    for name, got in zip(wanted, grads, strict=True):
+        want = expected[name]
+        torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5 * want.abs().max(),
+                                   msg=lambda m, n=name: f"{n}: {m}")  # fmt: skip
+
+
 # ---------------------------------------------------------------------------------------------
 # GRUBlockCell
 
