@@ -470,8 +470,9 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     wco_a = wco.to(acc).contiguous();
   }
   // The input projection of all L steps in one GEMM; each step then adds h·Wh in place. A
-  // single step (LSTMBlockCell) takes TF's own form instead, one product [x, h_prev]·w: one
-  // GEMM call where the sequence's form makes two (docs/performance.md §3.7).
+  // single step (LSTMBlockCell) takes TF's own form instead, one product [x, h_prev]·w
+  // (Backend::step_gates; the CPU sums it pairwise): where the sequence's form makes two
+  // products and prepares the recurrent weight (docs/performance.md §3.7).
   const auto mm = Backend::product_type(x.scalar_type());
   const at::Tensor gates =
       (step_outputs
