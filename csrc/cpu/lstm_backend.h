@@ -375,25 +375,22 @@ struct CpuBackend {
     return cpu::pairwise_sum_gemm(a, b);
   }
 
-  // h_prev_grad = dgates_0·Whᵀ, a sum over the 4H gate columns, pairwise where the product is
-  // small (float32 blocks form, up to kPairwiseMaxStepMacs): in one brgemm call BlockLSTM's
-  // h_prev_grad is less accurate than TF's on that shape, pairwise more. The same sum inside
-  // the steps (backward_step) stays one brgemm call: summed pairwise there too it makes no
-  // gradient more accurate on that shape (its rounding is damped through the cells) and costs
-  // a noticeable part of the fwd+bwd.
+  // h_prev_grad = dgates_0·Whᵀ, a sum over the 4H gate columns, pairwise (float32 blocks or
+  // panels form, any size): in one brgemm call BlockLSTM's h_prev_grad is less accurate than
+  // TF's, 1.8-3.0x its error from float64 at B 8-32, H 256-512 (docs/differences.md), pairwise
+  // within it; it is one product a call (+0.1 to +1.7 ms, inside the noise, at the benchmark's
+  // shapes). The same sum inside the steps (backward_step) stays one brgemm call: summed
+  // pairwise there too it makes no gradient more accurate on TF's "large" shape (its rounding
+  // is damped through the cells) and costs a noticeable part of the fwd+bwd.
   static void h_prev_product(const cpu::RecurrentGemm& rec, at::Tensor& dh,
                              const at::Tensor& dgates0) {
     const int64_t B = dgates0.size(0), K = dgates0.size(1), N = dh.size(1);
     if (rec.panels()) {  // small batches: the panels hold Whᵀ, rec.b() is the weight's view
-      if (B * K * N <= cpu::kPairwiseMaxStepMacs) {
-        cpu::pairwise_sum_gemm_out(dh, dgates0, rec.b(), cpu::kPairwiseStepChunk);
-      } else {
-        rec(dh, dgates0, /*accumulate=*/false);
-      }
+      cpu::pairwise_sum_gemm_out(dh, dgates0, rec.b(), cpu::kPairwiseStepChunk);
       return;
     }
-    if (!rec.blocks() || rec.bf16() || B * K * N > cpu::kPairwiseMaxStepMacs || B == 0 ||
-        !dgates0.is_contiguous() || !dh.is_contiguous()) {
+    if (!rec.blocks() || rec.bf16() || B == 0 || !dgates0.is_contiguous() ||
+        !dh.is_contiguous()) {
       rec(dh, dgates0, /*accumulate=*/false);
       return;
     }

@@ -117,12 +117,17 @@ def test_cudnn_rnn_vs_float64(variant, shape):
 # ---------------------------------------------------------------------------------------------
 # Block ops: ours against TF's kernels, both against the float64 reference.
 
-BLOCK_SHAPES = {"lstm_ops_test": (4, 2, 3, 4), "cudnn_large": (32, 16, 128, 128)}  # T, B, I, H
+BLOCK_SHAPES = {"lstm_ops_test": (4, 2, 3, 4), "cudnn_large": (32, 16, 128, 128),
+                "model": (16, 32, 256, 256)}  # T, B, I, H  # fmt: skip
 BLOCK_GRADS = ["x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "wcf_grad",
                "wco_grad", "b_grad"]  # fmt: skip
 # x_grad (over the 4H gate columns), h_prev_grad (the per-step dh, likewise) and w_grad (over all
 # T·B rows) are the long sums: added in sequence by one GEMM they are 1.7-4.4x TF's error on
-# the "cudnn_large" shape; the CPU kernels sum them pairwise (csrc/cpu/pairwise_gemm.h).
+# the "cudnn_large" shape; the CPU kernels sum them pairwise (csrc/cpu/pairwise_gemm.h). At
+# model sizes ("model") w_grad's product is above the pairwise bound and keeps one GEMM's
+# rounding, 4-5x TF's error: a documented difference (docs/differences.md), pinned as a strict
+# xfail so that the docs change with it.
+MODEL_SIZE_LIMITS = {("V1", "model", "w_grad"), ("V2", "model", "w_grad")}
 
 
 def _block_inputs(T, B, I, H, seed=0):  # noqa: E741
@@ -167,15 +172,18 @@ def _block_case(version, shape):
     return named
 
 
-BLOCK_CASES = [(v, s, n) for v in ("V1", "V2") for s in BLOCK_SHAPES
-               for n in ["forward", *BLOCK_GRADS]]  # fmt: skip
+BLOCK_CASES = [
+    pytest.param(v, s, n, id=f"{v}-{s}-{n}", marks=pytest.mark.xfail(
+        strict=True, reason="one GEMM's rounding above the pairwise bound (docs/differences.md)",
+    ) if (v, s, n) in MODEL_SIZE_LIMITS else ())
+    for v in ("V1", "V2") for s in BLOCK_SHAPES for n in ["forward", *BLOCK_GRADS]
+]  # fmt: skip
 
 
 _BLOCK_CACHE: dict = {}
 
 
-@pytest.mark.parametrize("version, shape, output", BLOCK_CASES,
-                         ids=["-".join(c) for c in BLOCK_CASES])  # fmt: skip
+@pytest.mark.parametrize("version, shape, output", BLOCK_CASES)
 def test_block_lstm_vs_float64(version, shape, output):
     if (version, shape) not in _BLOCK_CACHE:
         _BLOCK_CACHE[version, shape] = _block_case(version, shape)
