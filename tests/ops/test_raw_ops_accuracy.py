@@ -15,8 +15,10 @@ initialises with Glorot).
 Shapes: CudnnRNN's NAMED_RNN_TESTCASES small / medium / large (cudnn_rnn_ops_test.py); the
 block LSTM's lstm_ops_test.py shape (B 2, I 3, H 4, T 4) and, since summation order only
 shows on longer sums, CudnnRNN's "large" one (I = H = 128, B 16, T 32); GRU's gru_ops_test.py
-shape (B 4, H 5, I 6) and that large one; for the cells also steps at model sizes (B 1 to 32,
-H 256 to 512), where how a step's [x, h_prev]·w sums its I + H terms shows.
+shape (B 4, H 5, I 6) and that large one; and model sizes ("model", I = H = 256, B 32, T 16;
+for the cells B 1 to 32, H 256 to 512), where the products pass the pairwise bounds or, in a
+cell, how a step's [x, h_prev]·w sums its I + H terms shows. The differences found there are
+documented (docs/differences.md) and pinned as strict xfails.
 
 RESULTS records every comparison (ours and TF's max error, the floor); `python -m pytest
 tests/ops/test_raw_ops_accuracy.py -s` prints the table at the end of the module.
@@ -57,8 +59,18 @@ def _check(case: str, named: dict) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 # CudnnRNN: ours against TF's composite cells, both against the composite in float64.
 
-CUDNN_SHAPES = {"small": (4, 4, 4, 4), "medium": (128, 64, 8, 16), "large": (128, 128, 16, 32)}
+CUDNN_SHAPES = {"small": (4, 4, 4, 4), "medium": (128, 64, 8, 16), "large": (128, 128, 16, 32),
+                "model": (256, 256, 32, 16)}  # H, I, B, T  # fmt: skip
 CUDNN_MODES = ["lstm", "lstm_proj", "gru", "rnn_tanh", "rnn_relu"]
+# At model sizes the LSTM modes' weight gradients are 3-8x TF's error from float64 and
+# input_h's 1.6x: a documented difference (docs/differences.md), pinned as strict xfails.
+CUDNN_MODEL_SIZE_LIMITS = {("lstm", "model"), ("lstm_proj", "model")}
+CUDNN_CASES = [
+    pytest.param(v, s, id=f"{v}-{s}", marks=pytest.mark.xfail(
+        strict=True, reason="weight gradients at model sizes (docs/differences.md)",
+    ) if (v, s) in CUDNN_MODEL_SIZE_LIMITS else ())
+    for s in CUDNN_SHAPES for v in CUDNN_MODES
+]  # fmt: skip
 
 
 def _params_size(mode, H, I, P):  # noqa: E741
@@ -75,8 +87,7 @@ def _canonical(mode, params, H, I, P):  # noqa: E741
     return [t.detach().double().numpy() for t in w], [t.detach().double().numpy() for t in b]
 
 
-@pytest.mark.parametrize("shape", list(CUDNN_SHAPES))
-@pytest.mark.parametrize("variant", CUDNN_MODES)
+@pytest.mark.parametrize("variant, shape", CUDNN_CASES)
 def test_cudnn_rnn_vs_float64(variant, shape):
     mode = "lstm" if variant == "lstm_proj" else variant
     H, I, B, T = CUDNN_SHAPES[shape]  # noqa: E741
@@ -126,7 +137,7 @@ BLOCK_GRADS = ["x_grad", "cs_prev_grad", "h_prev_grad", "w_grad", "wci_grad", "w
 # the "cudnn_large" shape; the CPU kernels sum them pairwise (csrc/cpu/pairwise_gemm.h). At
 # model sizes ("model") w_grad's product is above the pairwise bound and keeps one GEMM's
 # rounding, 4-5x TF's error: a documented difference (docs/differences.md), pinned as a strict
-# xfail so that the docs change with it.
+# xfail so that the docs change with it; h_prev_grad there is summed pairwise (it was 1.8x).
 MODEL_SIZE_LIMITS = {("V1", "model", "w_grad"), ("V2", "model", "w_grad")}
 
 
