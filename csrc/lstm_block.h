@@ -328,8 +328,6 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - gate_gemm(b, m, steps, packed): the forward's recurrent product ([P, 4H], four gate blocks),
 //   `packed` an undefined tensor or pack_recurrent_weight(b, 4) for a form that reads it;
 // - dh_gemm(b, m, steps): the backward's (b = Whᵀ, [4H, P]);
-// - step_gates(xh, w): a single step's gate pre-activations [x, h_prev]·w, as a new contiguous
-//   tensor of the float type (the weight used once: nothing prepared);
 // - forward_step(s, recurrent, g, h): one step, g += h·Wh with `recurrent`, then the pointwise
 //   pass on g (s.gates points into g);
 // - cell_step(s, B): that pointwise pass alone, on gates that hold the whole pre-activation
@@ -350,8 +348,9 @@ const T* ptr_or_null(const at::Tensor& t) {
 // - input_gates(a, b, packed): a·b as a new contiguous tensor of the float type, the forward's
 //   input projection of all steps (a, b of one product_type; `packed`: b as
 //   pack_recurrent_weight(b, 4) for a form that reads it, or undefined: the same numbers);
-// - sum_matmul(a, b): the same for the backward's products whose K is a long sum (dx over the
-//   4H gate columns, dW over the L·B rows), which the CPU adds pairwise where small enough;
+// - sum_matmul(a, b): the same for the products whose K is a long sum (the backward's dx over
+//   the 4H gate columns and dW over the L·B rows, a single step's [x, h_prev]·w over I + H),
+//   which the CPU adds pairwise where small enough;
 // - h_prev_product(recurrent, dh, dgates0): h_prev_grad = dgates0·Whᵀ with `recurrent`, the
 //   last product of the backward (a sum over 4H gate columns, which the CPU adds pairwise);
 // - peephole_grads(dgates, cs_prev, cs, L, layout, dtype): the three peephole reductions
@@ -456,7 +455,7 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
   }
   if (L == 0 || B == 0) return std::make_tuple(out[0], out[1], out[2], out[3], out[4], out[5], out[6]);
 
-  // The recurrent product, prepared once for the loop; a single step has none (step_gates).
+  // The recurrent product, prepared once for the loop; a single step has none.
   std::optional<decltype(Backend::gate_gemm(w, B, L, at::Tensor()))> recurrent;
   if (!step_outputs) {
     recurrent.emplace(Backend::gate_gemm(w.narrow(0, I, P), B, L,
@@ -470,13 +469,13 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
     wco_a = wco.to(acc).contiguous();
   }
   // The input projection of all L steps in one GEMM; each step then adds h·Wh in place. A
-  // single step (LSTMBlockCell) takes TF's own form instead, one product [x, h_prev]·w
-  // (Backend::step_gates; the CPU sums it pairwise): where the sequence's form makes two
+  // single step (LSTMBlockCell) takes TF's own form instead, one product [x, h_prev]·w, a sum
+  // over I + H (sum_matmul: the CPU adds it pairwise), where the sequence's form makes two
   // products and prepares the recurrent weight (docs/performance.md §3.7).
   const auto mm = Backend::product_type(x.scalar_type());
   const at::Tensor gates =
       (step_outputs
-           ? Backend::step_gates(at::cat({x[0].to(mm), h_prev.to(mm)}, 1), w.to(mm))
+           ? Backend::sum_matmul(at::cat({x[0].to(mm), h_prev.to(mm)}, 1), w.to(mm))
            : Backend::input_gates(x.narrow(0, 0, L).reshape({L * B, I}).to(mm),
                                   w.narrow(0, 0, I).to(mm),
                                   inf != nullptr ? inf->packed_x : at::Tensor()))

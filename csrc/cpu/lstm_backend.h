@@ -357,20 +357,14 @@ struct CpuBackend {
     return out;
   }
 
-  // A single step's [x, h_prev]·w, its K = I + H summed pairwise (pairwise_gemm.h, up to
-  // kPairwiseMaxMacs): one GEMM sums K in one register in order (oneDNN, or MKL's GEMV at
-  // B = 1), 2-3.5e-7 from float64 on the gates at H 256-512 where TF's own sums are 0.6-1.6e-7;
-  // pairwise 0.3-0.7e-7 (tests/ops/test_raw_ops_accuracy.py). No weight is prepared for its one
-  // use.
-  static at::Tensor step_gates(const at::Tensor& xh, const at::Tensor& w) {
-    return cpu::pairwise_sum_gemm(xh, w);
-  }
-
   // The backward's long sums (dx over the 4H gate columns, dW over the L·B rows), pairwise up to
   // kPairwiseMaxMacs (pairwise_gemm.h): one GEMM over them puts BlockLSTM's w_grad and x_grad
   // several times further from float64 than TF on TF's CudnnLSTM "large" shape (T 32, B 16,
   // I = H = 128), where TF sums step by step. The benchmark's shapes are above the bound and
   // keep one oneDNN GEMM.
+  // A single step's [x, h_prev]·w (LSTMBlockCell) is one too: as one GEMM (oneDNN, or MKL's
+  // GEMV at B = 1) its gates are 2-3.5e-7 from float64 at H 256-512, where TF's own sums are
+  // 0.6-1.6e-7; pairwise 0.3-0.7e-7 (tests/ops/test_raw_ops_accuracy.py).
   static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) {
     return cpu::pairwise_sum_gemm(a, b);
   }

@@ -154,10 +154,6 @@ struct CudaBackend {
     return cuda::mm_float(a, b);
   }
 
-  static at::Tensor step_gates(const at::Tensor& xh, const at::Tensor& w) {
-    return cuda::mm_float(xh, w);
-  }
-
   // cuBLAS's own summation order: the CPU's pairwise sums are for its one-register GEMMs.
   static at::Tensor sum_matmul(const at::Tensor& a, const at::Tensor& b) {
     return cuda::mm_float(a, b);

@@ -210,7 +210,7 @@ def test_lstm_block_cell_vs_float64(shape):
     """rnn_grad_test.py's testLSTMBlockCell draws B, I, H in [1, 32): two such draws; and steps
     at model sizes, where [x, h_prev]·w summed in one GEMM (MKL's GEMV at B = 1, oneDNN from
     2^23 multiply-adds) puts ci 1.6-2.6x TF's error from float64 (csrc/cpu/lstm_backend.h's
-    step_gates)."""
+    sum_matmul)."""
     B, I, H = shape  # noqa: E741
     inp = _block_inputs(1, B, I, H)
     inp["x"] = inp["x"][0]
