@@ -382,10 +382,9 @@ Reserve make_inference_reserve(const RNNConfig& c, const at::TensorOptions& opts
 }
 
 // The per-step products summed pairwise (pairwise_gemm.h): the backward's dh = dpre · R and the
-// forward's projection, up to 2^21 multiply-adds (TF's test shapes; the benchmark's are 8-64x
-// larger and keep one call per step, whose time the loop cannot spare), in chunks of 32 rows.
-constexpr int64_t kMaxPairwiseStepMacs = int64_t{1} << 21;
-constexpr int64_t kStepChunk = 32;
+// forward's projection, up to cpu::kPairwiseMaxStepMacs multiply-adds (TF's test shapes; the
+// benchmark's are 8-64x larger and keep one call per step, whose time the loop cannot spare),
+// in chunks of cpu::kPairwiseStepChunk rows.
 
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
@@ -433,7 +432,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
                             std::is_same_v<acc_t, float>;
   // The projection h = Wp · h̃ sums over H: one product's rounding puts output_h further from
   // float64 than TF on TF's "medium" projection case (B = 8, H = 128).
-  const bool pairwise_projection = c.proj() && B * H * P <= kMaxPairwiseStepMacs;
+  const bool pairwise_projection = c.proj() && B * H * P <= cpu::kPairwiseMaxStepMacs;
   // Steps sliced by pointer arithmetic (a Tensor per slice would cost more than a small step's
   // cells); Tensors only for the products' operands. Without `keep` the activations of every
   // step share one row.
@@ -538,7 +537,7 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
         at::Tensor hs_n = r.hseq[t].narrow(0, 0, n);
         const at::Tensor h_tilde = r.extra[per_step * t].narrow(0, 0, n);
         if (pairwise_projection) {  // as dh = dpre · R in the backward
-          cpu::pairwise_sum_gemm_out(hs_n, h_tilde, w.Wp.t(), kStepChunk);
+          cpu::pairwise_sum_gemm_out(hs_n, h_tilde, w.Wp.t(), cpu::kPairwiseStepChunk);
         } else {
           at::mm_out(hs_n, h_tilde, w.Wp.t());
         }
@@ -574,7 +573,7 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   at::Tensor dht = c.proj() ? at::empty({B, H}, opts) : at::Tensor();
   // dh = dpre · R sums over the G·H gate columns: in one brgemm call its rounding is several
   // ulps where TF's is one, on TF's "medium" LSTM case (B = 8, G·H = 512).
-  const bool pairwise_steps = B * GH * P <= kMaxPairwiseStepMacs;
+  const bool pairwise_steps = B * GH * P <= cpu::kPairwiseMaxStepMacs;
   // Otherwise one product a step; small batches on R's panels (one gate: R's P output columns
   // as the units), read in sequential runs as BlockLSTM's backward reads Whᵀ's (the same sums
   // as brgemm's, so the same gradients): faster than brgemm's blocks of R (measured:
@@ -649,7 +648,7 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
     if (c.mode == RNNMode::kGRU) {
       recurrent(dh_n, d_rec[t].narrow(0, 0, n), /*accumulate=*/true);
     } else if (pairwise_steps) {
-      cpu::pairwise_sum_gemm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R, kStepChunk);
+      cpu::pairwise_sum_gemm_out(dh_n, d_pre[t].narrow(0, 0, n), w.R, cpu::kPairwiseStepChunk);
     } else {
       recurrent(dh_n, d_pre[t].narrow(0, 0, n), /*accumulate=*/false);
     }

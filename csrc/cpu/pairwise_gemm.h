@@ -127,6 +127,7 @@ inline void pairwise_sum_gemm_out(at::Tensor& c, const at::Tensor& a, const at::
 // Products of one step's rows (dh = dgates · Rᵀ over the gate columns) are summed pairwise up
 // to this many multiply-adds, in chunks of kPairwiseStepChunk: the bounds of cudnn_rnn.cpp's
 // per-step products (TF's test shapes; the benchmark's are 4-64x larger and keep one call).
+// BlockLSTM's h_prev_grad, one product a call, takes the chunk at any size (lstm_backend.h).
 constexpr int64_t kPairwiseMaxStepMacs = int64_t{1} << 21;
 constexpr int64_t kPairwiseStepChunk = 32;
 
