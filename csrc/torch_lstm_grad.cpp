@@ -184,6 +184,12 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("gru_block_cell_grad(Tensor x, Tensor h_prev, Tensor w_ru, Tensor w_c, Tensor b_ru, "
         "Tensor b_c, Tensor r, Tensor u, Tensor c, Tensor d_h) -> (Tensor d_x, "
         "Tensor d_h_prev, Tensor d_c_bar, Tensor d_r_bar_u_bar)");
+  // Internal: GRUBlockCell's whole backward (GRUBlockCellGrad plus TF1's weight and bias
+  // products) in one call, each output computed only where output_mask asks for it (undefined,
+  // None in Python, otherwise), in the style of aten::native_layer_norm_backward.
+  m.def("_gru_block_cell_backward(Tensor x, Tensor h_prev, Tensor w_ru, Tensor w_c, Tensor b_ru, "
+        "Tensor b_c, Tensor r, Tensor u, Tensor c, Tensor d_h, bool[6] output_mask) -> (Tensor "
+        "d_x, Tensor d_h_prev, Tensor d_w_ru, Tensor d_w_c, Tensor d_b_ru, Tensor d_b_c)");
 }
 
 // Device-neutral ATen ops (one copy, once per weight version): every backend and Meta.
@@ -224,9 +230,36 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
   return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
 }
 
+// Where a device has no fused kernel for _gru_block_cell_backward (CUDA), it is
+// gru_block_cell_grad followed by TF1's weight and bias products, as ATen ops; the CPU kernel
+// (cpu/gru_block.cpp) computes the same values without the masked-off work.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
+gru_block_cell_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
+                        const at::Tensor& w_c, const at::Tensor& b_ru, const at::Tensor& b_c,
+                        const at::Tensor& r, const at::Tensor& u, const at::Tensor& c,
+                        const at::Tensor& d_h, std::array<bool, 6> output_mask) {
+  static const auto op = c10::Dispatcher::singleton()
+                             .findSchemaOrThrow("torch_lstm_grad::gru_block_cell_grad", "")
+                             .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
+                                 const at::Tensor&)>();
+  const auto [d_x, d_h_prev, d_c_bar, d_ru] =
+      op.call(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
+  at::Tensor d_w_ru, d_w_c, d_b_ru, d_b_c;
+  if (output_mask[2]) d_w_ru = at::mm(at::cat({x, h_prev}, 1).t(), d_ru);
+  if (output_mask[3]) d_w_c = at::mm(at::cat({x, r * h_prev}, 1).t(), d_c_bar);
+  if (output_mask[4]) d_b_ru = d_ru.sum(0);
+  if (output_mask[5]) d_b_c = d_c_bar.sum(0);
+  return {output_mask[0] ? d_x : at::Tensor(), output_mask[1] ? d_h_prev : at::Tensor(),
+          d_w_ru, d_w_c, d_b_ru, d_b_c};
+}
+
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CompositeExplicitAutograd, m) {
   m.impl("pack_recurrent_weight", &pack_recurrent_weight);
   m.impl("cudnn_rnn_inference", &cudnn_rnn_inference);
+  m.impl("_gru_block_cell_backward", &gru_block_cell_backward);
 }
 
 }  // namespace torch_lstm_grad

@@ -42,11 +42,13 @@ def _grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tenso
 
 def _times_transposed(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """d · wᵀ, a cell backward's gradient through its gates (d [B, 4H], w [K, 4H]). On the CPU,
-    float32, 16-64 rows and at least 1024 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
-    product in that orientation took 0.61-0.87x the time there, the same bits, on AVX-512 and
-    capped at AVX2; elsewhere it was slower (docs/performance.md §3.7)."""
+    float32, 16-64 rows and at least 256 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
+    product in that orientation took 0.55-1.0x the time there, the same bits (Zen 4 at 1024
+    columns, AVX-512 and capped at AVX2; Zen 2); at 1, 8 and 128 rows it was slower or rounded
+    differently (docs/performance.md §3.7). csrc/cpu/gemm.h's `times_transposed` is the same
+    rule for the GRU cell."""
     if (d.device.type == "cpu" and d.dtype == torch.float32 and 16 <= d.shape[0] <= 64
-            and d.shape[1] >= 1024):  # fmt: skip
+            and d.shape[1] >= 256):  # fmt: skip
         return (w @ d.t()).t().contiguous()
     return d @ w.t()
 
@@ -235,15 +237,13 @@ class GRUBlockCellFunction(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, _gr, _gu, _gc, d_h):
+        # One internal op computes GRUBlockCellGrad and the products, only the gradients
+        # wanted: without d_x, the gate products skip x's rows of the weights.
         x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c = ctx.saved_tensors
-        d_x, d_h_prev, d_c_bar, d_ru = _ops.gru_block_cell_grad.default(
-            x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, _grad_or_zeros(d_h, h_prev)
+        return _ops._gru_block_cell_backward.default(
+            x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, _grad_or_zeros(d_h, h_prev),
+            list(ctx.needs_input_grad),
         )
-        need = ctx.needs_input_grad  # the weight products only where they are wanted
-        d_w_ru = torch.cat([x, h_prev], dim=1).t() @ d_ru if need[2] else None
-        d_w_c = torch.cat([x, r * h_prev], dim=1).t() @ d_c_bar if need[3] else None
-        return (d_x, d_h_prev, d_w_ru, d_w_c, d_ru.sum(0) if need[4] else None,
-                d_c_bar.sum(0) if need[5] else None)  # fmt: skip
 
 
 class KerasGRUFunction(torch.autograd.Function):

@@ -330,6 +330,19 @@ inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
+// d · wᵀ, a cell backward's gradient through its gates (d [B, N], w [K, N]): float32, at 16-64
+// rows and 256 gate columns or more, as (w · dᵀ)ᵀ made contiguous, the same bits as d · wᵀ.
+// MKL's product in that orientation took 0.55-1.0x the time there (Zen 2, AVX2) and 0.6-0.9x
+// at 1024 columns on Zen 4; at 8 rows it rounds differently, at 1 and 128 it is slower
+// (docs/performance.md §3.7). autograd.py's `_times_transposed` is the same rule for the LSTM
+// cell's backward.
+inline at::Tensor times_transposed(const at::Tensor& d, const at::Tensor& w) {
+  if (d.scalar_type() == at::kFloat && d.size(0) >= 16 && d.size(0) <= 64 && d.size(1) >= 256) {
+    return at::mm(w, d.t()).t().contiguous();
+  }
+  return at::mm(d, w.t());
+}
+
 // Width of the column blocks a parallel region splits the n columns of a product of `macs`
 // multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
 // one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).

@@ -10,12 +10,15 @@
 
 #include "../checks.h"
 #include "activations.h"
+#include "gemm.h"
 #include "pairwise_gemm.h"
 
 namespace torch_lstm_grad {
 namespace {
 
 using Outputs4 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+using Outputs6 =
+    std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
 
 template <typename scalar_t>
 Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
@@ -75,29 +78,37 @@ Outputs4 gru_forward(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
   return {r, u, c, h};
 }
 
+// The gradients through the gates, GRUBlockCellGrad's math in TF's order (docs/tf-semantics.md
+// §5.3): d_c_bar and d_r_bar_u_bar in the accumulation type, d_x and d_h_prev only where asked
+// for (with no d_x, each gate product covers only the h_prev rows of its weight: the half an
+// nn.GRUCell skips too; MKL may then round the h_prev part differently, by an ulp), and r⊙h_prev
+// (x's dtype, the candidate GEMM's input) where `want_rh`.
+struct GateGrads {
+  at::Tensor d_x, d_h_prev, d_c_bar, d_ru, rh;
+};
+
 template <typename scalar_t>
-Outputs4 gru_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
-                      const at::Tensor& w_c, const at::Tensor& r, const at::Tensor& u,
-                      const at::Tensor& c, const at::Tensor& d_h) {
+GateGrads gate_grads(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
+                     const at::Tensor& w_c, const at::Tensor& r, const at::Tensor& u,
+                     const at::Tensor& c, const at::Tensor& d_h, bool need_dx, bool need_dh,
+                     bool want_rh) {
   using acc_t = at::opmath_type<scalar_t>;
   const int64_t B = x.size(0), I = x.size(1), H = h_prev.size(1);
-  const auto dtype = x.scalar_type();
-  const auto acc = at::toOpMathType(dtype);
-  const auto acc_opts = x.options().dtype(acc);
-  at::Tensor d_c_bar = at::empty({B, H}, acc_opts);
-  at::Tensor d_ru = at::empty({B, 2 * H}, acc_opts);  // [d_r_bar, d_u_bar]
-  if (B == 0) {
-    return {at::zeros(x.sizes(), x.options()), at::zeros(h_prev.sizes(), h_prev.options()),
-            d_c_bar.to(dtype), d_ru.to(dtype)};
-  }
-  const at::Tensor hp = h_prev.to(acc).contiguous();
+  const auto acc_opts = x.options().dtype(at::toOpMathType(x.scalar_type()));
+  GateGrads g;
+  g.d_c_bar = at::empty({B, H}, acc_opts);
+  g.d_ru = at::empty({B, 2 * H}, acc_opts);  // [d_r_bar, d_u_bar]
+  if (need_dx) g.d_x = at::empty({B, I}, x.options());
+  if (need_dh) g.d_h_prev = at::empty({B, H}, x.options());
+  if (want_rh) g.rh = at::empty({B, H}, x.options());
+  const at::Tensor hp = h_prev.to(acc_opts.dtype()).contiguous();
   const acc_t* hp_p = hp.const_data_ptr<acc_t>();
   const scalar_t* r_p = r.const_data_ptr<scalar_t>();
   const scalar_t* u_p = u.const_data_ptr<scalar_t>();
   const scalar_t* c_p = c.const_data_ptr<scalar_t>();
   const scalar_t* dh_p = d_h.const_data_ptr<scalar_t>();
-  acc_t* dcb_p = d_c_bar.data_ptr<acc_t>();
-  acc_t* dru_p = d_ru.data_ptr<acc_t>();
+  acc_t* dcb_p = g.d_c_bar.data_ptr<acc_t>();
+  acc_t* dru_p = g.d_ru.data_ptr<acc_t>();
   at::parallel_for(0, B, cpu::row_grain(H), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t j = 0; j < H; ++j) {
@@ -108,21 +119,89 @@ Outputs4 gru_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::T
       }
     }
   });
-  const at::Tensor a = at::mm(d_c_bar, w_c.to(acc).t());  // [B, I + H]; a[:, I:] is d(r⊙h)
+  // a = d_c_bar · w_cᵀ, [B, (I) + H]; its h_prev columns are d(r⊙h).
+  const at::Tensor wc = w_c.to(acc_opts.dtype()), wru = w_ru.to(acc_opts.dtype());
+  const at::Tensor a = cpu::times_transposed(g.d_c_bar, need_dx ? wc : wc.narrow(0, I, H));
+  const int64_t a_ld = a.size(1), a_h = need_dx ? I : 0;
   const acc_t* a_p = a.const_data_ptr<acc_t>();
+  scalar_t* rh_p = want_rh ? g.rh.data_ptr<scalar_t>() : nullptr;
   at::parallel_for(0, B, cpu::row_grain(H), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       for (int64_t j = 0; j < H; ++j) {
-        const acc_t rv = r_p[b * H + j];
-        dru_p[b * 2 * H + j] = (a_p[b * (I + H) + I + j] * hp_p[b * H + j] * rv) * (1 - rv);
+        const acc_t rv = r_p[b * H + j], hv = hp_p[b * H + j];
+        dru_p[b * 2 * H + j] = (a_p[b * a_ld + a_h + j] * hv * rv) * (1 - rv);
+        if (rh_p != nullptr) rh_p[b * H + j] = static_cast<scalar_t>(rv * hv);
       }
     }
   });
-  const at::Tensor bm = at::mm(d_ru, w_ru.to(acc).t());  // [B, I + H]
-  const at::Tensor d_x = bm.narrow(1, 0, I) + a.narrow(1, 0, I);
-  const at::Tensor d_h_prev = (bm.narrow(1, I, H) + a.narrow(1, I, H) * r.to(acc)) +
-                              d_h.to(acc) * u.to(acc);
-  return {d_x.to(dtype), d_h_prev.to(dtype), d_c_bar.to(dtype), d_ru.to(dtype)};
+  if (!need_dx && !need_dh) return g;
+  // bm = d_ru · w_ruᵀ over the rows asked for; d_x = bm_x + a_x,
+  // d_h_prev = (bm_h + a_h ⊙ r) + d_h ⊙ u.
+  const at::Tensor w = need_dx && need_dh ? wru : wru.narrow(0, need_dx ? 0 : I, need_dx ? I : H);
+  const at::Tensor bm = cpu::times_transposed(g.d_ru, w);
+  const int64_t bm_ld = bm.size(1), bm_h = need_dx ? I : 0;
+  const acc_t* bm_p = bm.const_data_ptr<acc_t>();
+  scalar_t* dx_p = need_dx ? g.d_x.data_ptr<scalar_t>() : nullptr;
+  scalar_t* dhp_p = need_dh ? g.d_h_prev.data_ptr<scalar_t>() : nullptr;
+  at::parallel_for(0, B, cpu::row_grain(I + H), [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      for (int64_t j = 0; dx_p != nullptr && j < I; ++j) {
+        dx_p[b * I + j] = static_cast<scalar_t>(bm_p[b * bm_ld + j] + a_p[b * a_ld + j]);
+      }
+      for (int64_t j = 0; dhp_p != nullptr && j < H; ++j) {
+        const int64_t k = b * H + j;
+        const acc_t rv = r_p[k], uv = u_p[k], dh = dh_p[k];
+        const acc_t bm_v = bm_p[b * bm_ld + bm_h + j], a_v = a_p[b * a_ld + a_h + j];
+        dhp_p[k] = static_cast<scalar_t>((bm_v + a_v * rv) + dh * uv);
+      }
+    }
+  });
+  return g;
+}
+
+// GRUBlockCellGrad: d_x, d_h_prev, d_c_bar and d_r_bar_u_bar, each in x's dtype.
+template <typename scalar_t>
+Outputs4 gru_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
+                      const at::Tensor& w_c, const at::Tensor& r, const at::Tensor& u,
+                      const at::Tensor& c, const at::Tensor& d_h) {
+  const GateGrads g = gate_grads<scalar_t>(x, h_prev, w_ru, w_c, r, u, c, d_h, true, true, false);
+  const auto dtype = x.scalar_type();
+  return {g.d_x, g.d_h_prev, g.d_c_bar.to(dtype), g.d_ru.to(dtype)};
+}
+
+// GRUBlockCellFunction's whole backward (torch_lstm_grad.cpp, _gru_block_cell_backward):
+// GRUBlockCellGrad's gradients, then TF1's weight and bias products from d_r_bar_u_bar and
+// d_c_bar rounded to x's dtype, as TF's gradient reads them; nothing output_mask does not ask
+// for. With every output asked for, d_x and d_h_prev are GRUBlockCellGrad's to the bit.
+template <typename scalar_t>
+Outputs6 gru_backward_fused(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
+                            const at::Tensor& w_c, const at::Tensor& r, const at::Tensor& u,
+                            const at::Tensor& c, const at::Tensor& d_h,
+                            std::array<bool, 6> mask) {
+  const int64_t I = x.size(1), H = h_prev.size(1);
+  const auto dtype = x.scalar_type();
+  const GateGrads g =
+      gate_grads<scalar_t>(x, h_prev, w_ru, w_c, r, u, c, d_h, mask[0], mask[1], mask[3]);
+  // d_w_ru = [x, h_prev]ᵀ·d_ru, then d_w_c = [x, r⊙h_prev]ᵀ·d_c_bar from the same buffer, its
+  // h_prev half overwritten (one product over I + H rows took 0.85x the time of two over I and
+  // H on Zen 2); the biases summed over B.
+  const at::Tensor g_ru = g.d_ru.to(dtype), g_c = g.d_c_bar.to(dtype);
+  at::Tensor d_w_ru, d_w_c, d_b_ru, d_b_c;
+  if (mask[2] || mask[3]) {
+    at::Tensor xh = at::empty({x.size(0), I + H}, x.options());
+    xh.narrow(1, 0, I).copy_(x);
+    if (mask[2]) {
+      xh.narrow(1, I, H).copy_(h_prev);
+      d_w_ru = at::mm(xh.t(), g_ru);
+    }
+    if (mask[3]) {
+      xh.narrow(1, I, H).copy_(g.rh);
+      d_w_c = at::mm(xh.t(), g_c);
+    }
+  }
+  if (mask[4]) d_b_ru = g_ru.sum(0);
+  if (mask[5]) d_b_c = g_c.sum(0);
+  return {g.d_x, g.d_h_prev, d_w_ru, d_w_c, d_b_ru, d_b_c};
 }
 
 Outputs4 gru_block_cell_cpu(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
@@ -151,11 +230,29 @@ Outputs4 gru_block_cell_grad_cpu(const at::Tensor& x, const at::Tensor& h_prev,
       });
 }
 
+Outputs6 gru_block_cell_backward_cpu(const at::Tensor& x, const at::Tensor& h_prev,
+                                     const at::Tensor& w_ru, const at::Tensor& w_c,
+                                     const at::Tensor& b_ru, const at::Tensor& b_c,
+                                     const at::Tensor& r, const at::Tensor& u, const at::Tensor& c,
+                                     const at::Tensor& d_h, std::array<bool, 6> output_mask) {
+  const GRUSizes s = check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c);
+  for (auto [t, name] : {std::pair{&r, "r"}, {&u, "u"}, {&c, "c"}, {&d_h, "d_h"}}) {
+    check_like(*t, name, x);
+    check_shape(*t, name, {s.B, s.H}, "[B, H]");
+  }
+  return AT_DISPATCH_FLOATING_TYPES_AND2(
+      at::kHalf, at::kBFloat16, x.scalar_type(), "gru_block_cell_backward_cpu", [&] {
+        return gru_backward_fused<scalar_t>(x, h_prev, w_ru, w_c, r.contiguous(), u.contiguous(),
+                                            c.contiguous(), d_h.contiguous(), output_mask);
+      });
+}
+
 }  // namespace
 
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CPU, m) {
   m.impl("gru_block_cell", &gru_block_cell_cpu);
   m.impl("gru_block_cell_grad", &gru_block_cell_grad_cpu);
+  m.impl("_gru_block_cell_backward", &gru_block_cell_backward_cpu);
 }
 
 }  // namespace torch_lstm_grad

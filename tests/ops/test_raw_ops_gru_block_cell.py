@@ -46,8 +46,10 @@ TOL_LAYOUT = 5e-7
 GRU_IN = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 GRU_OUT = ("r", "u", "c", "h")
 GRU_GRAD_OUT = ("d_x", "d_h_prev", "d_c_bar", "d_r_bar_u_bar")
-# (B, I, H). "par": B * H large enough that the kernels' pointwise passes split into chunks.
-SHAPES = {"odd": (3, 7, 5), "B1": (1, 4, 3), "H1": (2, 3, 1), "par": (70, 9, 64)}
+# (B, I, H). "par": B * H large enough that the kernels' pointwise passes split into chunks;
+# "b32": the rows and gate columns where the gate products run transposed (csrc/cpu/gemm.h).
+SHAPES = {"odd": (3, 7, 5), "B1": (1, 4, 3), "H1": (2, 3, 1), "par": (70, 9, 64),
+          "b32": (32, 24, 256)}  # fmt: skip
 shapes = pytest.mark.parametrize("shape", list(SHAPES))
 
 # Largest scaled error seen per (comparison, dtype, op, output), filled as the tests run: to
@@ -233,6 +235,60 @@ def test_autograd_vs_reference_f64(shape):
     leaves = grad_leaves(inp)
     want = torch.autograd.grad(ref.gru_block_cell(**leaves)[3], list(leaves.values()), d_h)
     _check(("ref", torch.float64, "autograd GRUBlockCell"), GRU_IN, got, want)
+
+
+# Subsets of the inputs that need a gradient: the backward op computes only those (without d_x,
+# the gate products cover only h_prev's rows of the weights).
+SUBSETS = [("h_prev", "w_ru", "w_c", "b_ru", "b_c"), ("x",), ("h_prev",), ("w_c", "b_c"),
+           ("x", "w_ru")]  # fmt: skip
+
+
+@needs_tf
+@pytest.mark.parametrize("subset", SUBSETS, ids="+".join)
+@pytest.mark.parametrize("shape", ["B1", "b32", "par"])
+def test_autograd_of_some_inputs_vs_tf(shape, subset):
+    B, _, H = SHAPES[shape]
+    inp = _inputs(shape)
+    d_h = uniform(B, H)
+    args = {k: v.clone().requires_grad_(k in subset) for k, v in inp.items()}
+    got = torch.autograd.grad(raw_ops.GRUBlockCell(**args).h, [args[k] for k in subset], d_h)
+    r, u, c, _ = tf_raw("GRUBlockCell", **inp)
+    want = dict(zip(GRU_IN, _tf_gru_gradient(inp, r, u, c, d_h), strict=True))
+    _check(("tf", torch.float32, "autograd GRUBlockCell, some inputs"), subset, got,
+           [want[k] for k in subset])  # fmt: skip
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.float16, torch.bfloat16],
+                         ids=["f32", "f64", "f16", "bf16"])  # fmt: skip
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_backward_op_is_grad_op_then_weight_products(shape, dtype):
+    """The fused backward (CPU kernel) against its definition, GRUBlockCellGrad then TF1's
+    products, which is also the kernel of the devices without one (CompositeExplicitAutograd):
+    the same bits with every output asked for; each mask's outputs and Nones."""
+    B, _, H = SHAPES[shape]
+    inp = _inputs(shape, dtype)
+    r, u, c, _ = raw_ops.GRUBlockCell(**inp)
+    d_h = uniform(B, H, dtype=dtype)
+    args = (*inp.values(), r, u, c, d_h)
+    op = torch.ops.torch_lstm_grad._gru_block_cell_backward.default
+    composite = torch._C.DispatchKey.CompositeExplicitAutograd
+    d_x, d_h_prev, d_c_bar, d_ru = raw_ops.GRUBlockCellGrad(**inp, r=r, u=u, c=c, d_h=d_h)
+    x, h_prev = inp["x"], inp["h_prev"]
+    want = (d_x, d_h_prev, torch.cat([x, h_prev], 1).t() @ d_ru,
+            torch.cat([x, r * h_prev], 1).t() @ d_c_bar, d_ru.sum(0), d_c_bar.sum(0))  # fmt: skip
+    # Without d_x or d_h_prev, the products over part of the weights' rows may round
+    # differently (MKL's order depends on the output's width): d_c_bar's outputs stay exact.
+    tol = TOL_LAYOUT if dtype == torch.float32 else TOL[("ref", dtype)]
+    for mask in ([True] * 6, [False] + [True] * 5, [True, False] * 3, [False] * 6):
+        for kernel, got in (("cpu", op(*args, mask)),
+                            ("composite", op._op_dk(composite, *args, mask))):  # fmt: skip
+            for k, (g, w, m) in enumerate(zip(got, want, mask, strict=True)):
+                if not m:
+                    assert g is None, (kernel, mask, k)
+                elif kernel == "composite" or all(mask[:2]) or k in (3, 5):
+                    assert torch.equal(g, w), (kernel, mask, k)
+                else:
+                    _close(("layout", dtype), GRU_IN[k], g, w, tol)
 
 
 @pytest.mark.parametrize("entry", ["raw_ops", "Function"])

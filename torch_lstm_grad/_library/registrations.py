@@ -206,6 +206,15 @@ def _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h):
     return x.new_empty(x.shape), x.new_empty((B, H)), x.new_empty((B, H)), x.new_empty((B, 2 * H))
 
 
+@torch.library.register_fake(_LIB + "_gru_block_cell_backward")
+def _gru_block_cell_backward_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h, output_mask):
+    _gru_block_cell_grad_fake(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h)
+    B, I = x.shape
+    H = h_prev.shape[1]
+    shapes = ((B, I), (B, H), (I + H, 2 * H), (I + H, H), (2 * H,), (H,))
+    return tuple(x.new_empty(s) if m else None for s, m in zip(shapes, output_mask, strict=True))
+
+
 # CudnnRNN: the shape rules mirror csrc/cudnn.h and live in cudnn.py; the training
 # reserve_space gets an unbacked size (its length is the device kernel's own choice).
 torch.library.register_fake(_LIB + "cudnn_rnn", cudnn.cudnn_rnn_fake)
@@ -296,6 +305,7 @@ for _grad_op, _fwd in (
     ("keras_gru_grad", "keras_gru"),
     ("lstm_block_cell_grad", "LSTMBlockCell"),
     ("gru_block_cell_grad", "GRUBlockCell"),
+    ("_gru_block_cell_backward", "GRUBlockCell"),
     ("cudnn_rnn_backprop", "CudnnRNN"),
 ):
     torch.library.register_autograd(_LIB + _grad_op, _no_double_backward(_fwd))
