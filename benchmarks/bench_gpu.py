@@ -13,11 +13,14 @@ Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
   persistent small-H algorithm where torch.nn takes it, docs/cudnn.md §8);
 * `CudnnRNNV3 varied` (lengths over [T/2, T], B >= 8) vs `nn.LSTM packed` (pack, nn.LSTM,
   unpack): fwd+bwd, float32;
-* `LSTMBlockCell loop` (T steps from Python) vs `nn.LSTMCell loop`: fwd+bwd, float32;
+* `LSTMBlockCell loop` (T steps from Python) vs `nn.LSTMCell loop`: fwd+bwd, float32; the loops
+  step through `x.unbind(0)`, whose backward is one stack, where `x[t]` would add a zeroed
+  [T, B, I] gradient a step, the same on both sides, to both times;
 * `CudnnRNNV3 GRU equal` (and `... auto`) vs `nn.GRU`: fwd+bwd and inference, float32;
 * `keras_gru` (reset_after: cuDNN's GRU) vs `nn.GRU`: fwd+bwd and inference, float32 and
   bfloat16; `keras_gru persistent` the same under TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent;
-* `GRUBlockCell loop` (TF's reset-before GRU, T steps) vs `nn.GRUCell loop`: fwd+bwd, float32.
+* `GRUBlockCell loop` (TF's reset-before GRU, T steps) vs `nn.GRUCell loop`: fwd+bwd, float32;
+  `GRUBlockCell loop x constant` the same with no gradient for x (a first layer fed data).
 
 Each row: device, date, commit (and torch, cudnn, tf32), op, baseline, mode, dtype, T, B, I, H,
 ratio (ours ÷ baseline), ours_ms, baseline_ms, rounds, and the peak memory of one call of each
@@ -62,7 +65,7 @@ GRIDS = {
 OPS = ("BlockLSTM", "BlockLSTM persistent", "CudnnRNNV3 equal", "CudnnRNNV3 equal auto",
        "CudnnRNNV3 varied", "LSTMBlockCell loop", "CudnnRNNV3 GRU equal",
        "CudnnRNNV3 GRU equal auto", "keras_gru", "keras_gru persistent",
-       "GRUBlockCell loop")  # fmt: skip
+       "GRUBlockCell loop", "GRUBlockCell loop x constant")  # fmt: skip
 # op -> (baseline, modes, dtypes)
 PLAN = {
     "BlockLSTM": ("nn.LSTM", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
@@ -76,6 +79,7 @@ PLAN = {
     "keras_gru": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "keras_gru persistent": ("nn.GRU", ("fwd+bwd", "inference"), ("float32", "bfloat16")),
     "GRUBlockCell loop": ("nn.GRUCell loop", ("fwd+bwd",), ("float32",)),
+    "GRUBlockCell loop x constant": ("nn.GRUCell loop x constant", ("fwd+bwd",), ("float32",)),
 }
 
 
@@ -169,8 +173,8 @@ def _lstm_cell_loop(s: _Shape):
 
     def ours():
         c, h, hs = s.c0[0], s.h0[0], []
-        for t in range(s.T):
-            out = R.LSTMBlockCell(s.x[t], c, h, w, zeros, zeros, zeros, b, forget_bias=0.0,
+        for x_t in s.x.unbind(0):
+            out = R.LSTMBlockCell(x_t, c, h, w, zeros, zeros, zeros, b, forget_bias=0.0,
                                   cell_clip=-1.0)  # fmt: skip
             c, h = out.cs, out.h
             hs.append(h)
@@ -178,8 +182,8 @@ def _lstm_cell_loop(s: _Shape):
 
     def theirs():
         c, h, hs = s.c0[0], s.h0[0], []
-        for t in range(s.T):
-            h, c = cell(s.x[t], (h, c))
+        for x_t in s.x.unbind(0):
+            h, c = cell(x_t, (h, c))
             hs.append(h)
         return (torch.stack(hs),)
 
@@ -204,8 +208,9 @@ def _keras_gru(s: _Shape):
     return ours, (s.x, *leaves), _nn(gru, s, lstm=False)
 
 
-def _gru_cell_loop(s: _Shape):
+def _gru_cell_loop(s: _Shape, x_grad: bool = True):
     H = s.H
+    x = s.x if x_grad else s.x.detach()
     new = dict(device=s.device, dtype=s.dtype)
     w_ru = (0.1 * torch.randn(2 * H, 2 * H, **new)).requires_grad_()
     w_c = (0.1 * torch.randn(2 * H, H, **new)).requires_grad_()
@@ -215,19 +220,20 @@ def _gru_cell_loop(s: _Shape):
 
     def ours():
         h, hs = s.h0[0], []
-        for t in range(s.T):
-            h = R.GRUBlockCell(s.x[t], h, w_ru, w_c, b_ru, b_c).h
+        for x_t in x.unbind(0):
+            h = R.GRUBlockCell(x_t, h, w_ru, w_c, b_ru, b_c).h
             hs.append(h)
         return (torch.stack(hs),)
 
     def theirs():
         h, hs = s.h0[0], []
-        for t in range(s.T):
-            h = cell(s.x[t], h)
+        for x_t in x.unbind(0):
+            h = cell(x_t, h)
             hs.append(h)
         return (torch.stack(hs),)
 
-    return ours, (s.x, w_ru, w_c, b_ru, b_c), (theirs, (s.x, *cell.parameters()))
+    xs = (x,) if x_grad else ()
+    return ours, (*xs, w_ru, w_c, b_ru, b_c), (theirs, (*xs, *cell.parameters()))
 
 
 def _under(name, value, case):
@@ -270,6 +276,7 @@ BUILD = {
         "TORCH_LSTM_GRAD_CUDA_RECURRENT", "persistent", _keras_gru(s)
     ),
     "GRUBlockCell loop": _gru_cell_loop,
+    "GRUBlockCell loop x constant": lambda s: _gru_cell_loop(s, x_grad=False),
 }
 
 
