@@ -46,7 +46,6 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
 
@@ -55,7 +54,7 @@ import torch
 import torch_lstm_grad
 from torch_lstm_grad import ops
 from torch_lstm_grad import raw_ops as R
-from torch_lstm_grad.tools.bench import _time_paired, _varied_lengths
+from torch_lstm_grad.tools.bench import _time_paired, _varied_lengths, source_commit
 
 GRIDS = {
     "full": [(T, B, H) for T in (100, 500) for H in (64, 128, 192, 256, 512, 1024)
@@ -304,14 +303,7 @@ def _peak_mib(call, device) -> float | None:
 
 
 def _commit(given: str | None) -> str:
-    if given:
-        return given
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                             text=True, timeout=10, check=True)  # fmt: skip
-        return out.stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return "unknown (pass --commit)"
+    return given or source_commit() or "unknown (pass --commit)"
 
 
 def rows(shapes, op_names, modes, dtypes, device, min_run_time, budget, head):

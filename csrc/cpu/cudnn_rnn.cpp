@@ -381,11 +381,6 @@ Reserve make_inference_reserve(const RNNConfig& c, const at::TensorOptions& opts
   return r;
 }
 
-// The per-step products summed pairwise (pairwise_gemm.h): the backward's dh = dpre · R and the
-// forward's projection, up to cpu::kPairwiseMaxStepMacs multiply-adds (TF's test shapes; the
-// benchmark's are 8-64x larger and keep one call per step, whose time the loop cannot spare),
-// in chunks of cpu::kPairwiseStepChunk rows.
-
 // ---------------------------------------------------------------------------------------------
 // One direction of one layer, forward. h [B, P] and cst [B, H] hold the initial state and are
 // updated in place to the final state; X is the normalised layer input [T·B, in]. `keep`: r

@@ -20,7 +20,7 @@ def test_bench_runs_on_a_tiny_shape(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "2,2,3,4" in table and "fwd+bwd" in table
     data = json.loads(out.read_text())
-    assert {"date", "cpu_model", "torch_version", "torch_threads", "results"} <= set(data)
+    assert {"date", "commit", "cpu_model", "torch_version", "torch_threads", "results"} <= set(data)
     assert [r["pass"] for r in data["results"]] == ["fwd", "fwd+bwd"]
     assert all(r["ms"]["ours"] > 0 and r["ms"]["nn.LSTM"] > 0 for r in data["results"])
     assert all(r["ms"]["TF"] is None for r in data["results"])
@@ -78,3 +78,17 @@ def test_cpu_model_names_the_family_and_model():
     # aarch64 kernels print no model name: the caller falls back to platform.processor().
     assert bench._cpuinfo_model("processor\t: 0\nBogoMIPS\t: 50.00\n") is None
     assert bench._cpuinfo_model("model name\t: Some CPU\n") == "Some CPU"
+
+
+def test_source_commit_names_this_checkout():
+    """In a git checkout, the JSON's commit is git's HEAD (with "-dirty" for uncommitted changes
+    to tracked files); outside one, None."""
+    import subprocess
+
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True, cwd=bench.__file__.rsplit("/", 1)[0])
+    except (OSError, subprocess.CalledProcessError):
+        assert bench.source_commit() is None
+        return
+    assert bench.source_commit() in (head.stdout.strip(), head.stdout.strip() + "-dirty")

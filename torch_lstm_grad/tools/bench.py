@@ -55,6 +55,7 @@ import os
 import platform
 import random
 import statistics
+import subprocess
 import sys
 import time
 
@@ -465,6 +466,7 @@ def machine_info(tf, min_run_time: float, rounds: int) -> dict:
     """The machine, the libraries and the settings a benchmark ran under (its JSON's `meta`)."""
     return dict(
         date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
+        commit=source_commit(),
         processor=platform.processor(),
         cpu_model=_cpu_model(),
         cpu_count=os.cpu_count(),
@@ -488,6 +490,20 @@ def machine_info(tf, min_run_time: float, rounds: int) -> dict:
         rounds=rounds,
         load_average_1min=os.getloadavg()[0],
     )
+
+
+def source_commit() -> str | None:
+    """The git commit of the package's source tree (short hash, "-dirty" with uncommitted
+    changes), or None for an install outside a git checkout."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        run = dict(cwd=here, capture_output=True, text=True, timeout=10, check=True)
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
+                               **run).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return f"{head}-dirty" if dirty else head
 
 
 def _progress(text: str, end: str = "\n") -> None:
