@@ -1,7 +1,14 @@
 import contextlib
+import os
 
 import pytest
 import torch
+
+# TensorFlow turns its oneDNN CPU kernels on by default only on CPUs with AVX-512 VNNI, BF16 or
+# AMX; without them its CPU Conv2D refuses channels_first (NCHW), so Keras' channels_first
+# convolutions cannot run as the oracle on an AVX2-only CPU such as Zen 2. Turned on, TF runs
+# the kernels it runs on an AVX-512 CPU. Set before anything imports TensorFlow.
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 # TORCH_LSTM_GRAD_REQUIRE_TF=1 (set by .ci/run): TF-dependent skips fail (tests/tf_required.py).
 from tests.tf_required import pytest_make_collect_report, pytest_runtest_makereport  # noqa: F401
