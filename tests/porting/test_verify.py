@@ -907,6 +907,31 @@ def test_verify_needs_tensorflow(tmp_path):
     assert (tmp_path / "m.pt").exists()
 
 
+def test_verify_runs_channels_first_convolutions_on_any_cpu(tmp_path):
+    """TF's CPU Conv2D refuses channels_first without its oneDNN kernels, which TF turns on by
+    default only on CPUs with AVX-512 VNNI, BF16 or AMX: verify turns them on unless the user
+    set TF_ENABLE_ONEDNN_OPTS, so the whole model verifies on an AVX2-only CPU too. In a fresh
+    process without the variable (this suite's conftest sets it)."""
+    import os
+    import subprocess
+    import sys
+
+    keras = keras_module()
+    model = keras.Sequential([keras.Input((6, 5)), keras.layers.Conv1D(4, 3, data_format=
+                              "channels_first"), keras.layers.LSTM(2)])  # fmt: skip
+    model.save(tmp_path / "m.keras")
+    env = {k: v for k, v in os.environ.items() if k != "TF_ENABLE_ONEDNN_OPTS"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch_lstm_grad", "convert", str(tmp_path / "m.keras"), "-o",
+         str(tmp_path / "m.pt"), "--verify"],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    whole = done.stdout.split("(whole model):\n", 1)[1]
+    assert not whole.startswith("    not verified"), done.stdout
+    assert "verified: every tensor of" in done.stdout
+
+
 def test_an_error_at_the_tolerance_passes_and_empty_tensors_agree():
     """The tolerance is inclusive, in `ok` and in `failures` alike; a tensor with no elements
     (a zero-length case) agrees; the scaled error is |ours - TF| / max(1, max |TF|)."""

@@ -903,6 +903,11 @@ def verify(
 ) -> VerifyReport:
     """The converted file `converted` against TF running `src` (see the module docstring).
     Raises VerifyUnavailable without TensorFlow."""
+    # TF turns its oneDNN CPU kernels on by default only on CPUs with AVX-512 VNNI, BF16 or AMX;
+    # without them its CPU Conv2D refuses channels_first (NCHW), so Keras could not run a model
+    # with a channels_first convolution on an AVX2-only CPU. Unless TF_ENABLE_ONEDNN_OPTS is set,
+    # TF runs here the kernels it runs on those CPUs (docs/porting.md); read at TF's import.
+    os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
     try:
         import tensorflow as tf
     except ImportError as err:
