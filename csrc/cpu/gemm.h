@@ -331,11 +331,11 @@ inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
 }
 
 // d · wᵀ, a cell backward's gradient through its gates (d [B, N], w [K, N]): float32, at 16-64
-// rows and 256 gate columns or more, as (w · dᵀ)ᵀ made contiguous, the same bits as d · wᵀ.
-// MKL's product in that orientation took 0.55-1.0x the time there (Zen 2, AVX2) and 0.6-0.9x
-// at 1024 columns on Zen 4; at 8 rows it rounds differently, at 1 and 128 it is slower
-// (docs/performance.md §3.7). autograd.py's `_times_transposed` is the same rule for the LSTM
-// cell's backward.
+// rows and 256 gate columns or more, as (w · dᵀ)ᵀ made contiguous. MKL's product in that
+// orientation took 0.55-1.0x the time there with the same bits on Zen 2 (AVX2), and 0.6-0.9x
+// at 1024 columns on Zen 4 (not measured there below 1024); at 8 rows it rounds differently,
+// at 1 and 128 rows it is slower (docs/performance.md §3.8). autograd.py's `_times_transposed`
+// is the same rule for the LSTM cell's backward.
 inline at::Tensor times_transposed(const at::Tensor& d, const at::Tensor& w) {
   if (d.scalar_type() == at::kFloat && d.size(0) >= 16 && d.size(0) <= 64 && d.size(1) >= 256) {
     return at::mm(w, d.t()).t().contiguous();
