@@ -43,10 +43,10 @@ def _grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tenso
 def _times_transposed(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """d · wᵀ, a cell backward's gradient through its gates (d [B, 4H], w [K, 4H]). On the CPU,
     float32, 16-64 rows and at least 256 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
-    product in that orientation took 0.55-1.0x the time there, the same bits (Zen 4 at 1024
-    columns, AVX-512 and capped at AVX2; Zen 2); at 1, 8 and 128 rows it was slower or rounded
-    differently (docs/performance.md §3.7). csrc/cpu/gemm.h's `times_transposed` is the same
-    rule for the GRU cell."""
+    product in that orientation took 0.55-1.0x the time there with the same bits (Zen 2; Zen 4
+    at 1024 columns, AVX-512 and capped at AVX2); at 1, 8 and 128 rows it was slower or rounded
+    differently (docs/performance.md §3.7, §3.8). csrc/cpu/gemm.h's `times_transposed` is the
+    same rule for the GRU cell."""
     if (d.device.type == "cpu" and d.dtype == torch.float32 and 16 <= d.shape[0] <= 64
             and d.shape[1] >= 256):  # fmt: skip
         return (w @ d.t()).t().contiguous()
