@@ -253,6 +253,20 @@ inline GRUSizes check_gru_inputs(const at::Tensor& x, const at::Tensor& h_prev,
   return s;
 }
 
+// GRUBlockCellGrad's inputs: check_gru_inputs', then r, u, c and d_h, each [B, H] like x.
+inline GRUSizes check_gru_grad_inputs(const at::Tensor& x, const at::Tensor& h_prev,
+                                      const at::Tensor& w_ru, const at::Tensor& w_c,
+                                      const at::Tensor& b_ru, const at::Tensor& b_c,
+                                      const at::Tensor& r, const at::Tensor& u,
+                                      const at::Tensor& c, const at::Tensor& d_h) {
+  const GRUSizes s = check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c);
+  for (auto [t, name] : {std::pair{&r, "r"}, {&u, "u"}, {&c, "c"}, {&d_h, "d_h"}}) {
+    check_like(*t, name, x);
+    check_shape(*t, name, {s.B, s.H}, "[B, H]");
+  }
+  return s;
+}
+
 // keras_gru's inputs: x [T, B, I], h_prev [B, H] (H from it), kernel [I, 3H], recurrent_kernel
 // [H, 3H], bias [2, 3H] (reset_after) or [3H], or none.
 struct GRUSeqSizes {

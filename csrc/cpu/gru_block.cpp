@@ -218,11 +218,7 @@ Outputs4 gru_block_cell_grad_cpu(const at::Tensor& x, const at::Tensor& h_prev,
                                  const at::Tensor& w_ru, const at::Tensor& w_c,
                                  const at::Tensor& b_ru, const at::Tensor& b_c, const at::Tensor& r,
                                  const at::Tensor& u, const at::Tensor& c, const at::Tensor& d_h) {
-  const GRUSizes s = check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c);
-  for (auto [t, name] : {std::pair{&r, "r"}, {&u, "u"}, {&c, "c"}, {&d_h, "d_h"}}) {
-    check_like(*t, name, x);
-    check_shape(*t, name, {s.B, s.H}, "[B, H]");
-  }
+  check_gru_grad_inputs(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
   return AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "gru_block_cell_grad_cpu", [&] {
         return gru_backward<scalar_t>(x, h_prev, w_ru, w_c, r.contiguous(), u.contiguous(),
@@ -235,11 +231,7 @@ Outputs6 gru_block_cell_backward_cpu(const at::Tensor& x, const at::Tensor& h_pr
                                      const at::Tensor& b_ru, const at::Tensor& b_c,
                                      const at::Tensor& r, const at::Tensor& u, const at::Tensor& c,
                                      const at::Tensor& d_h, std::array<bool, 6> output_mask) {
-  const GRUSizes s = check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c);
-  for (auto [t, name] : {std::pair{&r, "r"}, {&u, "u"}, {&c, "c"}, {&d_h, "d_h"}}) {
-    check_like(*t, name, x);
-    check_shape(*t, name, {s.B, s.H}, "[B, H]");
-  }
+  check_gru_grad_inputs(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
   return AT_DISPATCH_FLOATING_TYPES_AND2(
       at::kHalf, at::kBFloat16, x.scalar_type(), "gru_block_cell_backward_cpu", [&] {
         return gru_backward_fused<scalar_t>(x, h_prev, w_ru, w_c, r.contiguous(), u.contiguous(),

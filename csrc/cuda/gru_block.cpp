@@ -34,11 +34,7 @@ Outputs4 gru_block_cell_grad_cuda(const at::Tensor& x, const at::Tensor& h_prev,
                                   const at::Tensor& b_ru, const at::Tensor& b_c,
                                   const at::Tensor& r, const at::Tensor& u, const at::Tensor& c,
                                   const at::Tensor& d_h) {
-  const GRUSizes s = check_gru_inputs(x, h_prev, w_ru, w_c, b_ru, b_c);
-  for (auto [t, name] : {std::pair{&r, "r"}, {&u, "u"}, {&c, "c"}, {&d_h, "d_h"}}) {
-    check_like(*t, name, x);
-    check_shape(*t, name, {s.B, s.H}, "[B, H]");
-  }
+  const GRUSizes s = check_gru_grad_inputs(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
   const c10::DeviceGuard guard(x.device());
   const auto dtype = x.scalar_type();
   const auto acc = at::toOpMathType(dtype);
