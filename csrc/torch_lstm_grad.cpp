@@ -12,6 +12,7 @@
 
 #include "cpu/isa.h"
 #include "cudnn_rnn_config.h"
+#include "gru_block.h"
 #include "packed_weights.h"
 
 extern "C" {
@@ -231,8 +232,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
 }
 
 // Where a device has no fused kernel for _gru_block_cell_backward (CUDA), it is
-// gru_block_cell_grad followed by TF1's weight and bias products, as ATen ops; the CPU kernel
-// (cpu/gru_block.cpp) computes the same values without the masked-off work.
+// gru_block_cell_grad followed by TF1's weight and bias products (gru_block.h), as ATen ops;
+// the CPU kernel (cpu/gru_block.cpp) computes the same values without the masked-off work.
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>
 gru_block_cell_backward(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
                         const at::Tensor& w_c, const at::Tensor& b_ru, const at::Tensor& b_c,
@@ -247,13 +248,10 @@ gru_block_cell_backward(const at::Tensor& x, const at::Tensor& h_prev, const at:
                                  const at::Tensor&)>();
   const auto [d_x, d_h_prev, d_c_bar, d_ru] =
       op.call(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
-  at::Tensor d_w_ru, d_w_c, d_b_ru, d_b_c;
-  if (output_mask[2]) d_w_ru = at::mm(at::cat({x, h_prev}, 1).t(), d_ru);
-  if (output_mask[3]) d_w_c = at::mm(at::cat({x, r * h_prev}, 1).t(), d_c_bar);
-  if (output_mask[4]) d_b_ru = d_ru.sum(0);
-  if (output_mask[5]) d_b_c = d_c_bar.sum(0);
+  const GRUWeightGrads w = gru_weight_grads(
+      x, h_prev, output_mask[3] ? r * h_prev : at::Tensor(), d_ru, d_c_bar, output_mask);
   return {output_mask[0] ? d_x : at::Tensor(), output_mask[1] ? d_h_prev : at::Tensor(),
-          d_w_ru, d_w_c, d_b_ru, d_b_c};
+          w.d_w_ru, w.d_w_c, w.d_b_ru, w.d_b_c};
 }
 
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CompositeExplicitAutograd, m) {

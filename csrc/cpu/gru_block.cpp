@@ -9,6 +9,7 @@
 #include <torch/library.h>
 
 #include "../checks.h"
+#include "../gru_block.h"
 #include "activations.h"
 #include "gemm.h"
 #include "pairwise_gemm.h"
@@ -178,30 +179,12 @@ Outputs6 gru_backward_fused(const at::Tensor& x, const at::Tensor& h_prev, const
                             const at::Tensor& w_c, const at::Tensor& r, const at::Tensor& u,
                             const at::Tensor& c, const at::Tensor& d_h,
                             std::array<bool, 6> mask) {
-  const int64_t I = x.size(1), H = h_prev.size(1);
   const auto dtype = x.scalar_type();
   const GateGrads g =
       gate_grads<scalar_t>(x, h_prev, w_ru, w_c, r, u, c, d_h, mask[0], mask[1], mask[3]);
-  // d_w_ru = [x, h_prev]ᵀ·d_ru, then d_w_c = [x, r⊙h_prev]ᵀ·d_c_bar from the same buffer, its
-  // h_prev half overwritten (one product over I + H rows took 0.85x the time of two over I and
-  // H on Zen 2); the biases summed over B.
-  const at::Tensor g_ru = g.d_ru.to(dtype), g_c = g.d_c_bar.to(dtype);
-  at::Tensor d_w_ru, d_w_c, d_b_ru, d_b_c;
-  if (mask[2] || mask[3]) {
-    at::Tensor xh = at::empty({x.size(0), I + H}, x.options());
-    xh.narrow(1, 0, I).copy_(x);
-    if (mask[2]) {
-      xh.narrow(1, I, H).copy_(h_prev);
-      d_w_ru = at::mm(xh.t(), g_ru);
-    }
-    if (mask[3]) {
-      xh.narrow(1, I, H).copy_(g.rh);
-      d_w_c = at::mm(xh.t(), g_c);
-    }
-  }
-  if (mask[4]) d_b_ru = g_ru.sum(0);
-  if (mask[5]) d_b_c = g_c.sum(0);
-  return {g.d_x, g.d_h_prev, d_w_ru, d_w_c, d_b_ru, d_b_c};
+  const GRUWeightGrads w =
+      gru_weight_grads(x, h_prev, g.rh, g.d_ru.to(dtype), g.d_c_bar.to(dtype), mask);
+  return {g.d_x, g.d_h_prev, w.d_w_ru, w.d_w_c, w.d_b_ru, w.d_b_c};
 }
 
 Outputs4 gru_block_cell_cpu(const at::Tensor& x, const at::Tensor& h_prev, const at::Tensor& w_ru,
