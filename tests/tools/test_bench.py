@@ -92,3 +92,18 @@ def test_source_commit_names_this_checkout():
         assert bench.source_commit() is None
         return
     assert bench.source_commit() in (head.stdout.strip(), head.stdout.strip() + "-dirty")
+
+
+def test_source_commit_is_none_for_a_copy_inside_another_repository(tmp_path, monkeypatch):
+    """A package installed inside someone else's git repository (a venv inside a project) is not
+    at that repository's commit: the file must be tracked where HEAD is read."""
+    import subprocess
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    subprocess.run(["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t",
+                    "commit", "-q", "--allow-empty", "-m", "x"], check=True)  # fmt: skip
+    copy = tmp_path / "site" / "bench.py"
+    copy.parent.mkdir()
+    copy.write_text("")
+    monkeypatch.setattr(bench, "__file__", str(copy))
+    assert bench.source_commit() is None

@@ -494,10 +494,12 @@ def machine_info(tf, min_run_time: float, rounds: int) -> dict:
 
 def source_commit() -> str | None:
     """The git commit of the package's source tree (short hash, "-dirty" with uncommitted
-    changes), or None for an install outside a git checkout."""
+    changes), or None where this file is not tracked by a git checkout (an installed package,
+    also one inside a user's own repository)."""
     here = os.path.dirname(os.path.abspath(__file__))
     try:
         run = dict(cwd=here, capture_output=True, text=True, timeout=10, check=True)
+        subprocess.run(["git", "ls-files", "--error-unmatch", os.path.basename(__file__)], **run)
         head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], **run).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"],
                                **run).stdout.strip()  # fmt: skip
