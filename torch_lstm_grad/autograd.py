@@ -42,13 +42,13 @@ def _grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tenso
 
 def _times_transposed(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     """d · wᵀ, a cell backward's gradient through its gates (d [B, 4H], w [K, 4H]). On the CPU,
-    float32, 16-64 rows and at least 256 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
-    product in that orientation took 0.55-1.0x the time there with the same bits (Zen 2; Zen 4
-    at 1024 columns, AVX-512 and capped at AVX2); at 1, 8 and 128 rows it was slower or rounded
-    differently (docs/performance.md §3.7, §3.8). csrc/cpu/gemm.h's `times_transposed` is the
-    same rule for the GRU cell."""
-    if (d.device.type == "cpu" and d.dtype == torch.float32 and 16 <= d.shape[0] <= 64
-            and d.shape[1] >= 256):  # fmt: skip
+    float32, 16-48 rows and at least 512 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
+    product in that orientation was the faster there on every CPU measured (an Intel Xeon, Zen 2,
+    Zen 4); at 256 columns and 64 rows it was slower on the Xeon, at 1, 8 and 128 rows slower or
+    no faster (docs/performance.md §3.9). csrc/cpu/gemm.h's `times_transposed` is the same rule
+    for the GRU cell."""
+    if (d.device.type == "cpu" and d.dtype == torch.float32 and 16 <= d.shape[0] <= 48
+            and d.shape[1] >= 512):  # fmt: skip
         return (w @ d.t()).t().contiguous()
     return d @ w.t()
 

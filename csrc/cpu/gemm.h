@@ -330,14 +330,15 @@ inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
-// d · wᵀ, a cell backward's gradient through its gates (d [B, N], w [K, N]): float32, at 16-64
-// rows and 256 gate columns or more, as (w · dᵀ)ᵀ made contiguous. MKL's product in that
-// orientation took 0.55-1.0x the time there with the same bits on Zen 2 (AVX2), and 0.6-0.9x
-// at 1024 columns on Zen 4 (not measured there below 1024); at 8 rows it rounds differently,
-// at 1 and 128 rows it is slower (docs/performance.md §3.8). autograd.py's `_times_transposed`
-// is the same rule for the LSTM cell's backward.
+// d · wᵀ, a cell backward's gradient through its gates (d [B, N], w [K, N]): float32, at 16-48
+// rows and 512 gate columns or more, as (w · dᵀ)ᵀ made contiguous, the rule under which MKL's
+// product in that orientation was the faster on every CPU measured: 0.34-0.91x the time on an
+// Intel Xeon (AVX-512), 0.55-0.95x on Zen 2, 0.6-0.9x on Zen 4. At 256 columns and at 64 rows
+// it was faster on the AMD CPUs but 1.1-1.7x slower on the Xeon, at 1, 8 and 128 rows slower
+// or no faster (docs/performance.md §3.9). Its sums can round differently (8 rows; the Xeon at
+// K = 1024). autograd.py's `_times_transposed` is the same rule for the LSTM cell's backward.
 inline at::Tensor times_transposed(const at::Tensor& d, const at::Tensor& w) {
-  if (d.scalar_type() == at::kFloat && d.size(0) >= 16 && d.size(0) <= 64 && d.size(1) >= 256) {
+  if (d.scalar_type() == at::kFloat && d.size(0) >= 16 && d.size(0) <= 48 && d.size(1) >= 512) {
     return at::mm(w, d.t()).t().contiguous();
   }
   return at::mm(d, w.t());

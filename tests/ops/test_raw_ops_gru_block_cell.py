@@ -47,7 +47,8 @@ GRU_IN = ("x", "h_prev", "w_ru", "w_c", "b_ru", "b_c")
 GRU_OUT = ("r", "u", "c", "h")
 GRU_GRAD_OUT = ("d_x", "d_h_prev", "d_c_bar", "d_r_bar_u_bar")
 # (B, I, H). "par": B * H large enough that the kernels' pointwise passes split into chunks;
-# "b32": the rows and gate columns where the gate products run transposed (csrc/cpu/gemm.h).
+# "b32": rows and gate columns (2H = 512) where the r/u gate product runs transposed
+# (csrc/cpu/gemm.h's times_transposed; the c product, H = 256 columns, does not).
 SHAPES = {"odd": (3, 7, 5), "B1": (1, 4, 3), "H1": (2, 3, 1), "par": (70, 9, 64),
           "b32": (32, 24, 256)}  # fmt: skip
 shapes = pytest.mark.parametrize("shape", list(SHAPES))
