@@ -10,6 +10,7 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 
+#include "cell_products.h"
 #include "cpu/isa.h"
 #include "cudnn_rnn_config.h"
 #include "gru_block.h"
@@ -74,6 +75,10 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   m.def("lstm_block_cell_grad(" TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
         ", Tensor cs_grad, Tensor h_grad, bool use_peephole) -> (Tensor cs_prev_grad, "
         "Tensor dicfo, Tensor wci_grad, Tensor wcf_grad, Tensor wco_grad)");
+  // Internal: LSTMBlockCell's whole backward (LSTMBlockCellGrad plus TF1's products), each
+  // output computed only where output_mask asks for it (undefined, None in Python, otherwise).
+  m.def("_lstm_block_cell_backward(" TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
+        ", Tensor cs_grad, Tensor h_grad, bool use_peephole, bool[8] output_mask) -> " TLG_BLOCK_GRAD_OUTPUTS);
   m.def("block_lstm(Tensor seq_len_max, " TLG_LSTM_INPUTS
         ", float forget_bias, float cell_clip, bool use_peephole) -> " TLG_LSTM_OUTPUTS);
   m.def("block_lstm_v2(Tensor seq_len_max, " TLG_LSTM_INPUTS
@@ -254,10 +259,53 @@ gru_block_cell_backward(const at::Tensor& x, const at::Tensor& h_prev, const at:
           w.d_w_ru, w.d_w_c, w.d_b_ru, w.d_b_c};
 }
 
+// LSTMBlockCellGrad followed by the products of TF1's Python gradient of LSTMBlockCell
+// (docs/tf-semantics.md §5): xh_grad = dicfo·wᵀ over the rows of w whose input needs a gradient
+// (a first layer's x and a loop's initial h_prev usually need none, and each is part of the
+// product), w_grad = [x, h_prev]ᵀ·dicfo, b_grad = Σ_b dicfo. One copy for every device.
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
+           at::Tensor>
+lstm_block_cell_backward(const at::Tensor& x, const at::Tensor& cs_prev, const at::Tensor& h_prev,
+                         const at::Tensor& w, const at::Tensor& wci, const at::Tensor& wcf,
+                         const at::Tensor& wco, const at::Tensor& b, const at::Tensor& i,
+                         const at::Tensor& cs, const at::Tensor& f, const at::Tensor& o,
+                         const at::Tensor& ci, const at::Tensor& co, const at::Tensor& cs_grad,
+                         const at::Tensor& h_grad, bool use_peephole,
+                         std::array<bool, 8> output_mask) {
+  using T = const at::Tensor&;
+  static const auto op =
+      c10::Dispatcher::singleton()
+          .findSchemaOrThrow("torch_lstm_grad::lstm_block_cell_grad", "")
+          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+              T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, bool)>();
+  const auto [cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad] = op.call(
+      x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad, use_peephole);
+  const std::array<bool, 8>& need = output_mask;
+  const int64_t I = x.size(1), H = h_prev.size(1);
+  at::Tensor x_grad, h_prev_grad, w_grad, b_grad;
+  if (need[0] && need[2]) {
+    // One product over both row blocks, then each half its own tensor (an op's outputs do not
+    // alias one another).
+    const at::Tensor xh_grad = times_transposed(dicfo, w);
+    x_grad = xh_grad.narrow(1, 0, I).clone(at::MemoryFormat::Contiguous);
+    h_prev_grad = xh_grad.narrow(1, I, H).clone(at::MemoryFormat::Contiguous);
+  } else if (need[0]) {
+    x_grad = times_transposed(dicfo, w.narrow(0, 0, I));
+  } else if (need[2]) {
+    h_prev_grad = times_transposed(dicfo, w.narrow(0, I, H));
+  }
+  if (need[3]) w_grad = at::mm(at::cat({x, h_prev}, 1).t(), dicfo);
+  if (need[7]) b_grad = dicfo.sum(0);
+  const auto wanted = [&](const at::Tensor& t, int k) { return need[k] ? t : at::Tensor(); };
+  return {x_grad,        wanted(cs_prev_grad, 1), h_prev_grad,           w_grad,
+          wanted(wci_grad, 4), wanted(wcf_grad, 5), wanted(wco_grad, 6), b_grad};
+}
+
 TORCH_LIBRARY_IMPL(torch_lstm_grad, CompositeExplicitAutograd, m) {
   m.impl("pack_recurrent_weight", &pack_recurrent_weight);
   m.impl("cudnn_rnn_inference", &cudnn_rnn_inference);
   m.impl("_gru_block_cell_backward", &gru_block_cell_backward);
+  m.impl("_lstm_block_cell_backward", &lstm_block_cell_backward);
 }
 
 }  // namespace torch_lstm_grad

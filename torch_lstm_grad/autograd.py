@@ -1,13 +1,16 @@
 """Autograd for the forward ops: the backward of each is TF's matching Grad op.
 
-Each gradient formula is written once, as the `setup_context`/`backward` pair of a public
-`torch.autograd.Function`; `_library/registrations.py` registers the same pair on the op with
-`torch.library.register_autograd`, so `torch.ops.torch_lstm_grad.*` (and the raw ops over them)
-are differentiable too, also under torch.compile.
+Each gradient formula is written once. For the sequence ops it is the `setup_context`/`backward`
+pair of a public `torch.autograd.Function`; `_library/registrations.py` registers the same pair on
+the op with `torch.library.register_autograd`, so `torch.ops.torch_lstm_grad.*` (and the raw ops
+over them) are differentiable too, also under torch.compile. The one-step cells, called once a
+step from Python loops, have their autograd in C++ (csrc/autograd.cpp: a Python Function cost
+~20 µs a step each way); their whole backward is one op (`_lstm_block_cell_backward`,
+`_gru_block_cell_backward`), which the C++ nodes and the public cell Functions here both call.
 
 `call` is how the raw ops run a forward op: in eager mode it skips PyTorch's generic Python
 autograd wrapper of custom ops, whose fixed cost (~10 µs per call without grad, ~70 µs with)
-dominates a B = 1 LSTMBlockCell step; the formula is the same Function's.
+would dominate a short sequence; the formula is the same Function's.
 
 Decisions (docs/differences.md): the gate outputs `i, f, o, ci, co` (and GRU's `r, u, c`) are marked
 non-differentiable, so putting them in a loss is an explicit error instead of TF's silent zero;
@@ -38,19 +41,6 @@ _ops = torch.ops.torch_lstm_grad
 def _grad_or_zeros(grad: torch.Tensor | None, like: torch.Tensor) -> torch.Tensor:
     # Grads are not materialised (set_materialize_grads(False)): a None means "no gradient".
     return torch.zeros_like(like) if grad is None else grad
-
-
-def _times_transposed(d: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    """d · wᵀ, a cell backward's gradient through its gates (d [B, 4H], w [K, 4H]). On the CPU,
-    float32, 16-48 rows and at least 512 gate columns, as (w · dᵀ)ᵀ made contiguous: MKL's
-    product in that orientation was the faster there on every CPU measured (an Intel Xeon, Zen 2,
-    Zen 4); at 256 columns and 64 rows it was slower on the Xeon, at 1, 8 and 128 rows slower or
-    no faster (docs/performance.md §3.9). csrc/cpu/gemm.h's `times_transposed` is the same rule
-    for the GRU cell."""
-    if (d.device.type == "cpu" and d.dtype == torch.float32 and 16 <= d.shape[0] <= 48
-            and d.shape[1] >= 512):  # fmt: skip
-        return (w @ d.t()).t().contiguous()
-    return d @ w.t()
 
 
 def _save_lstm(ctx, saved, output, use_peephole: bool) -> None:
@@ -193,27 +183,14 @@ class LSTMBlockCellFunction(torch.autograd.Function):
     def backward(ctx, *grads):
         _gi, cs_grad, _gf, _go, _gci, _gco, h_grad = grads
         x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, h = ctx.saved_tensors
-        cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad = _ops.lstm_block_cell_grad.default(
+        # One internal op computes LSTMBlockCellGrad and the products, only the gradients
+        # wanted (csrc/torch_lstm_grad.cpp), as the C++ autograd of the op does.
+        grads = _ops._lstm_block_cell_backward.default(
             x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
             _grad_or_zeros(cs_grad, cs), _grad_or_zeros(h_grad, h), ctx.use_peephole,
+            list(ctx.needs_input_grad[:8]),
         )  # fmt: skip
-        # Only the products whose inputs need a gradient: a first layer's x and a loop's
-        # initial h_prev usually need none, and each is half of dicfo·wᵀ.
-        need = ctx.needs_input_grad
-        I = x.shape[1]
-        x_grad = h_prev_grad = w_grad = b_grad = None
-        if need[0] and need[2]:
-            x_grad, h_prev_grad = _times_transposed(dicfo, w).split([I, h_prev.shape[1]], dim=1)
-        elif need[0]:
-            x_grad = _times_transposed(dicfo, w[:I])
-        elif need[2]:
-            h_prev_grad = _times_transposed(dicfo, w[I:])
-        if need[3]:
-            w_grad = torch.cat([x, h_prev], dim=1).t() @ dicfo
-        if need[7]:
-            b_grad = dicfo.sum(0)
-        return (x_grad, cs_prev_grad, h_prev_grad, w_grad, wci_grad, wcf_grad, wco_grad,
-                b_grad, None, None, None)  # fmt: skip
+        return (*grads, None, None, None)
 
 
 class GRUBlockCellFunction(torch.autograd.Function):
@@ -360,16 +337,17 @@ class CudnnRNNFunction(torch.autograd.Function):
                 *(None,) * 10)  # fmt: skip
 
 
-# op name -> the Function whose setup_context/backward is that op's registered autograd.
+# op name -> the Function whose setup_context/backward is that op's registered autograd
+# (registrations.py).
 DIFFERENTIABLE_OPS: dict[str, type[torch.autograd.Function]] = {
     "torch_lstm_grad::block_lstm": BlockLSTMFunction,
     "torch_lstm_grad::block_lstm_v2": BlockLSTMV2Function,
     "torch_lstm_grad::block_lstm_ex": BlockLSTMExFunction,
-    "torch_lstm_grad::lstm_block_cell": LSTMBlockCellFunction,
-    "torch_lstm_grad::gru_block_cell": GRUBlockCellFunction,
     "torch_lstm_grad::keras_gru": KerasGRUFunction,
     "torch_lstm_grad::cudnn_rnn": CudnnRNNFunction,
 }
+# The ops whose autograd is C++ (csrc/autograd.cpp): the op call records its node itself.
+CPP_AUTOGRAD_OPS = ("torch_lstm_grad::lstm_block_cell", "torch_lstm_grad::gru_block_cell")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -400,7 +378,8 @@ def _eager_function(fn: type[torch.autograd.Function]) -> type[torch.autograd.Fu
 
 
 _EAGER = {name: _eager_function(fn) for name, fn in DIFFERENTIABLE_OPS.items()}
-_OVERLOADS = {name: getattr(_ops, name.split("::")[1]).default for name in DIFFERENTIABLE_OPS}
+_OVERLOADS = {name: getattr(_ops, name.split("::")[1]).default
+              for name in (*DIFFERENTIABLE_OPS, *CPP_AUTOGRAD_OPS)}  # fmt: skip
 
 
 # nn.Parameter counts as plain: it opts out of __torch_function__ and dispatches as the tensor
@@ -422,7 +401,8 @@ def call(name: str, *args):
     """The forward op `name` ("torch_lstm_grad::block_lstm", ...) on all of its arguments,
     differentiable through its Grad op. Same result as `torch.ops.<name>(*args)`: in eager mode
     on plain tensors, with grad recording it runs the op's Function directly and without it
-    calls the kernel below the Autograd key; otherwise it is that op call."""
+    calls the kernel below the Autograd key; otherwise it is that op call. The cells' op call
+    records its C++ node itself (CPP_AUTOGRAD_OPS)."""
     op = _OVERLOADS[name]
     # Dynamo traces the op call itself (and cannot trace the inference-mode query, hence the
     # order). In inference mode there is no Autograd key to go below: the plain call is the
@@ -432,7 +412,8 @@ def call(name: str, *args):
     if torch.is_grad_enabled() and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in args
     ):
-        return _EAGER[name].apply(*args)
+        eager = _EAGER.get(name)
+        return op(*args) if eager is None else eager.apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 

@@ -330,20 +330,6 @@ inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
   }
 }
 
-// d · wᵀ, a cell backward's gradient through its gates (d [B, N], w [K, N]): float32, at 16-48
-// rows and 512 gate columns or more, as (w · dᵀ)ᵀ made contiguous, the rule under which MKL's
-// product in that orientation was the faster on every CPU measured: 0.34-0.91x the time on an
-// Intel Xeon (AVX-512), 0.55-0.91x on Zen 2, 0.6-0.9x on Zen 4. At 256 columns and at 64 rows
-// it was faster on the AMD CPUs but 1.1-1.7x slower on the Xeon, at 1, 8 and 128 rows slower
-// or no faster (docs/performance.md §3.9). Its sums can round differently (8 rows; the Xeon at
-// K = 1024). autograd.py's `_times_transposed` is the same rule for the LSTM cell's backward.
-inline at::Tensor times_transposed(const at::Tensor& d, const at::Tensor& w) {
-  if (d.scalar_type() == at::kFloat && d.size(0) >= 16 && d.size(0) <= 48 && d.size(1) >= 512) {
-    return at::mm(w, d.t()).t().contiguous();
-  }
-  return at::mm(d, w.t());
-}
-
 // Width of the column blocks a parallel region splits the n columns of a product of `macs`
 // multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
 // one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).

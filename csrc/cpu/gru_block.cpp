@@ -8,6 +8,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include "../cell_products.h"
 #include "../checks.h"
 #include "../gru_block.h"
 #include "activations.h"
@@ -122,7 +123,7 @@ GateGrads gate_grads(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
   });
   // a = d_c_bar · w_cᵀ, [B, (I) + H]; its h_prev columns are d(r⊙h).
   const at::Tensor wc = w_c.to(acc_opts.dtype()), wru = w_ru.to(acc_opts.dtype());
-  const at::Tensor a = cpu::times_transposed(g.d_c_bar, need_dx ? wc : wc.narrow(0, I, H));
+  const at::Tensor a = times_transposed(g.d_c_bar, need_dx ? wc : wc.narrow(0, I, H));
   const int64_t a_ld = a.size(1), a_h = need_dx ? I : 0;
   const acc_t* a_p = a.const_data_ptr<acc_t>();
   scalar_t* rh_p = want_rh ? g.rh.data_ptr<scalar_t>() : nullptr;
@@ -139,7 +140,7 @@ GateGrads gate_grads(const at::Tensor& x, const at::Tensor& h_prev, const at::Te
   // bm = d_ru · w_ruᵀ over the rows asked for; d_x = bm_x + a_x,
   // d_h_prev = (bm_h + a_h ⊙ r) + d_h ⊙ u.
   const at::Tensor w = need_dx && need_dh ? wru : wru.narrow(0, need_dx ? 0 : I, need_dx ? I : H);
-  const at::Tensor bm = cpu::times_transposed(g.d_ru, w);
+  const at::Tensor bm = times_transposed(g.d_ru, w);
   const int64_t bm_ld = bm.size(1), bm_h = need_dx ? I : 0;
   const acc_t* bm_p = bm.const_data_ptr<acc_t>();
   scalar_t* dx_p = need_dx ? g.d_x.data_ptr<scalar_t>() : nullptr;

@@ -412,23 +412,14 @@ def _forward_and_grads(fn_of_leaves, leaves):
     return outs, torch.autograd.grad(loss, leaves), outs[0].grad_fn
 
 
-@pytest.mark.parametrize("op_name", [*BLOCK_OPS, "LSTMBlockCell", "GRUBlockCell"])
+@pytest.mark.parametrize("op_name", list(BLOCK_OPS))
 def test_raw_ops_eager_path_matches_the_dispatcher_bitwise(op_name):
-    """raw ops skip PyTorch's Python autograd wrapper in eager mode (the B = 1 step cost): the
+    """raw ops skip PyTorch's Python autograd wrapper in eager mode (the per-call cost): the
     outputs and every gradient must be bit for bit those of the registered-autograd path, and
     the fast path must really be the one taken (its autograd node is the eager Function's)."""
-    if op_name in BLOCK_OPS:
-        leaves = tuple(lstm_inputs().values())
-        fns = {p: block_fn(op_name, p, 3, use_peephole=True, cell_clip=0.5) for p in PATHS}
-        fn_name = BLOCK_OPS[op_name][1].__name__
-    elif op_name == "LSTMBlockCell":
-        leaves = tuple(lstm_inputs(time_major=False).values())
-        fns = {p: cell_fn(p, use_peephole=True, cell_clip=0.5) for p in PATHS}
-        fn_name = "LSTMBlockCellFunction"
-    else:
-        leaves = tuple(gru_inputs().values())
-        fns = {p: gru_fn(p) for p in PATHS}
-        fn_name = "GRUBlockCellFunction"
+    leaves = tuple(lstm_inputs().values())
+    fns = {p: block_fn(op_name, p, 3, use_peephole=True, cell_clip=0.5) for p in PATHS}
+    fn_name = BLOCK_OPS[op_name][1].__name__
     raw_out, raw_grads, raw_node = _forward_and_grads(fns["raw"], leaves)
     ops_out, ops_grads, ops_node = _forward_and_grads(fns["ops"], leaves)
     assert type(raw_node).__name__ == f"_Eager{fn_name}Backward"
@@ -437,8 +428,34 @@ def test_raw_ops_eager_path_matches_the_dispatcher_bitwise(op_name):
         assert torch.equal(a, b)
     with torch.no_grad():  # below the Autograd key: no node, same values
         again = fns["raw"](*leaves)
-    again = again if isinstance(again, tuple) else (again,)
     assert all(t.grad_fn is None and torch.equal(t, r) for t, r in zip(again, raw_out, strict=True))
+
+
+@pytest.mark.parametrize("op_name", ["LSTMBlockCell", "GRUBlockCell"])
+def test_cells_cpp_autograd_matches_their_function_bitwise(op_name):
+    """The cells' autograd is C++ (csrc/autograd.cpp): the raw op and the op call record its
+    node, and the outputs and every gradient are bit for bit those of the public Python
+    Function, whose backward is the same whole-backward op."""
+    if op_name == "LSTMBlockCell":
+        leaves = tuple(lstm_inputs(time_major=False).values())
+        fns = {p: cell_fn(p, use_peephole=True, cell_clip=0.5) for p in PATHS}
+    else:
+        leaves = tuple(gru_inputs().values())
+        fns = {p: gru_fn(p) for p in PATHS}
+    results = {p: _forward_and_grads(fns[p], leaves) for p in PATHS}
+    for p in ("raw", "ops"):
+        assert results[p][2].name().endswith(f"{op_name}Node>"), results[p][2].name()
+    assert type(results["apply"][2]).__name__ == f"{op_name}FunctionBackward"
+    fn_out, fn_grads, _ = results["apply"]
+    for p in ("raw", "ops"):
+        out, grads, _ = results[p]
+        for a, b in zip(out + grads, fn_out + fn_grads, strict=True):
+            assert torch.equal(a, b)
+    with torch.no_grad():  # below the Autograd key: no node, same values
+        again = fns["raw"](*leaves)
+    again = again if isinstance(again, tuple) else (again,)
+    assert all(t.grad_fn is None and torch.equal(t, r)
+               for t, r in zip(again, results["raw"][0], strict=True))  # fmt: skip
 
 
 def test_cudnn_rnn_eager_path_matches_the_dispatcher_bitwise():
@@ -626,3 +643,21 @@ def test_raw_ops_under_vmap_without_grad_run_the_op_per_sample():
         got = torch.func.vmap(lambda x: raw_ops.LSTMBlockCell(x, *rest).h)(x)
     want = torch.stack([raw_ops.LSTMBlockCell(x[k], *rest).h for k in range(5)])
     assert torch.equal(got, want)
+
+
+def test_cells_under_func_grad_are_refused():
+    """torch.func.grad over a cell: PyTorch refuses a C++ torch::autograd::Function under
+    functorch's transforms with a RuntimeError (docs/api.md), never a silent wrong gradient."""
+    B, I, H = 2, 3, 4  # noqa: E741
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g, dtype=F64)  # noqa: E731
+    x, c, h, b, z = r(B, I), r(B, H), r(B, H), r(4 * H), torch.zeros(H, dtype=F64)
+    with pytest.raises(RuntimeError, match="functorch"):
+        torch.func.grad(lambda w: raw_ops.LSTMBlockCell(x, c, h, w, z, z, z, b).h.sum())(
+            r(I + H, 4 * H)
+        )
+    w_c, b_ru, b_c = r(I + H, H), r(2 * H), r(H)
+    with pytest.raises(RuntimeError, match="functorch"):
+        torch.func.grad(lambda w_ru: raw_ops.GRUBlockCell(x, h, w_ru, w_c, b_ru, b_c).h.sum())(
+            r(I + H, 2 * H)
+        )

@@ -73,6 +73,16 @@ def _lstm_block_cell_grad_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b,
     return (x.new_empty((B, H)), x.new_empty((B, 4 * H)), *peepholes)
 
 
+@torch.library.register_fake(_LIB + "_lstm_block_cell_backward")
+def _lstm_block_cell_backward_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+                                   cs_grad, h_grad, use_peephole, output_mask):  # fmt: skip
+    _lstm_block_cell_grad_fake(x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co,
+                               cs_grad, h_grad, use_peephole)  # fmt: skip
+    inputs = (x, cs_prev, h_prev, w, wci, wcf, wco, b)
+    return tuple(t.new_empty(t.shape) if m else None
+                 for t, m in zip(inputs, output_mask, strict=True))  # fmt: skip
+
+
 @torch.library.register_fake(_LIB + "block_lstm_ex")
 def _block_lstm_ex_fake(seq_len_max, x, cs_prev, h_prev, w, wci, wcf, wco, b, w_proj,
                         forget_bias, cell_clip, proj_clip, use_peephole, gate_order,
@@ -264,7 +274,8 @@ def _check_packed_count(packed, name, c):
     )
 
 
-# The forward ops differentiate through their Function's formula (written once, in autograd.py).
+# The sequence ops differentiate through their Function's formula (written once, in autograd.py);
+# the cells' autograd is C++ (csrc/autograd.cpp).
 for _name, _fn in DIFFERENTIABLE_OPS.items():
     torch.library.register_autograd(_name, _fn.backward, setup_context=_fn.setup_context)
 
@@ -306,6 +317,7 @@ for _grad_op, _fwd in (
     ("lstm_block_cell_grad", "LSTMBlockCell"),
     ("gru_block_cell_grad", "GRUBlockCell"),
     ("_gru_block_cell_backward", "GRUBlockCell"),
+    ("_lstm_block_cell_backward", "LSTMBlockCell"),
     ("cudnn_rnn_backprop", "CudnnRNN"),
 ):
     torch.library.register_autograd(_LIB + _grad_op, _no_double_backward(_fwd))

@@ -23,6 +23,7 @@ ops = torch.ops.torch_lstm_grad
 OP_NAMES = [
     "lstm_block_cell",
     "lstm_block_cell_grad",
+    "_lstm_block_cell_backward",
     "block_lstm",
     "block_lstm_v2",
     "block_lstm_grad",
@@ -34,6 +35,11 @@ OP_NAMES = [
 
 # Output masks of _gru_block_cell_backward's samples: all, no d_x (a first layer), weights only.
 GRU_BACKWARD_MASKS = ([True] * 6, [False] + [True] * 5, [False, False, True, True, True, True])
+# and of _lstm_block_cell_backward's: all, no x (a first layer), x alone, state and peepholes,
+# w and b (its configs cycle through them).
+LSTM_BACKWARD_MASKS = ([True] * 8, [False] + [True] * 7, [True] + [False] * 7,
+                       [False, True, True, False, True, True, True, False],
+                       [False] * 3 + [True] + [False] * 3 + [True])  # fmt: skip
 
 LSTM_NAMES = ("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b")
 
@@ -103,11 +109,13 @@ def sample_inputs(op_name):
         elif op_name == "lstm_block_cell":
             args = _lstm(dtype, T, B, n_in, H, False, requires, empty_peep)
             samples.append(((*args, 1.0, 2.0, peep), {}))
-        elif op_name == "lstm_block_cell_grad":
+        elif op_name in ("lstm_block_cell_grad", "_lstm_block_cell_backward"):
             args = _lstm(dtype, T, B, n_in, H, False, (), empty_peep)
             act = ops.lstm_block_cell(*args, 1.0, 2.0, peep)[:6]
             grads = [torch.randn(B, H, dtype=dtype) for _ in range(2)]
-            samples.append(((*args, *act, *grads, peep), {}))
+            mask = (LSTM_BACKWARD_MASKS[len(samples) % len(LSTM_BACKWARD_MASKS)],)
+            tail = mask if op_name == "_lstm_block_cell_backward" else ()
+            samples.append(((*args, *act, *grads, peep, *tail), {}))
     if "gru_block_cell" in op_name:
         gru_cfgs = [
             (torch.float32, 2, 3, 4, ()),
@@ -219,14 +227,16 @@ def _metadata_samples(op_name, dtype):
                 args = [*args, r, u, c, torch.randn(B, H, dtype=dtype)]
             if op_name == "_gru_block_cell_backward":
                 args.append(GRU_BACKWARD_MASKS[1 if noncontig else 0])
-        elif op_name in ("lstm_block_cell", "lstm_block_cell_grad"):
+        elif op_name in ("lstm_block_cell", "lstm_block_cell_grad", "_lstm_block_cell_backward"):
             args = _lstm(dtype, T, B, n_in, H, False)
-            if op_name == "lstm_block_cell_grad":
+            if op_name != "lstm_block_cell":
                 act = ops.lstm_block_cell(*args, 1.0, 2.0, True)[:6]
                 args = [*args, *act, torch.randn(B, H, dtype=dtype), torch.randn(B, H, dtype=dtype)]
                 args.append(True)
             else:
                 args.extend([1.0, 2.0, True])
+            if op_name == "_lstm_block_cell_backward":
+                args.append(LSTM_BACKWARD_MASKS[1 if noncontig else 0])
         else:
             L = torch.tensor(max(T - 1, 0))
             args = [L, *_lstm(dtype, T, B, n_in, H, True)]
