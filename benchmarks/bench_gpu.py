@@ -8,7 +8,8 @@ Per shape (T, B, H; I = H), one row per op, mode and dtype (`op` / `baseline`):
   float32 and bfloat16; `BlockLSTM persistent` the same under
   TORCH_LSTM_GRAD_CUDA_RECURRENT=persistent (one kernel a pass, the recurrent weights kept in
   shared memory, csrc/cuda/lstm_persistent.cuh; the steps path where it does not fit);
-* `CudnnRNNV3 equal` (lstm, every length T) vs `nn.LSTM`: fwd+bwd and inference, float32;
+* `CudnnRNNV3 equal` (lstm, every length T) vs `nn.LSTM`: fwd+bwd and inference (is_training
+  False), float32;
   `CudnnRNNV3 equal auto` the same under TORCH_LSTM_GRAD_CUDNN_RNN_ALGO=auto (cuDNN's
   persistent small-H algorithm where torch.nn takes it, docs/cudnn.md §8);
 * `CudnnRNNV3 varied` (lengths over [T/2, T], B >= 8) vs `nn.LSTM packed` (pack, nn.LSTM,
@@ -151,7 +152,10 @@ def _cudnn(s: _Shape, mode: str, varied: bool):
     c0 = s.c0 if mode == "lstm" else s.c0.new_zeros(())
 
     def ours():
-        return (R.CudnnRNNV3(s.x, s.h0, c0, params, lengths32, rnn_mode=mode).output,)
+        # Inference rows run what inference calls run, is_training=False (no reserve: TF's
+        # default, True, fills and returns one, for a backward the rows do not take).
+        return (R.CudnnRNNV3(s.x, s.h0, c0, params, lengths32, rnn_mode=mode,
+                             is_training=torch.is_grad_enabled()).output,)  # fmt: skip
 
     leaves = (s.x, s.h0, *((s.c0,) if mode == "lstm" else ()), params)
     if not varied:
