@@ -345,9 +345,10 @@ const T* ptr_or_null(const at::Tensor& t) {
 //   point_step(t, s); false, having done nothing, as forward_loop;
 // - sums_in_steps(recurrent): whether backward_step also adds up BackwardState::sums;
 // - transpose_into(dst, src): dst = srcᵀ (src [m, n], dst an [n, m] view);
-// - input_gates(a, b, packed): a·b as a new contiguous tensor of the float type, the forward's
-//   input projection of all steps (a, b of one product_type; `packed`: b as
-//   pack_recurrent_weight(b, 4) for a form that reads it, or undefined: the same numbers);
+// - input_gates(a, b, packed, scratch): a·b as a contiguous tensor of the float type, the
+//   forward's input projection of all steps (a, b of one product_type; `packed`: b as
+//   pack_recurrent_weight(b, 4) for a form that reads it, or undefined: the same numbers;
+//   `scratch`: read only within the call, so it may be a buffer the backend reuses);
 // - sum_matmul(a, b): the same for the products whose K is a long sum (the backward's dx over
 //   the 4H gate columns and dW over the L·B rows, a single step's [x, h_prev]·w over I + H),
 //   which the CPU adds pairwise where small enough;
@@ -478,7 +479,8 @@ Outputs7 lstm_forward(int64_t L, const at::Tensor& x, const at::Tensor& cs_prev,
            ? Backend::sum_matmul(at::cat({x[0].to(mm), h_prev.to(mm)}, 1), w.to(mm))
            : Backend::input_gates(x.narrow(0, 0, L).reshape({L * B, I}).to(mm),
                                   w.narrow(0, 0, I).to(mm),
-                                  inf != nullptr ? inf->packed_x : at::Tensor()))
+                                  inf != nullptr ? inf->packed_x : at::Tensor(),
+                                  /*scratch=*/inf != nullptr))
           .view({L, B, 4 * H});
   const at::Tensor cs0 = cs_prev.contiguous();
   // Every h a step reads is [B, P] dense, of the recurrent product's operand type: the stored

@@ -35,6 +35,7 @@
 #include "cell_avx512.h"
 #include "gemm.h"
 #include "pairwise_gemm.h"
+#include "workspace.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -408,7 +409,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   // function overwrites with its activations: no buffer of their own, and a step's activations
   // go to lines already in cache: faster than oneDNN's product into a buffer of its own, with
   // the same numbers (measured: docs/performance.md).
-  const at::Tensor pre = keep ? r.acts : at::empty({T, B, GH}, X.options());
+  // Inference: in the thread's kept workspace (workspace.h: no page faults a call).
+  const at::Tensor pre = keep ? r.acts : cpu::inference_workspace({T, B, GH}, X.options());
   {
     at::Tensor sums = pre.view({T * B, GH});
     if (w.W.defined()) {

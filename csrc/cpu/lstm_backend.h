@@ -10,6 +10,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <array>
 #include <cstring>
 #include <limits>
 #include <type_traits>
@@ -20,6 +21,7 @@
 #include "activations.h"
 #include "cell_avx512.h"
 #include "gemm.h"
+#include "workspace.h"
 #include "pairwise_gemm.h"
 
 // An unnamed namespace: each including file gets its own copies of the multiversioned loops.
@@ -346,13 +348,17 @@ struct CpuBackend {
   // at the benchmark shapes); the panels are the faster, prepared or packed per call (measured:
   // docs/performance.md).
   static constexpr int64_t kMinPanelInputRows = 64;
+  // `scratch`: the caller only reads the result within the call (the inference forward), so
+  // the panels' result goes to the thread's kept workspace (workspace.h).
   static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b,
-                                const at::Tensor& packed) {
+                                const at::Tensor& packed, bool scratch) {
     if (!cpu::panels_available() || a.scalar_type() != at::kFloat ||
         b.scalar_type() != at::kFloat || a.size(0) < kMinPanelInputRows) {
       return cpu::matmul(a, b);
     }
-    at::Tensor out = at::empty({a.size(0), b.size(1)}, a.options());
+    const std::array<int64_t, 2> sizes{a.size(0), b.size(1)};
+    at::Tensor out = scratch ? cpu::inference_workspace(sizes, a.options())
+                             : at::empty(sizes, a.options());
     cpu::gate_matmul_out(out, a, b, 4, packed);
     return out;
   }

@@ -149,8 +149,10 @@ struct CudaBackend {
     return recurrent_gemm(b, m, steps);
   }
 
-  // The input projection of all steps (a packed input weight is the CPU's layout).
-  static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b, const at::Tensor&) {
+  // The input projection of all steps (a packed input weight is the CPU's layout; a scratch
+  // result needs no kept buffer: the caching allocator reuses its blocks).
+  static at::Tensor input_gates(const at::Tensor& a, const at::Tensor& b, const at::Tensor&,
+                                bool) {
     return cuda::mm_float(a, b);
   }
 

@@ -378,3 +378,56 @@ def test_bad_inputs_eager_and_fake():
     _raises_same(ops.cudnn_rnn_inference.default, tuple(cargs), ValueError,
                  r"packed_x: expected none with input_mode skip_input \(layer 0 has no input "
                  r"weights\), got 2 tensors")  # fmt: skip
+
+
+def _workspace_modules():
+    torch.manual_seed(7)
+    return {
+        "CudnnLSTM": modules.CudnnLSTM(2, 48, 8, direction="bidirectional"),
+        "CudnnGRU": modules.CudnnGRU(1, 48, 8),
+        "LSTMBlockFusedCell": modules.LSTMBlockFusedCell(48, 8),
+    }
+
+
+def _call(m, x):
+    return m(x)[0]
+
+
+def test_inference_outputs_are_not_the_kept_workspace():
+    """The inference forwards keep their input products' buffer per thread
+    (csrc/cpu/workspace.h): a call's outputs are never in it. The next call, of another shape,
+    leaves them as they were, and each equals the differentiable forward's bits. T·B = 160
+    rows reach the panels' input product, the path that writes to the workspace."""
+    g = torch.Generator().manual_seed(3)
+    x1, x2 = torch.randn(20, 8, 8, generator=g), torch.randn(33, 5, 8, generator=g)
+    for name, m in _workspace_modules().items():
+        want1, want2 = _call(m, x1), _call(m, x2)  # grad recorded: the training forwards
+        assert want1.grad_fn is not None, name
+        with torch.inference_mode():
+            got1 = _call(m, x1)
+            kept = got1.clone()
+            got2 = _call(m, x2)
+        assert torch.equal(got1, kept), name
+        assert torch.equal(got1, want1.detach()) and torch.equal(got2, want2.detach()), name
+
+
+def test_inference_from_two_threads_at_once():
+    """Each thread keeps its own workspace: two threads calling the inference forwards at once
+    get what one thread gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    g = torch.Generator().manual_seed(5)
+    xs = [torch.randn(20 + k, 8, 8, generator=g) for k in range(6)]
+    mods = _workspace_modules()
+    with torch.inference_mode():
+        want = {(n, k): _call(m, x) for n, m in mods.items() for k, x in enumerate(xs)}
+
+    def run(k):
+        with torch.inference_mode():
+            return {(n, k): _call(m, xs[k]) for n, m in mods.items()}
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        got = {key: v for part in pool.map(run, [0, 1, 2, 3, 4, 5] * 3) for key, v in part.items()}
+    assert got.keys() == want.keys()
+    for key, v in got.items():
+        assert torch.equal(v, want[key]), key
