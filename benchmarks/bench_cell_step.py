@@ -18,8 +18,8 @@ module parameters do ("grad": each call records an autograd node), and under
 ``torch.inference_mode()`` ("inference", where the Autograd dispatch key is skipped). Then the
 breakdown (raw op wrapper = raw_ops - torch.ops, ...); the pieces of the raw_ops call timed one
 by one, with candidate replacements and the saving each would bring (the two "below Autograd"
-candidates are what ``autograd.call`` does since they were measured here, so their lines now
-show the rest of the raw op's own cost); and the kernel's own parts
+candidates are Python forms; the cell's autograd is C++, csrc/autograd.cpp, so their lines
+show what the Python forms would cost against it); and the kernel's own parts
 (GEMV, the MKL weight packing it redoes per call) against nn.LSTMCell. ``--no-pieces`` skips
 those; ``--cprofile`` adds a cProfile listing of the raw_ops call.
 
@@ -156,8 +156,8 @@ def print_table(res: dict, sizes, threads: int) -> None:
         floor = res[H, "inference", ".default"]
         print(
             f"  H={H}: .default under inference_mode {floor:.2f}; no_grad "
-            f"+{res[H, 'no_grad', '.default'] - floor:.2f} (the registered Python autograd "
-            f"kernel redispatching); grad +{res[H, 'grad', '.default'] - floor:.2f} "
+            f"+{res[H, 'no_grad', '.default'] - floor:.2f} (the C++ Autograd kernel, "
+            f"csrc/autograd.cpp, redispatching); grad +{res[H, 'grad', '.default'] - floor:.2f} "
             "(plus recording the node)"
         )
 
@@ -175,8 +175,8 @@ def _fast_floats(x, *others):
 
 class _LeanCell(torch.autograd.Function):
     """Candidate: an old-style Function (no setup_context, so no per-call signature binding)
-    that runs the op below the Autograd key (so neither the registered Python autograd kernel
-    nor its fill_defaults), with LSTMBlockCellFunction's own context and backward."""
+    that runs the op below the Autograd key (so not the op's Autograd kernel), with
+    LSTMBlockCellFunction's own context and backward: the Python form the C++ node replaced."""
 
     @staticmethod
     def forward(ctx, x, cs_prev, h_prev, w, wci, wcf, wco, b, forget_bias, cell_clip, peep):
@@ -294,14 +294,14 @@ def print_pieces(pieces: dict, H: int, threads: int) -> None:
             whole,
         ),
         (
-            "no_grad: run the op below Autograd (skip the Python autograd kernel)",
+            "no_grad: run the op below Autograd (skip its C++ Autograd kernel)",
             p["OpOverload call (.default)"]
             - p["candidate: .default under _AutoDispatchBelowAutograd"],
             whole,
         ),
         (
-            "grad: the raw op's whole call over a bare old-style Function below Autograd"
-            " (raw_ops takes that path: what is left is its argument checks)",
+            "grad: the raw op's whole call (the C++ node) over a bare old-style Python"
+            " Function below Autograd",
             whole_grad - p["candidate: old-style Function below Autograd"],
             whole_grad,
         ),

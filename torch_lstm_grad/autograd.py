@@ -402,8 +402,12 @@ def call(name: str, *args):
     differentiable through its Grad op. Same result as `torch.ops.<name>(*args)`: in eager mode
     on plain tensors, with grad recording it runs the op's Function directly and without it
     calls the kernel below the Autograd key; otherwise it is that op call. The cells' op call
-    records its C++ node itself (CPP_AUTOGRAD_OPS)."""
+    is their whole path (CPP_AUTOGRAD_OPS: it records the C++ node itself; ~7 µs a step less
+    with grad than these checks and the Function, 1 µs without)."""
     op = _OVERLOADS[name]
+    eager = _EAGER.get(name)
+    if eager is None:  # autograd in C++ (CPP_AUTOGRAD_OPS): the op call is the shortest path
+        return op(*args)
     # Dynamo traces the op call itself (and cannot trace the inference-mode query, hence the
     # order). In inference mode there is no Autograd key to go below: the plain call is the
     # shortest path there.
@@ -412,8 +416,7 @@ def call(name: str, *args):
     if torch.is_grad_enabled() and any(
         isinstance(a, torch.Tensor) and a.requires_grad for a in args
     ):
-        eager = _EAGER.get(name)
-        return op(*args) if eager is None else eager.apply(*args)
+        return eager.apply(*args)
     with torch._C._AutoDispatchBelowAutograd():
         return op(*args)
 
