@@ -1,10 +1,11 @@
 // Autograd of the one-step cell ops (LSTMBlockCell, GRUBlockCell), in C++ (docs/api.md,
-// "Autograd"). A Python loop calls a cell once a step, where a Python torch.autograd.Function
-// cost ~20 µs a step forward and as much again backward, more than a B = 1 step's arithmetic
-// (docs/performance.md §3.9); a C++ node records and runs for a few µs. Each node's backward is
-// the cell's whole-backward op (_lstm_block_cell_backward, _gru_block_cell_backward), the
-// formula written once there, which the public Python Functions (autograd.py) call as well.
-// The sequence ops keep their Python autograd: one call a sequence.
+// "Differentiability"). A Python loop calls a cell once a step, where a Python
+// torch.autograd.Function cost ~20 µs a step forward and as much again backward, more than a
+// B = 1 step's arithmetic (docs/performance.md §3.9, §3.10); a C++ node records and runs for a
+// few µs. Each node's backward is the cell's whole-backward op (_lstm_block_cell_backward,
+// _gru_block_cell_backward), the formula written once there, which the public Python
+// Functions (autograd.py) call as well. The sequence ops keep their Python autograd: one call
+// a sequence.
 
 #include <torch/autograd.h>
 #include <torch/library.h>
