@@ -10,10 +10,10 @@
 #include <torch/autograd.h>
 #include <torch/library.h>
 
-#include <ATen/core/dispatch/Dispatcher.h>
-
 #include <array>
 #include <tuple>
+
+#include "typed_op.h"
 
 namespace torch_lstm_grad {
 namespace {
@@ -28,11 +28,6 @@ using Tensor6 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::T
                            at::Tensor>;
 using Tensor8 = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor,
                            at::Tensor, at::Tensor, at::Tensor>;
-
-template <class Signature>
-c10::TypedOperatorHandle<Signature> typed_op(const char* name) {
-  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").typed<Signature>();
-}
 
 // Gradients are not materialised: an undefined one means "no gradient" for that output.
 at::Tensor grad_or_zeros(const at::Tensor& grad, const at::Tensor& like) {

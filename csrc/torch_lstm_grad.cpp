@@ -8,13 +8,12 @@
 #include <Python.h>
 #include <torch/library.h>
 
-#include <ATen/core/dispatch/Dispatcher.h>
-
 #include "cell_products.h"
 #include "cpu/isa.h"
 #include "cudnn_rnn_config.h"
 #include "gru_block.h"
 #include "packed_weights.h"
+#include "typed_op.h"
 
 extern "C" {
 // Importing torch_lstm_grad._C loads this .so, which runs the static registrations below.
@@ -78,7 +77,8 @@ TORCH_LIBRARY(torch_lstm_grad, m) {
   // Internal: LSTMBlockCell's whole backward (LSTMBlockCellGrad plus TF1's products), each
   // output computed only where output_mask asks for it (undefined, None in Python, otherwise).
   m.def("_lstm_block_cell_backward(" TLG_LSTM_INPUTS ", " TLG_LSTM_ACTIVATIONS
-        ", Tensor cs_grad, Tensor h_grad, bool use_peephole, bool[8] output_mask) -> " TLG_BLOCK_GRAD_OUTPUTS);
+        ", Tensor cs_grad, Tensor h_grad, bool use_peephole, bool[8] output_mask) -> "
+        TLG_BLOCK_GRAD_OUTPUTS);
   m.def("block_lstm(Tensor seq_len_max, " TLG_LSTM_INPUTS
         ", float forget_bias, float cell_clip, bool use_peephole) -> " TLG_LSTM_OUTPUTS);
   m.def("block_lstm_v2(Tensor seq_len_max, " TLG_LSTM_INPUTS
@@ -223,14 +223,12 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> cudnn_rnn_inference(
                                              std::string(direction), num_proj, time_major);
   check_packed_recurrent(c, packed_r, input);
   check_packed_input(c, packed_x, input);
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("torch_lstm_grad::cudnn_rnn", "")
-                             .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor,
-                                               at::Tensor>(
-                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const std::optional<at::Tensor>&,
-                                 c10::string_view, c10::string_view, c10::string_view, double,
-                                 int64_t, int64_t, int64_t, bool, bool)>();
+  using T = const at::Tensor&;
+  static const auto op =
+      typed_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          T, T, T, T, const std::optional<at::Tensor>&, c10::string_view, c10::string_view,
+          c10::string_view, double, int64_t, int64_t, int64_t, bool, bool)>(
+          "torch_lstm_grad::cudnn_rnn");
   const auto out = op.call(input, input_h, input_c, params, sequence_lengths, rnn_mode,
                            input_mode, direction, 0.0, 0, 0, num_proj, false, time_major);
   return {std::get<0>(out), std::get<1>(out), std::get<2>(out)};
@@ -244,13 +242,11 @@ gru_block_cell_backward(const at::Tensor& x, const at::Tensor& h_prev, const at:
                         const at::Tensor& w_c, const at::Tensor& b_ru, const at::Tensor& b_c,
                         const at::Tensor& r, const at::Tensor& u, const at::Tensor& c,
                         const at::Tensor& d_h, std::array<bool, 6> output_mask) {
-  static const auto op = c10::Dispatcher::singleton()
-                             .findSchemaOrThrow("torch_lstm_grad::gru_block_cell_grad", "")
-                             .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&, const at::Tensor&, const at::Tensor&,
-                                 const at::Tensor&)>();
+  using T = const at::Tensor&;
+  static const auto op =
+      typed_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor>(T, T, T, T, T, T, T, T,
+                                                                          T, T)>(
+          "torch_lstm_grad::gru_block_cell_grad");
   const auto [d_x, d_h_prev, d_c_bar, d_ru] =
       op.call(x, h_prev, w_ru, w_c, b_ru, b_c, r, u, c, d_h);
   const GRUWeightGrads w = gru_weight_grads(
@@ -274,10 +270,9 @@ lstm_block_cell_backward(const at::Tensor& x, const at::Tensor& cs_prev, const a
                          std::array<bool, 8> output_mask) {
   using T = const at::Tensor&;
   static const auto op =
-      c10::Dispatcher::singleton()
-          .findSchemaOrThrow("torch_lstm_grad::lstm_block_cell_grad", "")
-          .typed<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
-              T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, bool)>();
+      typed_op<std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>(
+          T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, T, bool)>(
+          "torch_lstm_grad::lstm_block_cell_grad");
   const auto [cs_prev_grad, dicfo, wci_grad, wcf_grad, wco_grad] = op.call(
       x, cs_prev, h_prev, w, wci, wcf, wco, b, i, cs, f, o, ci, co, cs_grad, h_grad, use_peephole);
   const std::array<bool, 8>& need = output_mask;
