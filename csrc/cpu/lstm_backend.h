@@ -21,8 +21,8 @@
 #include "activations.h"
 #include "cell_avx512.h"
 #include "gemm.h"
-#include "workspace.h"
 #include "pairwise_gemm.h"
+#include "workspace.h"
 
 // An unnamed namespace: each including file gets its own copies of the multiversioned loops.
 namespace torch_lstm_grad::cpu_lstm {

@@ -7,8 +7,8 @@
 // kernel faults in every page again on every call: 65 MB and about 16,000 page faults a call
 // at T, B, H = 500, 32, 256, 1.2-1.3x nn.LSTM's time, whose oneDNN primitive keeps its
 // scratchpad. Kept per thread, up to kMaxKeptWorkspaceBytes (larger ones are allocated per
-// call, as before); a caller must not hand it on: the thread's next inference call overwrites
-// it. Training forwards write these products into the reserve they return instead.
+// call); a caller must not hand it on: the thread's next inference call overwrites it.
+// Training forwards write these products into the reserve they return instead.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -19,7 +19,8 @@ namespace torch_lstm_grad::cpu {
 inline constexpr int64_t kMaxKeptWorkspaceBytes = int64_t{128} << 20;
 
 inline at::Tensor inference_workspace(at::IntArrayRef sizes, const at::TensorOptions& opts) {
-  const int64_t bytes = c10::multiply_integers(sizes) * static_cast<int64_t>(opts.dtype().itemsize());
+  const int64_t bytes =
+      c10::multiply_integers(sizes) * static_cast<int64_t>(opts.dtype().itemsize());
   if (bytes > kMaxKeptWorkspaceBytes) return at::empty(sizes, opts);
   static thread_local at::Tensor kept;  // bytes; grows to the largest size asked for
   if (!kept.defined() || kept.numel() < bytes) kept = at::empty({bytes}, opts.dtype(at::kByte));
