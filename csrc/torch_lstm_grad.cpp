@@ -278,7 +278,14 @@ lstm_block_cell_backward(const at::Tensor& x, const at::Tensor& cs_prev, const a
   const std::array<bool, 8>& need = output_mask;
   const int64_t I = x.size(1), H = h_prev.size(1);
   at::Tensor x_grad, h_prev_grad, w_grad, b_grad;
-  if (need[0] && need[2]) {
+  if (need[0] && need[2] && cpu::dot_rows_apply(dicfo, w)) {
+    // Dot products of rows (cpu/dot_rows.cpp): each block of w's rows straight into its own
+    // tensor, the same sums as one product over both.
+    x_grad = at::empty({x.size(0), I}, dicfo.options());
+    h_prev_grad = at::empty({x.size(0), H}, dicfo.options());
+    cpu::dot_rows(dicfo, w.narrow(0, 0, I), x_grad);
+    cpu::dot_rows(dicfo, w.narrow(0, I, H), h_prev_grad);
+  } else if (need[0] && need[2]) {
     // One product over both row blocks, then each half its own tensor (an op's outputs do not
     // alias one another).
     const at::Tensor xh_grad = times_transposed(dicfo, w);

@@ -209,12 +209,13 @@ def test_lstm_block_cell_gradcheck_subset(subset):
     assert gradcheck(cell_fn("apply", True), tuple(inputs.values()))
 
 
-@pytest.mark.parametrize("rows", [8, 32])
+@pytest.mark.parametrize("rows", [1, 5, 8, 32])
 @pytest.mark.parametrize("subset", ["all", "x_w", "state"])
 def test_lstm_block_cell_float32_grads_at_model_sizes(subset, rows):
-    """At I = 128, H = 256 the backward's dicfo·wᵀ takes (w·dicfoᵀ)ᵀ from 16 rows (autograd.py's
-    _times_transposed) and only the products whose inputs need a gradient: every gradient
-    within float32 rounding of the float64 reference."""
+    """At I = 128, H = 256 the backward's dicfo·wᵀ takes dot products of rows up to 8 rows
+    (csrc/cpu/dot_rows.cpp) and (w·dicfoᵀ)ᵀ at 32 (csrc/cell_products.h), and only the products
+    whose inputs need a gradient: every gradient within float32 rounding of the float64
+    reference."""
     size, width = 256, 128
     g = torch.Generator().manual_seed(0)
     shapes = {"x": (rows, width), "cs_prev": (rows, size), "h_prev": (rows, size),

@@ -8,7 +8,8 @@ transposes, on an AVX-512 CI machine) would otherwise pass every test.
 
 The shapes reach each kernel's edges: batches of 1 to 64 rows (the small-batch gate panels, in
 chunks of 6 rows on AVX2 and 12 on AVX-512), hidden sizes that are not a multiple of the panels'
-16 units or the transposes' 8 or 16 tiles, and [x, h]ᵀ products whose L·B is ragged too.
+16 units or the transposes' 8 or 16 tiles, [x, h]ᵀ products whose L·B is ragged too, and the
+cells' dot products of rows at 1 to 8 rows.
 """
 
 import json
@@ -72,6 +73,32 @@ for T, B, I, H in [(3, 1, 19, 20), (4, 5, 16, 48), (3, 7, 33, 24), (2, 13, 8, 40
 
         errors[f"CudnnRNNV3 {mode} {T},{B},{I},{H}"] = both(
             cudnn, [x, h[None], cs[None], params])
+
+# The one-step cells at 1 to 8 rows, where the backward's products d·wᵀ are dot products of
+# rows (csrc/cpu/dot_rows.cpp) from 2^18 multiply-adds: N = 4H, 2H, H not a multiple of 8 or
+# 16 (the masked last vector), K = I + H = 299 not a multiple of any block of w's rows, and 5
+# and 7 rows for the groups of four rows and their remainders.
+I, H = 68, 231
+for B in (1, 4, 5, 7, 8):
+    s = H ** -0.5
+    u = lambda *shape: (torch.rand(*shape) * 2 - 1) * s
+    x, cs, h = torch.randn(B, I), u(B, H), u(B, H)
+    w, wci, wcf, wco, b = u(I + H, 4 * H), u(H), u(H), u(H), u(4 * H)
+
+    def cell(x, cs, h, w, wci, wcf, wco, b):
+        o = raw_ops.LSTMBlockCell(x, cs, h, w, wci, wcf, wco, b, use_peephole=True)
+        return [o.cs, o.h]
+
+    errors[f"LSTMBlockCell {B},{I},{H}"] = both(cell, [x, cs, h, w, wci, wcf, wco, b])
+    # x constant: h_prev's block of w alone.
+    errors[f"LSTMBlockCell x constant {B},{I},{H}"] = both(
+        lambda *a, x=x: cell(x.to(a[0].dtype), *a), [cs, h, w, wci, wcf, wco, b])
+    wru, wc, bru, bc = u(I + H, 2 * H), u(I + H, H), u(2 * H), u(H)
+
+    def gru(x, h, wru, wc, bru, bc):
+        return [raw_ops.GRUBlockCell(x, h, wru, wc, bru, bc).h]
+
+    errors[f"GRUBlockCell {B},{I},{H}"] = both(gru, [x, h, wru, wc, bru, bc])
 
 print(json.dumps(errors))
 """
