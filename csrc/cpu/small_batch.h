@@ -19,6 +19,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "cpu_features.h"
 #include "transpose.h"
@@ -88,6 +89,15 @@ inline at::Tensor pack_panels(const at::Tensor& w, int64_t G) {
                                      K / tile * tile);
         detail::transpose_scalar(src + c0 * cs, cs, o, kPanelWidth, 0, kPanelWidth,
                                  K / tile * tile, K);
+        continue;
+      }
+      // Rows of w contiguous (the block ops' w[I:]): a panel's row is 16 floats of w's row, one
+      // copy each (the element loop below, with its run-time stride, does not vectorise: 4.4% of
+      // a BlockLSTM forward's samples under perf against 1.1%, docs/performance.md §3.9).
+      if (cs == 1 && n == kPanelWidth) {
+        for (int64_t k = 0; k < K; ++k) {
+          std::memcpy(o + k * kPanelWidth, src + k * rs + c0, kPanelWidth * sizeof(float));
+        }
         continue;
       }
       if (cs == 1 || rs > cs) {  // rows of w contiguous (or closer to it): row by row
