@@ -1,15 +1,17 @@
 // d · wᵀ for a few rows of d (the cells' backward products, csrc/cell_products.h), as dot
 // products of contiguous rows. With w [K, N] row-major, BLAS's product d · wᵀ is its "NT" form,
-// which MKL runs at 1-8 rows of d 2.2x slower than the same multiply-adds on a contiguous
-// [N, K] (docs/performance.md §3.9: the LSTM cell loop at B = 8, H = 512). Each output is the
+// which MKL ran at 8 rows of d 2.2x slower than nn.LSTMCell's products on its [4H, ·] weights
+// (docs/performance.md §3.9: the LSTM cell loop at B = 8, H = 512). Each output is the
 // dot product of a row of d and a row of w, both contiguous: a block of KB rows of w is read
-// once, front to back, and meets all of d's R rows in registers (R · KB accumulators), so the
-// kernel streams w at memory speed and keeps d in L1 or L2.
+// once, front to back, and meets d's rows, four at a time, in registers (4 · KB accumulators),
+// so w is read once and d stays in L1 or L2.
 //
 // The sums: lane l of a vector of L floats (16 on AVX-512, 8 on AVX2) adds the terms
 // n ≡ l (mod L) in order from zero, the last partial vector masked to zeros; then the L lanes
 // are summed pairwise. Each sum runs over N / L terms and a log2(L)-deep tree, against BLAS's
-// blocked sums: as close to the float64 product (tests/ops/cpu/test_dot_rows.py).
+// blocked sums: as close to the float64 product (docs/performance.md §3.12; the tests:
+// tests/ops/test_raw_ops_isa_paths.py at each instruction set, tests/ops/test_autograd.py).
+// The order does not depend on how the rows are grouped or split over threads.
 #include "dot_rows.h"
 
 #include <ATen/Parallel.h>
@@ -137,7 +139,7 @@ DotKernels avx2_kernels() {
 
 // d's rows go four at a time: with all eight at once on AVX-512 (three rows of w a block), the
 // eight rows of d are re-read from L1 or L2 for every three of w, and at B = 8 the kernel was
-// 0.97-1.32x MKL's time where w fits L2 (K, N = 512, 256-1024), against 0.79-0.84x four at a
+// 0.97-1.32x MKL's time where w fits L2 (K, N = 512, 256-1024), against 0.79-0.86x four at a
 // time with six rows of w a block (docs/performance.md §3.12).
 constexpr int64_t kRowGroup = 4;
 
