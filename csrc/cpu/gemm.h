@@ -333,8 +333,8 @@ inline void matmul_out(at::Tensor& out, const at::Tensor& a, const at::Tensor& b
 // Width of the column blocks a parallel region splits the n columns of a product of `macs`
 // multiply-adds into: one block per thread, a multiple of 16 floats (one AVX-512 vector) wide;
 // one block for products too small to share (e.g. B = 1, H = 64: the fork costs more).
+constexpr int64_t kMinBlockSplitMacs = int64_t{1} << 18;  // brgemm blocks (no per-call cost)
 inline int64_t column_block(int64_t n, int64_t macs) {
-  constexpr int64_t kMinBlockSplitMacs = int64_t{1} << 18;  // brgemm blocks (no per-call cost)
   const int64_t threads =
       macs < kMinBlockSplitMacs ? 1 : std::max<int64_t>(1, at::get_num_threads());
   return std::max<int64_t>(16, ((n + threads - 1) / threads + 15) / 16 * 16);
@@ -387,6 +387,47 @@ void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const 
   for (int64_t k = 0; k < steps; ++k) {
     for_column_blocks(n_cols, macs, [&](int64_t j0, int64_t n) { f(k, j0, n); });
   }
+}
+
+// A time loop on the gate panels (small_batch.h) can also share its steps out by rows: each
+// thread takes a block of the batch's rows through every step, on every unit. A row's step
+// needs only that row's h from the step before, so there is no barrier between the steps, and
+// no thread reads lines of h that another core wrote, as every step does in
+// for_steps_column_blocks. In exchange each core reads the whole weight every step, not its
+// units' share: from its own L2 where the panels fit there. Taken (panel_row_blocks) where the
+// panels take at most half a core's L2 and each thread has at least kMinRowsPerThread rows,
+// the range where it was the faster (docs/performance.md §3.13: at H = 64-256 and 4-32 rows a
+// thread the LSTM forwards 0.83-0.97x the units split's time on a 2-core Xeon; at 1-2 rows a
+// thread, or with the panels over the L2 at H = 512, 1.1-1.3x). The same sums either way.
+constexpr int64_t kMinRowsPerThread = 4;
+
+// The number of row blocks, one per thread, for a time loop of `rows` rows on pack_panels of a
+// [K, G·H] weight; 0 where the loop splits the units instead (for_steps_column_blocks): one
+// thread, inside another parallel region, too few rows, a step too small to share
+// (column_block's threshold), panels over half the L2, or an L2 size unknown.
+inline int64_t panel_row_blocks(int64_t rows, int64_t K, int64_t H, int64_t G) {
+  const int64_t threads = at::get_num_threads();
+  if (threads < 2 || at::in_parallel_region() || rows < kMinRowsPerThread * threads ||
+      rows * K * G * H < kMinBlockSplitMacs) {
+    return 0;
+  }
+  const int64_t panel_bytes =
+      panel_blocks(H) * kPanelWidth * G * K * static_cast<int64_t>(sizeof(float));
+  const int64_t l2 = l2_cache_bytes();
+  return l2 > 0 && 2 * panel_bytes <= l2 ? threads : 0;
+}
+
+// f(k, b0, b1) for the steps k = 0 .. steps - 1, in order, on each of `blocks` blocks [b0, b1)
+// of `rows` rows (as even as they go), a block per thread for every step, with no barrier
+// between the steps: step k of a block may use only what step k - 1 wrote to the same rows.
+template <class F>
+void for_steps_row_blocks(int64_t steps, int64_t rows, int64_t blocks, const F& f) {
+  at::parallel_for(0, blocks, 1, [&](int64_t k0, int64_t k1) {
+    for (int64_t blk = k0; blk < k1; ++blk) {
+      const int64_t b0 = rows * blk / blocks, b1 = rows * (blk + 1) / blocks;
+      for (int64_t k = 0; k < steps; ++k) f(k, b0, b1);
+    }
+  });
 }
 
 // out[M, G·H] = a[M, K] · b[K, G·H] (G gate blocks of H columns) written into `out`, an existing

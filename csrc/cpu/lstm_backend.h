@@ -461,9 +461,10 @@ struct CpuBackend {
     });
   }
 
-  // All L steps of forward_step's blocks form in one parallel region (for_steps_column_blocks:
-  // a barrier after each step's cells instead of a fork and join a step), where h is float32
-  // and read as stored. The same sums, bit for bit.
+  // All L steps of forward_step's blocks form in one parallel region, where h is float32 and
+  // read as stored: by rows where the panels fit a core's L2 (for_steps_row_blocks: no barrier
+  // between the steps), else by units (for_steps_column_blocks: a barrier after each step's
+  // cells instead of a fork and join a step). The same sums, bit for bit.
   template <typename scalar_t, class PointStep>
   static bool forward_loop(const FwdStep<scalar_t>& proto, const cpu::RecurrentGemm& rec,
                            int64_t B, int64_t L, const PointStep& point_step,
@@ -472,6 +473,18 @@ struct CpuBackend {
       if (!rec.blocks() || rec.bf16()) return false;
       const int64_t H = proto.H, K = rec.b().size(0);
       const auto rows = Rows::template forward<scalar_t>(proto);
+      // By rows where the panels fit the L2 (gemm.h's panel_row_blocks), else by units.
+      if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, K, H, 4) : 0) {
+        cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t b0, int64_t b1) {
+          FwdStep<scalar_t> s = proto;
+          float* g = point_step(t, s);
+          const float* h_prev = (t == 0 ? h0 : h + (t - 1) * B * K) + b0 * K;
+          cpu::panel_gemm(b1 - b0, K, H, 4, h_prev, K, rec.panels_data(), g + b0 * 4 * H,
+                          4 * H, 0, H);
+          rows(s, b0, b1, 0, H);
+        });
+        return true;
+      }
       cpu::for_steps_column_blocks(L, H, B * H * 4 * H, [&](int64_t t, int64_t j0, int64_t n) {
         FwdStep<scalar_t> s = proto;
         float* g = point_step(t, s);

@@ -292,6 +292,40 @@ def test_vs_torch_nn_parallel_row_chunks(mode):
     compare_with_nn(c, lengths, time_major=True)
 
 
+@pytest.mark.parametrize("varied", [False, True], ids=["equal", "varied"])
+@pytest.mark.parametrize("is_training", [True, False])
+def test_lstm_same_bits_on_one_thread_and_two(varied, is_training):
+    """float32, bidirectional: on two threads the LSTM's steps split by rows where the gate
+    panels fit half a core's L2, every row runs every step and each thread has 4 rows or more
+    (csrc/cpu/gemm.h's panel_row_blocks: 33 rows in blocks of 16 and 17, H = 56 ending in a
+    partial panel), else by units, as on one thread: the same sums, so the same bits; and
+    within float32's rounding of float64."""
+    torch.manual_seed(0)
+    c = Cfg(mode="lstm", L=1, D=2, I=7, H=56, T=4, B=33)
+    params = rand_params(c, scale=c.H**-0.5)
+    x = u(c.T, c.B, c.I)
+    h0, c0 = states(c)
+    seq = torch.full((c.B,), c.T, dtype=I32)
+    if varied:
+        seq[::3] = 2
+
+    def run(threads, dtype=F32):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with torch.no_grad():
+                o = raw_ops.CudnnRNNV3(*(t.to(dtype) for t in (x, h0, c0, params)), seq,
+                                       is_training=is_training, **c.attrs())
+        finally:
+            torch.set_num_threads(before)
+        return [o.output, o.output_h, o.output_c]
+
+    truth, one, two = run(1, F64), run(1), run(2)
+    for a, b, f64 in zip(one, two, truth, strict=True):
+        assert torch.equal(a, b)
+        assert (b.double() - f64).abs().max() <= 1e-5 * max(1.0, f64.abs().max().item())
+
+
 def test_num_proj_equal_to_num_units_means_no_projection():
     """num_proj == num_units (allowed: num_proj <= num_units) has no W_proj, like cuDNN with
     recProjSize == hiddenSize: the same model as num_proj = 0."""

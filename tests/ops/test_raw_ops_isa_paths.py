@@ -8,8 +8,9 @@ transposes, on an AVX-512 CI machine) would otherwise pass every test.
 
 The shapes reach each kernel's edges: batches of 1 to 64 rows (the small-batch gate panels, in
 chunks of 6 rows on AVX2 and 12 on AVX-512), hidden sizes that are not a multiple of the panels'
-16 units or the transposes' 8 or 16 tiles, [x, h]ᵀ products whose L·B is ragged too, and the
-cells' dot products of rows at 1 to 8 rows.
+16 units or the transposes' 8 or 16 tiles, [x, h]ᵀ products whose L·B is ragged too, time
+loops split by rows (4 steps or more, 2^18 multiply-adds a step, 8 rows or more on two
+threads), and the cells' dot products of rows at 1 to 8 rows.
 """
 
 import json
@@ -46,7 +47,8 @@ def both(fn, leaves):
 
 
 for T, B, I, H in [(3, 1, 19, 20), (4, 5, 16, 48), (3, 7, 33, 24), (2, 13, 8, 40),
-                   (3, 32, 24, 64), (2, 64, 17, 32), (2, 65, 9, 16)]:
+                   (3, 32, 24, 64), (2, 64, 17, 32), (2, 65, 9, 16),
+                   (4, 21, 11, 56)]:
     s = H ** -0.5
     u = lambda *shape: (torch.rand(*shape) * 2 - 1) * s
     x, cs, h, w = torch.randn(T, B, I), u(B, H), u(B, H), u(I + H, 4 * H)

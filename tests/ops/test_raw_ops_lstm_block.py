@@ -17,7 +17,7 @@ import torch
 
 import torch_lstm_grad
 from tests.helpers import grad_leaves, nan_strided, needs_tf, tf_module, tf_raw, uniform
-from torch_lstm_grad import raw_ops
+from torch_lstm_grad import ops, raw_ops
 from torch_lstm_grad import reference as ref
 
 # ---------------------------------------------------------------------------------------------
@@ -570,6 +570,45 @@ def test_wiring_inference_mode_same_outputs(version, grad):
     for name, a, b in zip(LSTM_OUT, got, want, strict=True):
         assert a.is_inference() and not a.requires_grad, name
         assert torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("T,B,I,H", [(4, 8, 24, 128), (5, 16, 9, 64), (4, 33, 5, 56)])
+def test_forward_same_bits_on_one_thread_and_two(T, B, I, H):
+    """On two threads the forward's steps split by rows where the gate panels fit half a core's
+    L2 and each thread has 4 rows or more (csrc/cpu/gemm.h's panel_row_blocks: these shapes,
+    33 rows in blocks of 16 and 17, H = 56 ending in a partial panel), on one thread by units:
+    the same sums in the same order, so the same bits, in training and in the modules'
+    inference forward; and within
+    float32's rounding of the float64 op."""
+    torch.manual_seed(0)
+    s = H**-0.5
+    inp = [torch.randn(T, B, I), uniform(B, H, scale=2), uniform(B, H), uniform(I + H, 4 * H,
+           scale=s), uniform(H, scale=s), uniform(H, scale=s), uniform(H, scale=s),
+           uniform(4 * H, scale=s)]  # fmt: skip
+    seq = torch.tensor(T)
+
+    def run(threads, inference, dtype=torch.float32):
+        x, cs0, h0, w, wci, wcf, wco, b = [t.to(dtype) for t in inp]
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            with torch.no_grad():
+                if inference:  # the modules' inference forward
+                    out = ops.block_lstm_inference(x, cs0, h0, w, b, wci=wci, wcf=wcf, wco=wco,
+                                                   cell_clip=1.5, use_peephole=True)
+                    return [out.h, out.cs]
+                out = raw_ops.BlockLSTM(seq, x, cs0, h0, w, wci, wcf, wco, b, cell_clip=1.5,
+                                        use_peephole=True)
+                return [out.h, out.cs[-1], *out]
+        finally:
+            torch.set_num_threads(before)
+
+    truth = run(1, False, torch.float64)
+    for inference in (False, True):
+        one, two = run(1, inference), run(2, inference)
+        for a, b, f64 in zip(one, two, truth, strict=False):
+            assert torch.equal(a, b), inference
+            assert (b.double() - f64).abs().max() <= 1e-5 * max(1.0, f64.abs().max().item())
 
 
 # ---------------------------------------------------------------------------------------------
