@@ -465,7 +465,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
       const int64_t row_blocks =
           fused && s.active[T - 1] == B ? cpu::panel_row_blocks(B, P, H, G) : 0;
       if (row_blocks > 0) {
-        cpu::for_steps_row_blocks(T, B, row_blocks, [&](int64_t t, int64_t b0, int64_t b1) {
+        cpu::for_steps_row_blocks(T, B, row_blocks, [&](int64_t t, int64_t, int64_t b0,
+                                                               int64_t b1) {
           const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
           float* pt = pre_p + t * B * GH;
           float* a = acts_p + per_step * t * B * GH;

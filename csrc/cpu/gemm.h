@@ -391,14 +391,16 @@ void for_steps_column_blocks(int64_t steps, int64_t n_cols, int64_t macs, const 
 
 // A time loop on the gate panels (small_batch.h) can also share its steps out by rows: each
 // thread takes a block of the batch's rows through every step, on every unit. A row's step
-// needs only that row's h from the step before, so there is no barrier between the steps, and
-// no thread reads lines of h that another core wrote, as every step does in
-// for_steps_column_blocks. In exchange each core reads the whole weight every step, not its
-// units' share: from its own L2 where the panels fit there. Taken (panel_row_blocks) where the
-// panels take at most half a core's L2 and each thread has at least kMinRowsPerThread rows,
-// the range where it was the faster (docs/performance.md §3.13: at H = 64-256 and 4-32 rows a
-// thread the LSTM forwards 0.83-0.97x the units split's time on a 2-core Xeon; at 1-2 rows a
-// thread, or with the panels over the L2 at H = 512, 1.1-1.3x). The same sums either way.
+// needs only that row's h (the backward: its gate gradients) from the step before, so there is
+// no barrier between the steps, and no thread reads lines another core wrote, as every step
+// does in for_steps_column_blocks. In exchange each core reads the whole weight every step,
+// not its units' share: from its own L2 where the panels fit there. Taken (panel_row_blocks)
+// where the panels take at most half a core's L2 and each thread has at least
+// kMinRowsPerThread rows, the range where it was the faster on a 2-core Xeon
+// (docs/performance.md §3.13: at H = 64-256, 4-32 rows a thread, the LSTM forwards 0.75-0.96x
+// the units split's time, and the backward's split on top of that fwd+bwd 0.88-0.99x; at 1-2
+// rows a thread, or with the panels over the L2 at H = 512, 1.1-1.3x). The products' and
+// cells' sums are the same either way.
 constexpr int64_t kMinRowsPerThread = 4;
 
 // The number of row blocks, one per thread, for a time loop of `rows` rows on pack_panels of a
@@ -417,15 +419,16 @@ inline int64_t panel_row_blocks(int64_t rows, int64_t K, int64_t H, int64_t G) {
   return l2 > 0 && 2 * panel_bytes <= l2 ? threads : 0;
 }
 
-// f(k, b0, b1) for the steps k = 0 .. steps - 1, in order, on each of `blocks` blocks [b0, b1)
-// of `rows` rows (as even as they go), a block per thread for every step, with no barrier
-// between the steps: step k of a block may use only what step k - 1 wrote to the same rows.
+// f(k, blk, b0, b1) for the steps k = 0 .. steps - 1, in order, on each block blk of `blocks`
+// blocks [b0, b1) of `rows` rows (as even as they go), a block per thread for every step, with
+// no barrier between the steps: step k of a block may use only what step k - 1 wrote to the
+// same rows (and what the block keeps for itself, by blk).
 template <class F>
 void for_steps_row_blocks(int64_t steps, int64_t rows, int64_t blocks, const F& f) {
   at::parallel_for(0, blocks, 1, [&](int64_t k0, int64_t k1) {
     for (int64_t blk = k0; blk < k1; ++blk) {
       const int64_t b0 = rows * blk / blocks, b1 = rows * (blk + 1) / blocks;
-      for (int64_t k = 0; k < steps; ++k) f(k, b0, b1);
+      for (int64_t k = 0; k < steps; ++k) f(k, blk, b0, b1);
     }
   });
 }

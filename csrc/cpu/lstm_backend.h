@@ -475,7 +475,8 @@ struct CpuBackend {
       const auto rows = Rows::template forward<scalar_t>(proto);
       // By rows where the panels fit the L2 (gemm.h's panel_row_blocks), else by units.
       if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, K, H, 4) : 0) {
-        cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t b0, int64_t b1) {
+        cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t, int64_t b0,
+                                                    int64_t b1) {
           FwdStep<scalar_t> s = proto;
           float* g = point_step(t, s);
           const float* h_prev = (t == 0 ? h0 : h + (t - 1) * B * K) + b0 * K;
@@ -556,8 +557,8 @@ struct CpuBackend {
   }
 
   // All L reverse steps of backward_step's blocks form in one parallel region, as
-  // forward_loop: the barrier after each step is where its dgates (the earlier step's `next`)
-  // are complete.
+  // forward_loop: by rows, or by units with a barrier after each step, where its dgates (the
+  // earlier step's `next`) are complete.
   template <typename scalar_t, class PointStep>
   static bool backward_loop(const BwdStep<scalar_t>& proto, const cpu::RecurrentGemm& rec,
                             int64_t B, int64_t L, const PointStep& point_step,
@@ -568,6 +569,32 @@ struct CpuBackend {
       TORCH_INTERNAL_ASSERT(proto.sums != nullptr);
       const int64_t H = proto.H;
       const auto rows = Rows::template backward<scalar_t>(proto, /*sums=*/true);
+      // By rows where the panels of Whᵀ fit the L2, as forward_loop. Each row block sums its
+      // rows' db and peephole products into [7, H] of its own (the rows function adds them up
+      // per unit, and two threads may not add into one), added into `sums` after the loop in
+      // block order: in float64, so the float32 results match the units split's but for a
+      // sum within a float64 rounding of a float32 tie.
+      if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, 4 * H, H, 1) : 0) {
+        at::Tensor partial = at::zeros({blocks, 7, H}, at::TensorOptions().dtype(at::kDouble));
+        double* const pp = partial.data_ptr<double>();
+        cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t k, int64_t blk, int64_t b0,
+                                                    int64_t b1) {
+          const int64_t t = L - 1 - k;
+          BwdStep<scalar_t> s = proto;
+          point_step(t, s);
+          s.sums = pp + blk * 7 * H;
+          if (t + 1 < L) {
+            cpu::panel_gemm(b1 - b0, 4 * H, H, /*G=*/1, dgates + ((t + 1) * B + b0) * 4 * H,
+                            4 * H, rec.panels_data(), dh_carry + b0 * H, H, 0, H,
+                            /*accumulate=*/false);
+          }
+          rows(s, b0, b1, 0, H);
+        });
+        for (int64_t blk = 0; blk < blocks; ++blk) {
+          for (int64_t i = 0; i < 7 * H; ++i) proto.sums[i] += pp[blk * 7 * H + i];
+        }
+        return true;
+      }
       cpu::for_steps_column_blocks(L, H, B * H * 4 * H, [&](int64_t k, int64_t j0, int64_t n) {
         const int64_t t = L - 1 - k;
         BwdStep<scalar_t> s = proto;

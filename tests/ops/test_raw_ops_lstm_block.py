@@ -611,6 +611,38 @@ def test_forward_same_bits_on_one_thread_and_two(T, B, I, H):
             assert (b.double() - f64).abs().max() <= 1e-5 * max(1.0, f64.abs().max().item())
 
 
+@pytest.mark.parametrize("T,B,I,H", [(4, 8, 24, 128), (5, 16, 9, 64), (4, 33, 5, 56)])
+def test_backward_on_one_thread_and_two(T, B, I, H):
+    """The backward's steps split by rows as the forward's (each row block summing db and the
+    peephole products apart, added in float64 after the loop): on two threads the gradients
+    of cs_prev and h_prev (the loop's own outputs) are one thread's bit for bit, and every
+    gradient is within float32's rounding of the float64 op's."""
+    torch.manual_seed(1)
+    s = H**-0.5
+    inp = [torch.randn(T, B, I), uniform(B, H, scale=2), uniform(B, H), uniform(I + H, 4 * H,
+           scale=s), uniform(H, scale=s), uniform(H, scale=s), uniform(H, scale=s),
+           uniform(4 * H, scale=s)]  # fmt: skip
+    seq = torch.tensor(T)
+    weight = torch.randn(T, B, H, dtype=torch.float64)
+
+    def grads(threads, dtype=torch.float32):
+        leaves = [t.to(dtype).requires_grad_() for t in inp]
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            out = raw_ops.BlockLSTM(seq, *leaves, cell_clip=1.5, use_peephole=True)
+            loss = (out.h * weight.to(dtype)).sum() + out.cs[-1].sum()
+            return torch.autograd.grad(loss, leaves)
+        finally:
+            torch.set_num_threads(before)
+
+    truth, one, two = grads(1, torch.float64), grads(1), grads(2)
+    assert torch.equal(one[1], two[1]) and torch.equal(one[2], two[2])
+    for name, b, f64 in zip(("x", "cs_prev", "h_prev", "w", "wci", "wcf", "wco", "b"), two, truth,
+                            strict=True):  # fmt: skip
+        assert (b.double() - f64).abs().max() <= 1e-5 * max(1.0, f64.abs().max().item()), name
+
+
 # ---------------------------------------------------------------------------------------------
 # Autograd: torch.autograd.grad through the raw ops vs TF's gradient of the same upstream grads.
 
