@@ -572,19 +572,26 @@ def test_wiring_inference_mode_same_outputs(version, grad):
         assert torch.equal(a, b), name
 
 
-@pytest.mark.parametrize("T,B,I,H", [(4, 8, 24, 128), (5, 16, 9, 64), (4, 33, 5, 56)])
+SPLIT_SHAPES = [(4, 8, 24, 128), (5, 16, 9, 64), (4, 33, 5, 56)]
+
+
+def _split_inputs(T, B, I, H):  # noqa: E741
+    """x, cs_prev, h_prev, w, wci, wcf, wco, b of a BlockLSTM with O(1) pre-activations."""
+    s = H**-0.5
+    return [torch.randn(T, B, I), uniform(B, H, scale=2), uniform(B, H),
+            uniform(I + H, 4 * H, scale=s), *(uniform(H, scale=s) for _ in range(3)),
+            uniform(4 * H, scale=s)]  # fmt: skip
+
+
+@pytest.mark.parametrize("T,B,I,H", SPLIT_SHAPES)
 def test_forward_same_bits_on_one_thread_and_two(T, B, I, H):
     """On two threads the forward's steps split by rows where the gate panels fit half a core's
     L2 and each thread has 4 rows or more (csrc/cpu/gemm.h's panel_row_blocks: these shapes,
     33 rows in blocks of 16 and 17, H = 56 ending in a partial panel), on one thread by units:
     the same sums in the same order, so the same bits, in training and in the modules'
-    inference forward; and within
-    float32's rounding of the float64 op."""
+    inference forward; and within float32's rounding of the float64 op."""
     torch.manual_seed(0)
-    s = H**-0.5
-    inp = [torch.randn(T, B, I), uniform(B, H, scale=2), uniform(B, H), uniform(I + H, 4 * H,
-           scale=s), uniform(H, scale=s), uniform(H, scale=s), uniform(H, scale=s),
-           uniform(4 * H, scale=s)]  # fmt: skip
+    inp = _split_inputs(T, B, I, H)
     seq = torch.tensor(T)
 
     def run(threads, inference, dtype=torch.float32):
@@ -611,17 +618,14 @@ def test_forward_same_bits_on_one_thread_and_two(T, B, I, H):
             assert (b.double() - f64).abs().max() <= 1e-5 * max(1.0, f64.abs().max().item())
 
 
-@pytest.mark.parametrize("T,B,I,H", [(4, 8, 24, 128), (5, 16, 9, 64), (4, 33, 5, 56)])
+@pytest.mark.parametrize("T,B,I,H", SPLIT_SHAPES)
 def test_backward_on_one_thread_and_two(T, B, I, H):
     """The backward's steps split by rows as the forward's (each row block summing db and the
     peephole products apart, added in float64 after the loop): on two threads the gradients
     of cs_prev and h_prev (the loop's own outputs) are one thread's bit for bit, and every
     gradient is within float32's rounding of the float64 op's."""
     torch.manual_seed(1)
-    s = H**-0.5
-    inp = [torch.randn(T, B, I), uniform(B, H, scale=2), uniform(B, H), uniform(I + H, 4 * H,
-           scale=s), uniform(H, scale=s), uniform(H, scale=s), uniform(H, scale=s),
-           uniform(4 * H, scale=s)]  # fmt: skip
+    inp = _split_inputs(T, B, I, H)
     seq = torch.tensor(T)
     weight = torch.randn(T, B, H, dtype=torch.float64)
 
