@@ -1,5 +1,6 @@
 // What the CPU the process runs on can do, asked once through PyTorch's own cpuinfo query, for
-// the kernels that pick an instruction set at run time (gemm.h, transpose.h), and its L2 size.
+// the kernels that pick an instruction set at run time (gemm.h, transpose.h); and its L2 size,
+// from the C library, for the time loops' split (gemm.h).
 #pragma once
 
 #include <ATen/cpu/Utils.h>

@@ -455,58 +455,50 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
   acc_t* const extra_p = has_extra(c) ? r.extra.data_ptr<acc_t>() : nullptr;
   acc_t* const hseq_p = r.hseq.data_ptr<acc_t>();
   if ((fused || fused_blocks) && T > 0) {
-    // All steps in one parallel region. By units (cpu::for_steps_column_blocks: a barrier
-    // after each step's cells), a thread's units of a row that finished at the step before go
-    // to the final state after that barrier (at step 0 every thread still reads the initial h
-    // there).
+    // All steps in one parallel region, each thread's work a block of rows and units of a
+    // step. By units (cpu::for_steps_column_blocks: a barrier after each step's cells), a
+    // thread's units of a row that finished at the step before go to the final state after
+    // that barrier (at step 0 every thread still reads the initial h there). With equal
+    // lengths on the panels, by rows where they fit a core's L2 (gemm.h's panel_row_blocks;
+    // with varied lengths the threads of the shorter rows would idle).
     if constexpr (std::is_same_v<acc_t, float>) {
-      // Equal lengths on the panels: by rows where they fit a core's L2 (gemm.h's
-      // panel_row_blocks; with varied lengths the threads of the shorter rows would idle).
+      auto block = [&](int64_t t, int64_t b0, int64_t b1, int64_t j0, int64_t units) {
+        const int64_t n = std::min(b1, s.active[t]);  // the block's rows [b0, n) still run
+        if (t > 0) {
+          const float* hs_before = hseq_p + (t - 1) * B * P;
+          for (int64_t b = std::max(b0, n); b < std::min(b1, s.active[t - 1]); ++b) {
+            std::copy(hs_before + b * P + j0, hs_before + b * P + j0 + units, hp + b * P + j0);
+          }
+        }
+        if (n <= b0) return;
+        const float* h_before = (t == 0 ? hp : hseq_p + (t - 1) * B * P) + b0 * P;
+        float* pt = pre_p + t * B * GH;
+        float* a = acts_p + per_step * t * B * GH;
+        float* cells = cells_p + per_step * t * B * H;
+        float* hs = hseq_p + t * B * P;
+        if (fused) {
+          cpu::panel_gemm(n - b0, P, H, G, h_before, P, recurrent.panels_data(), pt + b0 * GH,
+                          GH, j0, units);
+        } else {
+          for (int64_t q = 0; q < G; ++q) {
+            cpu::block_gemm(n - b0, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
+                            pt + b0 * GH + q * H + j0, GH, /*accumulate=*/true);
+          }
+        }
+        for (int64_t b = b0; b < n; ++b) {
+          lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
+                   hs + b * P);
+        }
+      };
       const int64_t row_blocks =
           fused && s.active[T - 1] == B ? cpu::panel_row_blocks(B, P, H, G) : 0;
       if (row_blocks > 0) {
         cpu::for_steps_row_blocks(T, B, row_blocks, [&](int64_t t, int64_t, int64_t b0,
-                                                               int64_t b1) {
-          const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
-          float* pt = pre_p + t * B * GH;
-          float* a = acts_p + per_step * t * B * GH;
-          float* cells = cells_p + per_step * t * B * H;
-          float* hs = hseq_p + t * B * P;
-          cpu::panel_gemm(b1 - b0, P, H, G, h_before + b0 * P, P, recurrent.panels_data(),
-                          pt + b0 * GH, GH, 0, H);
-          for (int64_t b = b0; b < b1; ++b) {
-            lstm_row(H, 0, H, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
-                     hs + b * P);
-          }
-        });
+                                                        int64_t b1) { block(t, b0, b1, 0, H); });
       } else {
         cpu::for_steps_column_blocks(T, H, s.active[0] * P * GH, [&](int64_t t, int64_t j0,
                                                                      int64_t units) {
-          const int64_t n = s.active[t];
-          if (t > 0) {
-            const float* hs_before = hseq_p + (t - 1) * B * P;
-            for (int64_t b = n; b < s.active[t - 1]; ++b) {
-              std::copy(hs_before + b * P + j0, hs_before + b * P + j0 + units, hp + b * P + j0);
-            }
-          }
-          if (n == 0) return;
-          const float* h_before = t == 0 ? hp : hseq_p + (t - 1) * B * P;
-          float* pt = pre_p + t * B * GH;
-          float* a = acts_p + per_step * t * B * GH;
-          float* cells = cells_p + per_step * t * B * H;
-          float* hs = hseq_p + t * B * P;
-          if (fused) {
-            cpu::panel_gemm(n, P, H, G, h_before, P, recurrent.panels_data(), pt, GH, j0, units);
-          } else {
-            for (int64_t q = 0; q < G; ++q) {
-              cpu::block_gemm(n, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
-                              pt + q * H + j0, GH, /*accumulate=*/true);
-            }
-          }
-          for (int64_t b = 0; b < n; ++b) {
-            lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
-                     hs + b * P);
-          }
+          block(t, 0, B, j0, units);
         });
       }
       const float* hs_last = hseq_p + (T - 1) * B * P;

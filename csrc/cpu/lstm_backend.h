@@ -401,32 +401,34 @@ struct CpuBackend {
     });
   }
 
-  // forward_step's work on one block of units [j0, j0 + n), on the calling thread: the four
-  // gate blocks of g for those units get h·Wh (onto the input projection already in g; the
-  // panels or the blocks form, h of the operand type), then the cell for those units, while
-  // the block is in cache.
+  // forward_step's work on rows [b0, b1) and units [j0, j0 + n) of a step (h, g: its row 0),
+  // on the calling thread: the four gate blocks of g for those rows and units get h·Wh (onto
+  // the input projection already in g; the panels or the blocks form, h of the operand type),
+  // then the cell for them, while the block is in cache.
   template <typename scalar_t, typename h_t>
   static void forward_units(const FwdStep<scalar_t>& s, FwdRows<scalar_t> rows,
-                            const cpu::RecurrentGemm& rec, int64_t B, int64_t K, const h_t* h,
-                            float* g, int64_t j0, int64_t n) {
-    const int64_t H = s.H;
+                            const cpu::RecurrentGemm& rec, int64_t b0, int64_t b1, int64_t K,
+                            const h_t* h, float* g, int64_t j0, int64_t n) {
+    const int64_t H = s.H, m = b1 - b0;
+    const h_t* a = h + b0 * K;
+    float* c = g + b0 * 4 * H;
     if constexpr (std::is_same_v<h_t, float>) {
       if (rec.panels()) {
-        cpu::panel_gemm(B, K, H, 4, h, K, rec.panels_data(), g, 4 * H, j0, n);
+        cpu::panel_gemm(m, K, H, 4, a, K, rec.panels_data(), c, 4 * H, j0, n);
       } else {
         for (int64_t q = 0; q < 4; ++q) {
           const int64_t c0 = q * H + j0;  // this gate's columns of the block
-          cpu::block_gemm(B, n, K, h, K, rec.b_data() + c0, 4 * H, g + c0, 4 * H,
+          cpu::block_gemm(m, n, K, a, K, rec.b_data() + c0, 4 * H, c + c0, 4 * H,
                           /*accumulate=*/true);
         }
       }
     } else {
       for (int64_t q = 0; q < 4; ++q) {
         const int64_t c0 = q * H + j0;
-        cpu::block_gemm(B, n, K, h, K, rec.b_vnni(), c0, g + c0, 4 * H, /*accumulate=*/true);
+        cpu::block_gemm(m, n, K, a, K, rec.b_vnni(), c0, c + c0, 4 * H, /*accumulate=*/true);
       }
     }
-    rows(s, 0, B, j0, j0 + n);
+    rows(s, b0, b1, j0, j0 + n);
   }
 
   // The cell of one step on gates that hold its whole pre-activation: a row-parallel pass.
@@ -454,9 +456,9 @@ struct CpuBackend {
     float* gp = g.data_ptr<float>();
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
       if (rec.bf16()) {
-        forward_units(s, rows, rec, B, K, h.const_data_ptr<at::BFloat16>(), gp, j0, n);
+        forward_units(s, rows, rec, 0, B, K, h.const_data_ptr<at::BFloat16>(), gp, j0, n);
       } else {
-        forward_units(s, rows, rec, B, K, h.const_data_ptr<float>(), gp, j0, n);
+        forward_units(s, rows, rec, 0, B, K, h.const_data_ptr<float>(), gp, j0, n);
       }
     });
   }
@@ -479,17 +481,14 @@ struct CpuBackend {
                                                     int64_t b1) {
           FwdStep<scalar_t> s = proto;
           float* g = point_step(t, s);
-          const float* h_prev = (t == 0 ? h0 : h + (t - 1) * B * K) + b0 * K;
-          cpu::panel_gemm(b1 - b0, K, H, 4, h_prev, K, rec.panels_data(), g + b0 * 4 * H,
-                          4 * H, 0, H);
-          rows(s, b0, b1, 0, H);
+          forward_units(s, rows, rec, b0, b1, K, t == 0 ? h0 : h + (t - 1) * B * K, g, 0, H);
         });
         return true;
       }
       cpu::for_steps_column_blocks(L, H, B * H * 4 * H, [&](int64_t t, int64_t j0, int64_t n) {
         FwdStep<scalar_t> s = proto;
         float* g = point_step(t, s);
-        forward_units(s, rows, rec, B, K, t == 0 ? h0 : h + (t - 1) * B * K, g, j0, n);
+        forward_units(s, rows, rec, 0, B, K, t == 0 ? h0 : h + (t - 1) * B * K, g, j0, n);
       });
       return true;
     }
@@ -505,29 +504,32 @@ struct CpuBackend {
     cpu::transpose_into(dst, src);
   }
 
-  // backward_step's work on one block of units [j0, j0 + n): their columns of dh = next·Whᵀ
-  // (when `next` is not null; Whᵀ's panels: float32, B <= kMaxPanelRows, the same sums as
-  // block_gemm's, over k in order from zero), then the cell backward for those units.
+  // backward_step's work on rows [b0, b1) and units [j0, j0 + n) of a step (next, dh: their
+  // row 0): their columns of dh = next·Whᵀ (when `next` is not null; Whᵀ's panels: float32,
+  // B <= kMaxPanelRows, the same sums as block_gemm's, over k in order from zero), then the
+  // cell backward for them.
   template <typename scalar_t, typename next_t>
   static void backward_units(const BwdStep<scalar_t>& s, BwdRows<scalar_t> rows,
-                             const cpu::RecurrentGemm& rec, int64_t B, const next_t* next,
-                             float* dh, int64_t j0, int64_t n) {
-    const int64_t H = s.H;
+                             const cpu::RecurrentGemm& rec, int64_t b0, int64_t b1,
+                             const next_t* next, float* dh, int64_t j0, int64_t n) {
+    const int64_t H = s.H, m = b1 - b0;
     if (next != nullptr) {
+      const next_t* a = next + b0 * 4 * H;
+      float* c = dh + b0 * H;
       if constexpr (std::is_same_v<next_t, float>) {
         if (rec.panels()) {
-          cpu::panel_gemm(B, 4 * H, H, /*G=*/1, next, 4 * H, rec.panels_data(), dh, H, j0, n,
+          cpu::panel_gemm(m, 4 * H, H, /*G=*/1, a, 4 * H, rec.panels_data(), c, H, j0, n,
                           /*accumulate=*/false);
         } else {
-          cpu::block_gemm(B, n, 4 * H, next, 4 * H, rec.b_data() + j0, H, dh + j0, H,
+          cpu::block_gemm(m, n, 4 * H, a, 4 * H, rec.b_data() + j0, H, c + j0, H,
                           /*accumulate=*/false);
         }
       } else {
-        cpu::block_gemm(B, n, 4 * H, next, 4 * H, rec.b_vnni(), j0, dh + j0, H,
+        cpu::block_gemm(m, n, 4 * H, a, 4 * H, rec.b_vnni(), j0, c + j0, H,
                         /*accumulate=*/false);
       }
     }
-    rows(s, 0, B, j0, j0 + n);
+    rows(s, b0, b1, j0, j0 + n);
   }
 
   // Blocks form (weight Whᵀ, [4H, H]): each thread takes a block of units (backward_units).
@@ -548,10 +550,10 @@ struct CpuBackend {
     cpu::for_column_blocks(H, B * H * 4 * H, [&](int64_t j0, int64_t n) {
       if (rec.bf16()) {
         const auto* np = next.defined() ? next.const_data_ptr<at::BFloat16>() : nullptr;
-        backward_units(s, rows, rec, B, np, dp, j0, n);
+        backward_units(s, rows, rec, 0, B, np, dp, j0, n);
       } else {
         const float* np = next.defined() ? next.const_data_ptr<float>() : nullptr;
-        backward_units(s, rows, rec, B, np, dp, j0, n);
+        backward_units(s, rows, rec, 0, B, np, dp, j0, n);
       }
     });
   }
@@ -583,12 +585,8 @@ struct CpuBackend {
           BwdStep<scalar_t> s = proto;
           point_step(t, s);
           s.sums = pp + blk * 7 * H;
-          if (t + 1 < L) {
-            cpu::panel_gemm(b1 - b0, 4 * H, H, /*G=*/1, dgates + ((t + 1) * B + b0) * 4 * H,
-                            4 * H, rec.panels_data(), dh_carry + b0 * H, H, 0, H,
-                            /*accumulate=*/false);
-          }
-          rows(s, b0, b1, 0, H);
+          const float* next = t + 1 < L ? dgates + (t + 1) * B * 4 * H : nullptr;
+          backward_units(s, rows, rec, b0, b1, next, dh_carry, 0, H);
         });
         for (int64_t blk = 0; blk < blocks; ++blk) {
           for (int64_t i = 0; i < 7 * H; ++i) proto.sums[i] += pp[blk * 7 * H + i];
@@ -600,7 +598,7 @@ struct CpuBackend {
         BwdStep<scalar_t> s = proto;
         point_step(t, s);
         const float* next = t + 1 < L ? dgates + (t + 1) * B * 4 * H : nullptr;
-        backward_units(s, rows, rec, B, next, dh_carry, j0, n);
+        backward_units(s, rows, rec, 0, B, next, dh_carry, j0, n);
       });
       return true;
     }
