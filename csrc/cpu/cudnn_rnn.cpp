@@ -296,12 +296,12 @@ void rnn_forward_row(int64_t H, const acc_t* p, const acc_t* __restrict bias, ac
 // lstm: not lstm_block::lstm_cell_backward, whose products associate otherwise (there
 // (1 − co²)·dh·o + dcs_in and i(1 − i)·dcs·ci, here dh·o·(1 − co²) + dc and dcc·g·i·(1 − i),
 // co recomputed from the state): other gradient bits on every instruction set, at the same
-// time (paired).
+// time (paired). Units [j0, j1) of the row, as the forward's.
 template <typename acc_t>
 struct LstmBackwardRowKernel {
-  TLG_INLINE static void body(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
+  TLG_INLINE static void body(int64_t H, int64_t j0, int64_t j1, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
     TLG_NO_ALIAS_LOOP
-    for (int64_t j = 0; j < H; ++j) {
+    for (int64_t j = j0; j < j1; ++j) {
       const acc_t i = a[j], f = a[H + j], g = a[2 * H + j], o = a[3 * H + j];
       const acc_t co = cpu::tanh(cells[j]);
       const acc_t dcc = dc[j] + dh[j] * o * (1 - co * co);
@@ -316,8 +316,8 @@ struct LstmBackwardRowKernel {
 
 // lstm_backward_row: LstmBackwardRowKernel::body compiled for the instruction set cpu::isa() chose.
 template <typename acc_t>
-void lstm_backward_row(int64_t H, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
-  cpu::dispatch<LstmBackwardRowKernel<acc_t>>(H, a, cells, c_before, dh, dc, dp);
+void lstm_backward_row(int64_t H, int64_t j0, int64_t j1, const acc_t* __restrict a, const acc_t* __restrict cells, const acc_t* __restrict c_before, const acc_t* __restrict dh, acc_t* __restrict dc, acc_t* __restrict dp) {
+  cpu::dispatch<LstmBackwardRowKernel<acc_t>>(H, j0, j1, a, cells, c_before, dh, dc, dp);
 }
 
 // gru: not GruCell::gate_grads, whose update-gate gradient is z(1 − z)·(dh·h − dh·hh) where
@@ -603,7 +603,70 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
   const acc_t* dsrc = c.proj() ? dht.const_data_ptr<acc_t>() : dh.const_data_ptr<acc_t>();
   acc_t* dhp = dh.data_ptr<acc_t>();
   acc_t* dcp = c.lstm() ? dc.data_ptr<acc_t>() : nullptr;
-  for (int64_t t = T - 1; t >= 0; --t) {
+  // LSTM without a projection, float32, one product a step on R's panels or blocks: all steps
+  // in one parallel region, as in forward_direction, each thread's work a block of rows and
+  // units of a step: its part of dh = dpre_{t+1} · R (the rows that ran at t + 1; the others
+  // still hold the final state's gradient), then the cells of its rows and units. By units,
+  // the barrier after each step completes the dpre the next step's product reads; with equal
+  // lengths on the panels, by rows where they fit half a core's L2 (gemm.h's
+  // panel_row_blocks). The same sums as the step loop below, so the same bits; the initial
+  // state's dh = dpre_0 · R after the loop. Faster where the rows split (paired:
+  // docs/performance.md §3.14).
+  const bool fused = c.mode == RNNMode::kLSTM && !c.proj() && steps_product &&
+                     recurrent.blocks() && !recurrent.bf16() && std::is_same_v<acc_t, float>;
+  if (fused) {
+    if constexpr (std::is_same_v<acc_t, float>) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (s.active[t] < B) d_pre[t].narrow(0, s.active[t], B - s.active[t]).zero_();
+      }
+      auto block = [&](int64_t t, int64_t b0, int64_t b1, int64_t j0, int64_t units) {
+        const int64_t n = std::min(b1, s.active[t]);  // the block's rows [b0, n) run at t
+        if (n <= b0) return;
+        const int64_t m = t + 1 < T ? std::min(b1, s.active[t + 1]) - b0 : 0;
+        if (m > 0) {
+          const float* next = d_pre_p + (t + 1) * B * GH + b0 * GH;
+          float* out = dhp + b0 * P;
+          if (recurrent.panels()) {
+            cpu::panel_gemm(m, GH, P, /*G=*/1, next, GH, recurrent.panels_data(), out, P, j0,
+                            units, /*accumulate=*/false);
+          } else {
+            cpu::block_gemm(m, units, GH, next, GH, recurrent.b_data() + j0, P, out + j0, P,
+                            /*accumulate=*/false);
+          }
+        }
+        const float* a = acts_p + t * B * GH;
+        const float* cells = cells_p + t * B * H;
+        const float* c_before = t == 0 ? c0.const_data_ptr<float>() : cells_p + (t - 1) * B * H;
+        const float* dy = dy_p + t * B * P;
+        for (int64_t b = b0; b < n; ++b) {
+          const int64_t o = b * H;
+          float* __restrict dh_row = dhp + o;
+          const float* __restrict dy_row = dy + o;
+          for (int64_t j = j0; j < j0 + units; ++j) dh_row[j] += dy_row[j];
+          lstm_backward_row(H, j0, j0 + units, a + b * GH, cells + o, c_before + o, dhp + o,
+                            dcp + o, d_pre_p + t * B * GH + b * GH);
+        }
+      };
+      const int64_t row_blocks = recurrent.panels() && s.active[T - 1] == B
+                                     ? cpu::panel_row_blocks(B, GH, P, /*G=*/1)
+                                     : 0;
+      if (row_blocks > 0) {
+        cpu::for_steps_row_blocks(T, B, row_blocks, [&](int64_t k, int64_t, int64_t b0,
+                                                        int64_t b1) {
+          block(T - 1 - k, b0, b1, 0, H);
+        });
+      } else {
+        cpu::for_steps_column_blocks(T, P, s.active[0] * GH * P, [&](int64_t k, int64_t j0,
+                                                                     int64_t units) {
+          block(T - 1 - k, 0, B, j0, units);
+        });
+      }
+      const int64_t n0 = s.active[0];
+      at::Tensor dh_n = n0 == B ? dh : dh.narrow(0, 0, n0);
+      recurrent(dh_n, d_pre[0].narrow(0, 0, n0), /*accumulate=*/false);
+    }
+  }
+  for (int64_t t = T - 1; t >= 0 && !fused; --t) {
     const int64_t n = s.active[t];
     if (n < B) {
       d_pre[t].narrow(0, n, B - n).zero_();
@@ -639,7 +702,7 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
         }
         switch (c.mode) {
           case RNNMode::kLSTM:
-            lstm_backward_row(H, a + b * GH, cells + o, c_before + o, dsrc + o, dcp + o,
+            lstm_backward_row(H, 0, H, a + b * GH, cells + o, c_before + o, dsrc + o, dcp + o,
                               dp + b * GH);
             break;
           case RNNMode::kGRU:

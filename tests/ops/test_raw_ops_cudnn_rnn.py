@@ -1673,6 +1673,43 @@ def test_float32_lstm_steps_split_over_threads_vs_float64():
         _close(g, w, F32, name)
 
 
+@pytest.mark.parametrize("B", [60, 72], ids=["panels", "blocks"])
+@pytest.mark.parametrize("varied", [False, True], ids=["equal", "varied"])
+def test_float32_lstm_backward_loop_on_one_thread_and_two(B, varied):
+    """float32 LSTM whose steps' dh = dpre·R take one product each (B·4H·H over 2^21, not the
+    pairwise sums): the backward runs its steps in one parallel region, on R's panels (60 rows:
+    by rows on two threads where every row runs every step) or brgemm's blocks (72 rows: by
+    units), H = 104 ending in a partial panel. The same bits on one thread and two; vs ours in
+    float64 (the step-by-step loop), varied lengths with a zero-length row."""
+    torch.manual_seed(0)
+    c = Cfg("lstm", 1, 2, I=5, H=104, T=5, B=B)
+    assert c.B * 4 * c.H * c.H > 2**21
+    x, h0, c0, params = (t.float() for t in _fwd_inputs(c))
+    ups = [t.float() for t in upstream(c)]
+    lengths = [c.T] * c.B
+    if varied:
+        lengths[1::4] = [3] * len(lengths[1::4])
+        lengths[2::7] = [1] * len(lengths[2::7])
+        lengths[5] = 0
+
+    def run(threads):
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads)
+        try:
+            return ours_run(c, x, h0, c0, params, lengths, ups)
+        finally:
+            torch.set_num_threads(before)
+
+    one, two = run(1), run(2)
+    want = ours_run(c, x.double(), h0.double(), c0.double(), params.double(), lengths,
+                    [t.double() for t in ups])  # fmt: skip
+    names = ["output", "output_h", "output_c", "input_backprop", "input_h_backprop",
+             "input_c_backprop", "params_backprop"]  # fmt: skip
+    for name, a, b, w in zip(names, one[1:], two[1:], want[1:], strict=True):
+        assert torch.equal(a, b), name
+        _close(b, w, F32, name)
+
+
 def test_params_layout_op():
     """_cudnn_rnn_params_layout: [total, per pseudo-layer (w, r, proj, bw, br, in_l)]; offsets
     -1 when absent."""
