@@ -89,7 +89,7 @@ inline bool use_pairwise(const at::Tensor& a, const at::Tensor& b) {
 
 // A long sum the pairwise tiles do not take, as one product. float32 on the AVX2 kernels: MKL's
 // sgemm (at::mm), not oneDNN's matmul, which cpu::matmul takes from 2^23 multiply-adds: on a
-// Zen 3 (AVX2 only) BlockLSTM's fwd+bwd took 0.93-0.95x the time at the benchmark's shapes and
+// Zen 3 (AVX2 only) BlockLSTM's fwd+bwd took 0.91-0.96x the time at the benchmark's shapes and
 // its x and w gradients came 1.8-3.4x closer to float64 (docs/performance.md §3.15). AVX-512
 // keeps cpu::matmul, not measured there yet.
 inline bool long_sum_on_mkl(const at::Tensor& a, const at::Tensor& b) {
