@@ -13,7 +13,7 @@
 // log2(K / (chunk · group)) additions in sequence, 16 + 4 + 3 at K = 512 against TF's 16 + 32.
 // Short chunks cost time (per-call and tile traffic, a noticeable part of the CudnnRNN backward
 // at TF's test shapes), so products above kPairwiseMaxMacs (every product of the benchmark's
-// shapes) stay one GEMM, with its rounding (long_sum_on_mkl says whose).
+// shapes) stay one oneDNN GEMM, with its rounding.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -87,16 +87,6 @@ inline bool use_pairwise(const at::Tensor& a, const at::Tensor& b) {
          a.size(0) * a.size(1) * b.size(1) <= kPairwiseMaxMacs && brgemm_available();
 }
 
-// A long sum the pairwise tiles do not take, as one product. float32 on the AVX2 kernels: MKL's
-// sgemm (at::mm), not oneDNN's matmul, which cpu::matmul takes from 2^23 multiply-adds: on a
-// Zen 3 (AVX2 only) BlockLSTM's fwd+bwd took 0.91-0.96x the time at the benchmark's shapes and
-// its x and w gradients came 1.8-3.4x closer to float64 (docs/performance.md §3.15). AVX-512
-// keeps cpu::matmul, not measured there yet.
-inline bool long_sum_on_mkl(const at::Tensor& a, const at::Tensor& b) {
-  return cpu::isa() == Isa::kAvx2 && a.scalar_type() == at::kFloat &&
-         b.scalar_type() == at::kFloat;
-}
-
 }  // namespace detail
 
 // c[M, N] = a[M, K] · b[K, N], K summed pairwise as above (float32 products up to
@@ -107,11 +97,7 @@ inline void pairwise_sum_gemm_out(at::Tensor& c, const at::Tensor& a, const at::
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   TORCH_INTERNAL_ASSERT(c.size(0) == M && c.size(1) == N && (c.stride(1) == 1 || N <= 1));
   if (!detail::use_pairwise(a, b) || M == 0 || N == 0 || K == 0) {
-    if (detail::long_sum_on_mkl(a, b)) {
-      at::mm_out(c, a, b);
-    } else {
-      cpu::matmul_out(c, a, b);
-    }
+    cpu::matmul_out(c, a, b);
     return;
   }
   int64_t levels = 1;
@@ -175,9 +161,7 @@ inline void pairwise_sum_block(int64_t m, int64_t n, int64_t K, const float* a, 
 
 // The same as a new tensor (one product: matmul's own result, no copy).
 inline at::Tensor pairwise_sum_gemm(const at::Tensor& a, const at::Tensor& b) {
-  if (!detail::use_pairwise(a, b)) {
-    return detail::long_sum_on_mkl(a, b) ? at::mm(a, b) : cpu::matmul(a, b);
-  }
+  if (!detail::use_pairwise(a, b)) return cpu::matmul(a, b);
   at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
   pairwise_sum_gemm_out(c, a, b);
   return c;
