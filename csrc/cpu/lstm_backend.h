@@ -367,7 +367,7 @@ struct CpuBackend {
   // kPairwiseMaxMacs (pairwise_gemm.h): one GEMM over them puts BlockLSTM's w_grad and x_grad
   // several times further from float64 than TF on TF's CudnnLSTM "large" shape (T 32, B 16,
   // I = H = 128), where TF sums step by step. The benchmark's shapes are above the bound and
-  // keep one oneDNN GEMM.
+  // take pairwise_gemm.h's long_sum_out (chunks on MKL on AVX2, one oneDNN GEMM on AVX-512).
   // A single step's [x, h_prev]·w (LSTMBlockCell) is one too: as one GEMM (oneDNN, or MKL's
   // GEMV at B = 1) its gates are 2-3.5e-7 from float64 at H 256-512, where TF's own sums are
   // 0.6-1.6e-7; pairwise 0.3-0.7e-7 (tests/ops/test_raw_ops_accuracy.py).

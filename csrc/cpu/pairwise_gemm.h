@@ -13,7 +13,7 @@
 // log2(K / (chunk · group)) additions in sequence, 16 + 4 + 3 at K = 512 against TF's 16 + 32.
 // Short chunks cost time (per-call and tile traffic, a noticeable part of the CudnnRNN backward
 // at TF's test shapes), so products above kPairwiseMaxMacs (every product of the benchmark's
-// shapes) stay one oneDNN GEMM, with its rounding.
+// shapes) are long_sum_out's: fewer, longer sums (see there).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -82,6 +82,36 @@ inline void pairwise_tile(int64_t m, int64_t n, int64_t K, const float* a, int64
   for (int64_t i = 0; i < m; ++i) std::copy(stack + i * ld, stack + i * ld + n, c + i * ldc);
 }
 
+// Rows of K per product in long_sum_out's AVX2 form.
+constexpr int64_t kLongSumChunk = 256;
+
+// c = a · b for a long sum the pairwise tiles do not take. float32 on the AVX2 kernels: MKL's
+// sgemm (at::mm) on chunks of kLongSumChunk rows of K, each chunk added onto c by the next call
+// (beta = 1), 256 + K / 256 additions in sequence. On a Zen 3 (AVX2 only), paired against one
+// oneDNN matmul (cpu::matmul takes oneDNN from 2^23 multiply-adds), the fwd+bwd of BlockLSTM
+// and CudnnRNNV3's LSTM took 0.92-0.99x the time at the benchmark's shapes. One MKL call over
+// all of K is 1-2% faster still, but at TF-model sizes (T 16, B 32, I = H = 256) it leaves
+// BlockLSTM's w_grad 1.5-1.8x TF's error from float64; the chunks' is 1.1-1.3x, oneDNN's
+// 4.3-5.3x (docs/performance.md §3.16, tests/ops/test_raw_ops_accuracy.py). AVX-512 and the
+// other types keep one cpu::matmul: not measured there.
+inline bool long_sum_in_chunks(const at::Tensor& a, const at::Tensor& b) {
+  return cpu::isa() == Isa::kAvx2 && a.scalar_type() == at::kFloat &&
+         b.scalar_type() == at::kFloat;
+}
+
+inline void long_sum_out(at::Tensor& c, const at::Tensor& a, const at::Tensor& b) {
+  if (!long_sum_in_chunks(a, b)) {
+    cpu::matmul_out(c, a, b);
+    return;
+  }
+  const int64_t K = a.size(1), first = std::min(kLongSumChunk, K);
+  at::mm_out(c, a.narrow(1, 0, first), b.narrow(0, 0, first));
+  for (int64_t k0 = first; k0 < K; k0 += kLongSumChunk) {
+    const int64_t n = std::min(kLongSumChunk, K - k0);
+    c.addmm_(a.narrow(1, k0, n), b.narrow(0, k0, n));
+  }
+}
+
 inline bool use_pairwise(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == at::kFloat && b.scalar_type() == at::kFloat &&
          a.size(0) * a.size(1) * b.size(1) <= kPairwiseMaxMacs && brgemm_available();
@@ -90,14 +120,18 @@ inline bool use_pairwise(const at::Tensor& a, const at::Tensor& b) {
 }  // namespace detail
 
 // c[M, N] = a[M, K] · b[K, N], K summed pairwise as above (float32 products up to
-// kPairwiseMaxMacs where brgemm's kernel runs; anything else: one product, matmul_out). a, b:
+// kPairwiseMaxMacs where brgemm's kernel runs; anything else: long_sum_out). a, b:
 // any strides; c: unit column stride (e.g. a view of a params gradient).
 inline void pairwise_sum_gemm_out(at::Tensor& c, const at::Tensor& a, const at::Tensor& b,
                                   int64_t chunk = kPairwiseChunk) {
   const int64_t M = a.size(0), K = a.size(1), N = b.size(1);
   TORCH_INTERNAL_ASSERT(c.size(0) == M && c.size(1) == N && (c.stride(1) == 1 || N <= 1));
-  if (!detail::use_pairwise(a, b) || M == 0 || N == 0 || K == 0) {
+  if (M == 0 || N == 0 || K == 0) {
     cpu::matmul_out(c, a, b);
+    return;
+  }
+  if (!detail::use_pairwise(a, b)) {
+    detail::long_sum_out(c, a, b);
     return;
   }
   int64_t levels = 1;
@@ -159,9 +193,11 @@ inline void pairwise_sum_block(int64_t m, int64_t n, int64_t K, const float* a, 
   }
 }
 
-// The same as a new tensor (one product: matmul's own result, no copy).
+// The same as a new tensor (one cpu::matmul product: its own result, no copy).
 inline at::Tensor pairwise_sum_gemm(const at::Tensor& a, const at::Tensor& b) {
-  if (!detail::use_pairwise(a, b)) return cpu::matmul(a, b);
+  if (!detail::use_pairwise(a, b) && (!detail::long_sum_in_chunks(a, b) || a.size(1) == 0)) {
+    return cpu::matmul(a, b);
+  }
   at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
   pairwise_sum_gemm_out(c, a, b);
   return c;
