@@ -195,9 +195,7 @@ inline void pairwise_sum_block(int64_t m, int64_t n, int64_t K, const float* a, 
 
 // The same as a new tensor (one cpu::matmul product: its own result, no copy).
 inline at::Tensor pairwise_sum_gemm(const at::Tensor& a, const at::Tensor& b) {
-  if (!detail::use_pairwise(a, b) && (!detail::long_sum_in_chunks(a, b) || a.size(1) == 0)) {
-    return cpu::matmul(a, b);
-  }
+  if (!detail::use_pairwise(a, b) && !detail::long_sum_in_chunks(a, b)) return cpu::matmul(a, b);
   at::Tensor c = at::empty({a.size(0), b.size(1)}, a.options());
   pairwise_sum_gemm_out(c, a, b);
   return c;
