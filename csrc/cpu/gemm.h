@@ -507,9 +507,7 @@ class RecurrentGemm {
   RecurrentGemm(const at::Tensor& b, int64_t m, int64_t steps, bool allow_blocks = false,
                 int64_t panel_gates = 0, const at::Tensor& packed = at::Tensor())
       : b_(b), m_(m) {
-    if (allow_blocks && panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 &&
-        m <= max_panel_rows() && b.size(0) > 0 && panels_available() &&
-        steps >= kMinSteps) {
+    if (allow_blocks && panels_form(b, m, steps, panel_gates)) {
       const int64_t K = b.size(0), H = b.size(1) / panel_gates;
       if (packed.defined()) {
         check_panels(packed, K, H, panel_gates, "packed recurrent weight");
@@ -530,8 +528,7 @@ class RecurrentGemm {
     b_ = b.to(at::toOpMathType(b.scalar_type()));
     if (b_.scalar_type() != at::kFloat || b_.numel() == 0 || m == 0 || steps < kMinSteps) return;
     const int64_t K = b_.size(0), N = b_.size(1);
-    if (allow_blocks && brgemm_available() &&
-        (cpu::isa() == Isa::kAvx512 || m * K * N < kMaxAvx2BlockMacs)) {
+    if (allow_blocks && float_blocks_form(m, K, N)) {
       b_ = contiguous_matrix(b_);
       blocks_ = true;
       return;
@@ -547,6 +544,16 @@ class RecurrentGemm {
     for (int64_t n0 = 0; n0 < N; n0 += width) {
       packed_.emplace_back(n0, PackedWeight(b_.narrow(1, n0, std::min(width, N - n0)), m));
     }
+  }
+
+  // Whether RecurrentGemm(b, m, steps, /*allow_blocks=*/true, panel_gates) of a float32 b takes
+  // the panels or the blocks form, told without preparing the weight (what a loop that fuses
+  // its cells with the products and otherwise leaves the steps to another path asks first).
+  static bool fused_form(const at::Tensor& b, int64_t m, int64_t steps, int64_t panel_gates) {
+    if (b.scalar_type() != at::kFloat) return false;
+    if (panels_form(b, m, steps, panel_gates)) return true;
+    return b.numel() > 0 && m > 0 && steps >= kMinSteps &&
+           float_blocks_form(m, b.size(0), b.size(1));
   }
 
   // The dtype of the left operand a: bfloat16 for a bf16 blocks-form weight, else b's float type.
@@ -631,6 +638,15 @@ class RecurrentGemm {
   }
 
  private:
+  static bool panels_form(const at::Tensor& b, int64_t m, int64_t steps, int64_t panel_gates) {
+    return panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 && m <= max_panel_rows() &&
+           b.size(0) > 0 && panels_available() && steps >= kMinSteps;
+  }
+  // A float32 [K, N] weight for products of m rows, past the panels' checks.
+  static bool float_blocks_form(int64_t m, int64_t K, int64_t N) {
+    return brgemm_available() && (cpu::isa() == Isa::kAvx512 || m * K * N < kMaxAvx2BlockMacs);
+  }
+
   at::Tensor b_;
   int64_t m_;
   bool blocks_ = false, bf16_ = false;

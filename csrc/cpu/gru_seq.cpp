@@ -1,12 +1,18 @@
 // CPU kernels of keras_gru(_grad) (drivers and cell math: csrc/gru_seq.h): each step's pointwise
-// passes as loops over rows, parallelised over the batch, instantiated per activation variant
-// (gate: sigmoid | hard sigmoid; cell: tanh | relu/linear, the constants loop invariants) and
-// multiversioned for AVX-512 / AVX2 (activations.h); the recurrent products on the prepared
-// weights of cpu::RecurrentGemm (brgemm column blocks where it runs), the whole-sequence ones
-// on oneDNN (cpu::matmul).
+// passes as loops over rows and units, instantiated per activation variant (gate: sigmoid |
+// hard sigmoid; cell: tanh | relu/linear, the constants loop invariants) and multiversioned for
+// AVX-512 / AVX2 (activations.h); the recurrent products on the prepared weights of
+// cpu::RecurrentGemm, the whole-sequence ones on oneDNN (cpu::matmul). reset_after's time loops,
+// forward and backward, run in one parallel region each where the products take the gate
+// panels or brgemm's blocks, each thread's part of a step's product then its cells
+// (forward_loop, backward_loop); elsewhere the steps fork and join for the product and again
+// for the cells, parallelised over the batch.
 
 #include <ATen/Parallel.h>
 #include <torch/library.h>
+
+#include <cstring>
+#include <type_traits>
 
 #include "../bool_dispatch.h"
 #include "../gru_seq.h"
@@ -16,14 +22,25 @@
 namespace torch_lstm_grad {
 namespace {
 
+using gru_seq::GruLoop;
 using gru_seq::GruStep;
 using lstm_block::ActParams;
 
 using cpu::CpuAct;
 
+// reset_after: the step's cells on the product h·R in s.inner. Rows [b0, b1), units [j0, j1).
 template <typename scalar_t, class Gate, class Cell>
 struct ForwardAfterRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  // float32 sigmoid/tanh: eight units at a time on activations.h's f32x8 (faster on AVX2 than
+  // GCC's vectoriser of the scalar loop, which leaves the activations' divisions one at a
+  // time), the last units of a row through the same code in a zero-padded vector: the compiler
+  // may contract h = z·h_prev + (1 − z)·hh into a fused multiply-add one way in the scalar loop
+  // and the other in the vector one, and every unit of a row is rounded alike.
+  static constexpr bool kVectorCell = std::is_same_v<scalar_t, float> &&
+                                      std::is_same_v<Gate, lstm_block::SigmoidGate<CpuAct>> &&
+                                      std::is_same_v<Cell, lstm_block::TanhCell<CpuAct>>;
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     using C = gru_seq::GruCell<Gate, Cell, acc_t>;
     const int64_t H = s.H;
@@ -39,19 +56,44 @@ struct ForwardAfterRowsKernel {
       scalar_t* __restrict hh = s.hh + b * H;
       scalar_t* __restrict hr = s.hr + b * H;
       scalar_t* __restrict h = s.h + b * H;
-      TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
-        const auto o = C::after(xp[j] + bi[j], xp[H + j] + bi[H + j], xp[2 * H + j] + bi[2 * H + j],
-                                in[j] + br[j], in[H + j] + br[H + j], in[2 * H + j] + br[2 * H + j],
-                                static_cast<acc_t>(hp[j]), p);
-        z[j] = static_cast<scalar_t>(o.z);
-        r[j] = static_cast<scalar_t>(o.r);
-        hh[j] = static_cast<scalar_t>(o.hh);
-        hr[j] = static_cast<scalar_t>(o.hr);
-        h[j] = static_cast<scalar_t>(o.h);
-      }
-      if (s.h_acc != nullptr) {
-        for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+      if constexpr (kVectorCell) {
+        using cpu::f32x8;
+        using V = gru_seq::GruCell<Gate, Cell, f32x8>;
+        // Units [j, j + w) (w <= 8), through lanes 0 .. w - 1.
+        const auto units = [&](int64_t j, int64_t w) __attribute__((always_inline)) {
+          const auto ld = [&](const float* q) __attribute__((always_inline)) {
+            f32x8 v{};
+            std::memcpy(&v, q + j, w * sizeof(float));
+            return v;
+          };
+          const auto st = [&](float* q, f32x8 v) __attribute__((always_inline)) {
+            std::memcpy(q + j, &v, w * sizeof(float));
+          };
+          const auto o = V::after(ld(xp) + ld(bi), ld(xp + H) + ld(bi + H),
+                                  ld(xp + 2 * H) + ld(bi + 2 * H), ld(in) + ld(br),
+                                  ld(in + H) + ld(br + H), ld(in + 2 * H) + ld(br + 2 * H),
+                                  ld(hp), lstm_block::ActParams<f32x8>{});
+          st(z, o.z), st(r, o.r), st(hh, o.hh), st(hr, o.hr), st(h, o.h);
+        };
+        int64_t j = j0;
+        for (; j + 8 <= j1; j += 8) units(j, 8);
+        if (j < j1) units(j, j1 - j);
+      } else {
+        TLG_NO_ALIAS_LOOP
+        for (int64_t j = j0; j < j1; ++j) {
+          const auto o =
+              C::after(xp[j] + bi[j], xp[H + j] + bi[H + j], xp[2 * H + j] + bi[2 * H + j],
+                       in[j] + br[j], in[H + j] + br[H + j], in[2 * H + j] + br[2 * H + j],
+                       static_cast<acc_t>(hp[j]), p);
+          z[j] = static_cast<scalar_t>(o.z);
+          r[j] = static_cast<scalar_t>(o.r);
+          hh[j] = static_cast<scalar_t>(o.hh);
+          hr[j] = static_cast<scalar_t>(o.hr);
+          h[j] = static_cast<scalar_t>(o.h);
+        }
+        if (s.h_acc != nullptr) {  // float16/bfloat16: the float copy the next product reads
+          for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+        }
       }
     }
   }
@@ -60,7 +102,8 @@ struct ForwardAfterRowsKernel {
 // reset_after=False, before the candidate's product: z, r and r ⊙ h_prev.
 template <typename scalar_t, class Gate, class Cell>
 struct ForwardGatesRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     const int64_t H = s.H;
     const auto p = ActParams<acc_t>::from(s.fns);
@@ -74,7 +117,7 @@ struct ForwardGatesRowsKernel {
       scalar_t* __restrict hr = s.hr + b * H;
       acc_t* __restrict rh = s.rh + b * H;
       TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const acc_t zv = Gate::f((xp[j] + bi[j]) + in[j], p);
         const acc_t rv = Gate::f((xp[H + j] + bi[H + j]) + in[H + j], p);
         const acc_t rhv = rv * static_cast<acc_t>(hp[j]);
@@ -90,7 +133,8 @@ struct ForwardGatesRowsKernel {
 // reset_after=False, after it: hh = act(xp_h + (r ⊙ h)·R_h), h.
 template <typename scalar_t, class Gate, class Cell>
 struct ForwardCandidateRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     const int64_t H = s.H;
     const auto p = ActParams<acc_t>::from(s.fns);
@@ -103,14 +147,14 @@ struct ForwardCandidateRowsKernel {
       scalar_t* __restrict hh = s.hh + b * H;
       scalar_t* __restrict h = s.h + b * H;
       TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const acc_t hhv = Cell::f((xh[j] + bi[j]) + cand[j], p);
         const acc_t zv = static_cast<acc_t>(z[j]);
         hh[j] = static_cast<scalar_t>(hhv);
         h[j] = static_cast<scalar_t>(zv * static_cast<acc_t>(hp[j]) + (1 - zv) * hhv);
       }
       if (s.h_acc != nullptr) {
-        for (int64_t j = 0; j < H; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
+        for (int64_t j = j0; j < j1; ++j) s.h_acc[b * H + j] = static_cast<acc_t>(h[j]);
       }
     }
   }
@@ -118,7 +162,8 @@ struct ForwardCandidateRowsKernel {
 
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardAfterRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     using C = gru_seq::GruCell<Gate, Cell, acc_t>;
     const int64_t H = s.H;
@@ -134,7 +179,7 @@ struct BackwardAfterRowsKernel {
       acc_t* __restrict dx = s.d_xp + b * 3 * H;
       acc_t* __restrict di = s.d_inner + b * 3 * H;
       TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);  // carry first, then the incoming
         const acc_t zv = static_cast<acc_t>(z[j]), rv = static_cast<acc_t>(r[j]);
         acc_t dz, dhh;
@@ -154,7 +199,8 @@ struct BackwardAfterRowsKernel {
 
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardGatesRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     using C = gru_seq::GruCell<Gate, Cell, acc_t>;
     const int64_t H = s.H;
@@ -169,7 +215,7 @@ struct BackwardGatesRowsKernel {
       acc_t* __restrict di = s.d_inner + b * 2 * H;
       acc_t* __restrict dc = s.d_cand + b * H;
       TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const acc_t g = dh[j] + static_cast<acc_t>(hg[j]);
         const acc_t zv = static_cast<acc_t>(z[j]);
         acc_t dz, dhh;
@@ -186,7 +232,8 @@ struct BackwardGatesRowsKernel {
 
 template <typename scalar_t, class Gate, class Cell>
 struct BackwardResetRowsKernel {
-  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
+  TLG_INLINE static void body(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0,
+                              int64_t j1) {
     using acc_t = at::opmath_type<scalar_t>;
     const int64_t H = s.H;
     const auto p = ActParams<acc_t>::from(s.fns);
@@ -198,7 +245,7 @@ struct BackwardResetRowsKernel {
       acc_t* __restrict dx = s.d_xp + b * 3 * H;
       acc_t* __restrict di = s.d_inner + b * 2 * H;
       TLG_NO_ALIAS_LOOP
-      for (int64_t j = 0; j < H; ++j) {
+      for (int64_t j = j0; j < j1; ++j) {
         const acc_t rv = static_cast<acc_t>(r[j]);
         const acc_t dr = Gate::df(rv, p) * (drh[j] * static_cast<acc_t>(hp[j]));
         dx[H + j] = dr;
@@ -210,13 +257,14 @@ struct BackwardResetRowsKernel {
 };
 
 template <typename scalar_t>
-using Rows = void (*)(const GruStep<scalar_t>&, int64_t, int64_t);
+using Rows = void (*)(const GruStep<scalar_t>&, int64_t, int64_t, int64_t, int64_t);
 
-// A pass's rows b0 .. b1: Kernel::body compiled for the instruction set cpu::isa() chose.
+// A pass's rows b0 .. b1, units j0 .. j1: Kernel::body compiled for the instruction set
+// cpu::isa() chose.
 template <template <typename, class, class> class Kernel, typename scalar_t, class Gate,
           class Cell>
-void rows_on_isa(const GruStep<scalar_t>& s, int64_t b0, int64_t b1) {
-  cpu::dispatch<Kernel<scalar_t, Gate, Cell>>(s, b0, b1);
+void rows_on_isa(const GruStep<scalar_t>& s, int64_t b0, int64_t b1, int64_t j0, int64_t j1) {
+  cpu::dispatch<Kernel<scalar_t, Gate, Cell>>(s, b0, b1, j0, j1);
 }
 
 using Sigmoid = lstm_block::SigmoidGate<CpuAct>;
@@ -224,33 +272,150 @@ using Hard = lstm_block::HardSigmoidGate;
 using Tanh = lstm_block::TanhCell<CpuAct>;
 using Rect = lstm_block::RectCell;
 
-// The pass `Kernel` for the step's variant, run over the B rows. The backward passes need only
-// the activations' derivatives, which cost little: one loop for every variant (AnyGate,
-// AnyCell blend them, lstm_block.h), where a loop per variant would quadruple them.
-template <template <typename, class, class> class Kernel, bool kAnyVariant = false,
-          typename scalar_t>
-void run(const GruStep<scalar_t>& s, int64_t B) {
-  Rows<scalar_t> rows = nullptr;
+// The pass `Kernel` for the variant of `fns`. The backward passes need only the activations'
+// derivatives, which cost little: one loop for every variant (AnyGate, AnyCell blend them,
+// lstm_block.h), where a loop per variant would quadruple them.
+template <template <typename, class, class> class Kernel, bool kAnyVariant, typename scalar_t>
+Rows<scalar_t> rows_for(const lstm_block::ActivationFns& fns) {
   if constexpr (kAnyVariant) {
-    rows = &rows_on_isa<Kernel, scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>;
+    return &rows_on_isa<Kernel, scalar_t, lstm_block::AnyGate, lstm_block::AnyCell>;
   } else {
-    rows = dispatch_bools(
+    return dispatch_bools(
         [](auto kHard, auto kTanh) {
           using Gate = std::conditional_t<kHard, Hard, Sigmoid>;
           using Cell = std::conditional_t<kTanh, Tanh, Rect>;
           return &rows_on_isa<Kernel, scalar_t, Gate, Cell>;
         },
-        s.fns.gate != lstm_block::GateFn::kSigmoid, s.fns.cell == lstm_block::CellFn::kTanh);
+        fns.gate != lstm_block::GateFn::kSigmoid, fns.cell == lstm_block::CellFn::kTanh);
   }
-  at::parallel_for(0, B, cpu::row_grain(s.H), [&](int64_t b0, int64_t b1) { rows(s, b0, b1); });
+}
+
+// The pass `Kernel` run over the B rows of a step, every unit.
+template <template <typename, class, class> class Kernel, bool kAnyVariant = false,
+          typename scalar_t>
+void run(const GruStep<scalar_t>& s, int64_t B) {
+  const Rows<scalar_t> rows = rows_for<Kernel, kAnyVariant, scalar_t>(s.fns);
+  at::parallel_for(0, B, cpu::row_grain(s.H),
+                   [&](int64_t b0, int64_t b1) { rows(s, b0, b1, 0, s.H); });
 }
 
 struct CpuGruBackend {
   static cpu::RecurrentGemm recurrent_gemm(const at::Tensor& b, int64_t m, int64_t steps) {
     return {b, m, steps, /*allow_blocks=*/true};
   }
-  // No whole-loop form: the steps' products and passes are already one parallel region each.
-  static constexpr bool kWholeLoops = false;
+  // reset_after's loops in one parallel region each where the products run on the panels or
+  // brgemm's blocks (forward_loop, backward_loop); otherwise the driver's steps.
+  static constexpr bool kWholeLoops = true;
+
+  // All L steps of a reset_after forward in one parallel region, float32, where the recurrent
+  // product takes the panels (B <= 64) or brgemm's blocks: by rows where the panels fit half a
+  // core's L2 (gemm.h's panel_row_blocks: no barrier between the steps), else by units with a
+  // barrier after each step (for_steps_column_blocks), where the steps' path forks and joins
+  // twice a step (the product, then the cells). Each thread's part of inner = h·R, then the
+  // cells of its rows and units while they are in cache. The same sums as the steps' path
+  // (panel_gemm's are brgemm's, small_batch.h), so the same bits (docs/performance.md §3.18).
+  template <typename scalar_t>
+  static bool forward_loop(const GruLoop<scalar_t>& loop) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
+      const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
+      if (!cpu::RecurrentGemm::fused_form(R, B, L, /*panel_gates=*/3)) return false;
+      const cpu::RecurrentGemm rec{R, B, L, /*allow_blocks=*/true, /*panel_gates=*/3};
+      const Rows<float> rows = rows_for<ForwardAfterRowsKernel, false, float>(loop.fns);
+      const at::Tensor inner = at::empty({B, 3 * H}, at::kFloat);
+      float* const in = inner.data_ptr<float>();
+      // Step t's rows [b0, b1), units [j0, j0 + n).
+      const auto step = [&](int64_t t, int64_t b0, int64_t b1, int64_t j0, int64_t n) {
+        GruStep<float> s{};
+        s.H = H, s.fns = loop.fns, s.b_in = loop.b_in, s.b_rec = loop.b_rec;
+        s.xp = loop.xp + t * 3 * BH;
+        s.inner = in;
+        s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+        const int64_t gate_at = t * loop.gate_step;
+        s.z = loop.z + gate_at, s.r = loop.r + gate_at, s.hh = loop.hh + gate_at;
+        s.hr = loop.hr + gate_at, s.h = loop.h + t * BH;
+        const int64_t m = b1 - b0;
+        const float* a = s.h_prev + b0 * H;
+        float* c = in + b0 * 3 * H;
+        if (rec.panels()) {
+          cpu::panel_gemm(m, H, H, 3, a, H, rec.panels_data(), c, 3 * H, j0, n,
+                          /*accumulate=*/false);
+        } else {
+          for (int64_t q = 0; q < 3; ++q) {
+            cpu::block_gemm(m, n, H, a, H, rec.b_data() + q * H + j0, 3 * H, c + q * H + j0,
+                            3 * H, /*accumulate=*/false);
+          }
+        }
+        rows(s, b0, b1, j0, j0 + n);
+      };
+      if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, H, H, 3) : 0) {
+        cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t, int64_t b0, int64_t b1) {
+          step(t, b0, b1, 0, H);
+        });
+      } else {
+        cpu::for_steps_column_blocks(L, H, BH * 3 * H, [&](int64_t t, int64_t j0, int64_t n) {
+          step(t, 0, B, j0, n);
+        });
+      }
+      return true;
+    }
+    (void)loop;
+    return false;
+  }
+
+  // The reverse steps of a reset_after backward in one parallel region, as forward_loop: the
+  // product of step t + 1, dh += d_inner[t + 1]·Rᵀ (the panels of Rᵀ, or the blocks), for the
+  // thread's rows and units, then step t's cells on them; after step 0 the same product of
+  // d_inner[0] gives h_prev's gradient. The steps' path's sums, in its order.
+  template <typename scalar_t>
+  static bool backward_loop(const GruLoop<scalar_t>& loop) {
+    if constexpr (std::is_same_v<scalar_t, float>) {
+      const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
+      const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
+      if (!cpu::RecurrentGemm::fused_form(R.t(), B, L, /*panel_gates=*/1)) return false;
+      const cpu::RecurrentGemm rec{R.t(), B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
+      const Rows<float> rows = rows_for<BackwardAfterRowsKernel, true, float>(loop.fns);
+      // Reverse step k (t = L - 1 - k; k = L: h_prev's product alone).
+      const auto step = [&](int64_t k, int64_t b0, int64_t b1, int64_t j0, int64_t n) {
+        const int64_t t = L - 1 - k, m = b1 - b0;
+        if (t + 1 < L) {
+          const float* a = loop.d_inner + ((t + 1) * B + b0) * 3 * H;
+          float* c = loop.dh + b0 * H;
+          if (rec.panels()) {
+            cpu::panel_gemm(m, 3 * H, H, 1, a, 3 * H, rec.panels_data(), c, H, j0, n,
+                            /*accumulate=*/true);
+          } else {
+            cpu::block_gemm(m, n, 3 * H, a, 3 * H, rec.b_data() + j0, H, c + j0, H,
+                            /*accumulate=*/true);
+          }
+        }
+        if (t < 0) return;
+        GruStep<float> s{};
+        s.H = H, s.fns = loop.fns;
+        s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+        s.z = loop.z + t * BH, s.r = loop.r + t * BH, s.hh = loop.hh + t * BH;
+        s.hr = loop.hr + t * BH;
+        s.h_grad = loop.h_grad + t * BH;
+        s.dh = loop.dh;
+        s.d_xp = loop.d_xp + t * 3 * BH;
+        s.d_inner = loop.d_inner + t * 3 * BH;
+        rows(s, b0, b1, j0, j0 + n);
+      };
+      if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, 3 * H, H, 1) : 0) {
+        cpu::for_steps_row_blocks(L + 1, B, blocks,
+                                  [&](int64_t k, int64_t, int64_t b0, int64_t b1) {
+                                    step(k, b0, b1, 0, H);
+                                  });
+      } else {
+        cpu::for_steps_column_blocks(L + 1, H, BH * 3 * H, [&](int64_t k, int64_t j0, int64_t n) {
+          step(k, 0, B, j0, n);
+        });
+      }
+      return true;
+    }
+    (void)loop;
+    return false;
+  }
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return cpu::matmul(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     cpu::transpose_into(dst, src);
