@@ -85,27 +85,28 @@ struct GruCell {
   }
 };
 
-// The whole recurrence of a reset_after pass at once, for a Backend that runs one
-// (Backend::kWholeLoops; then Backend::forward_loop / backward_loop: true, or false having done
-// nothing, and the driver runs its steps). Every pointer is the steps path's own buffer;
-// [L, B, ·] unless said.
+// The whole recurrence of a pass at once, for a Backend that runs one (Backend::kWholeLoops;
+// then Backend::forward_loop / backward_loop: true, or false having done nothing, and the
+// driver runs its steps; a backend may take one reset mode only). Every pointer is the steps
+// path's own buffer; [L, B, ·] unless said. G = 3 column blocks of d_inner with reset_after,
+// 2 (z, r) without.
 template <typename scalar_t>
 struct GruLoop {
   using acc_t = at::opmath_type<scalar_t>;
   int64_t L, B, H;
+  bool reset_after;
   ActivationFns fns;
   const acc_t* R;          // [H, 3H] row-major, float type: the recurrent kernel
   const acc_t* b_in;       // [3H]
-  const acc_t* b_rec;      // [3H]
+  const acc_t* b_rec;      // [3H] (reset_after) or null
   const scalar_t* h0;      // [B, H]: h_prev
   // Forward: xp in, z, r, hh, hr, h out (z .. hr `gate_step` apart: B·H, or 0 for one reused
   // row block).
   const acc_t* xp;         // [L, B, 3H]: x·kernel, bias not added
   scalar_t *z, *r, *hh, *hr, *h;
   int64_t gate_step;
-  // Backward: z .. h, h_grad in (h_grad [T, B, H], dense); d_xp, d_inner out; dh: zeros in,
-  // h_prev's gradient out (its direct part plus d_inner[0]·Rᵀ, as after the last step's
-  // product).
+  // Backward: z .. h, h_grad in (h_grad [T, B, H], dense); d_xp, d_inner ([L, B, G·H]) out;
+  // dh: zeros in, h_prev's gradient out (all of it, as after the steps' last product).
   const scalar_t* h_grad;
   acc_t *d_xp, *d_inner, *dh;
 };
@@ -113,10 +114,10 @@ struct GruLoop {
 // A pass's GruLoop with what both directions read set: R (the recurrent kernel in the float
 // type, dense) and h0 (h_prev, dense) must outlive it.
 template <typename scalar_t>
-GruLoop<scalar_t> gru_loop(int64_t L, int64_t B, int64_t H, const ActivationFns& fns,
-                           const at::Tensor& R, const at::Tensor& h0) {
+GruLoop<scalar_t> gru_loop(int64_t L, int64_t B, int64_t H, bool reset_after,
+                           const ActivationFns& fns, const at::Tensor& R, const at::Tensor& h0) {
   GruLoop<scalar_t> loop{};
-  loop.L = L, loop.B = B, loop.H = H, loop.fns = fns;
+  loop.L = L, loop.B = B, loop.H = H, loop.reset_after = reset_after, loop.fns = fns;
   loop.R = R.const_data_ptr<at::opmath_type<scalar_t>>();
   loop.h0 = h0.const_data_ptr<scalar_t>();
   return loop;
@@ -161,18 +162,16 @@ Outputs5 gru_forward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   std::array<scalar_t*, 5> out_p;
   for (int k = 0; k < 5; ++k) out_p[k] = out[k].data_ptr<scalar_t>();
   const int64_t BH = B * H;
-  if constexpr (Backend::kWholeLoops) {
-    if (a.reset_after) {  // the whole loop at once where the backend runs it
-      const at::Tensor Rc = R.contiguous();
-      GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.fns, Rc, hp0);
-      loop.b_in = bias_a.const_data_ptr<acc_t>();
-      loop.b_rec = loop.b_in + 3 * H;
-      loop.xp = xp.const_data_ptr<acc_t>();
-      loop.z = out_p[0], loop.r = out_p[1], loop.hh = out_p[2], loop.hr = out_p[3];
-      loop.h = out_p[4];
-      loop.gate_step = keep_gates ? BH : 0;
-      if (Backend::forward_loop(loop)) return {out[0], out[1], out[2], out[3], out[4]};
-    }
+  if constexpr (Backend::kWholeLoops) {  // the whole loop at once where the backend runs it
+    const at::Tensor Rc = R.contiguous();
+    GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.reset_after, a.fns, Rc, hp0);
+    loop.b_in = bias_a.const_data_ptr<acc_t>();
+    loop.b_rec = a.reset_after ? loop.b_in + 3 * H : nullptr;
+    loop.xp = xp.const_data_ptr<acc_t>();
+    loop.z = out_p[0], loop.r = out_p[1], loop.hh = out_p[2], loop.hr = out_p[3];
+    loop.h = out_p[4];
+    loop.gate_step = keep_gates ? BH : 0;
+    if (Backend::forward_loop(loop)) return {out[0], out[1], out[2], out[3], out[4]};
   }
   const auto rec = Backend::recurrent_gemm(a.reset_after ? R : R.narrow(1, 0, 2 * H), B, L);
   std::optional<std::decay_t<decltype(rec)>> cand_gemm;
@@ -242,20 +241,18 @@ Grads5 gru_backward(int64_t L, const at::Tensor& x, const at::Tensor& h_prev,
   std::array<const scalar_t*, 5> o_p;
   for (int k = 0; k < 5; ++k) o_p[k] = outs[k].const_data_ptr<scalar_t>();
   bool whole_loop = false;
-  if constexpr (Backend::kWholeLoops) {
-    if (a.reset_after) {  // the whole loop at once where the backend runs it
-      const at::Tensor Rc = R.contiguous();
-      GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.fns, Rc, hp0);
-      // read only in the backward
-      loop.z = const_cast<scalar_t*>(o_p[0]), loop.r = const_cast<scalar_t*>(o_p[1]);
-      loop.hh = const_cast<scalar_t*>(o_p[2]), loop.hr = const_cast<scalar_t*>(o_p[3]);
-      loop.h = const_cast<scalar_t*>(o_p[4]);
-      loop.gate_step = B * H;
-      loop.h_grad = hg.const_data_ptr<scalar_t>();
-      loop.d_xp = d_xp.data_ptr<acc_t>(), loop.d_inner = d_inner.data_ptr<acc_t>();
-      loop.dh = dh.data_ptr<acc_t>();
-      whole_loop = Backend::backward_loop(loop);
-    }
+  if constexpr (Backend::kWholeLoops) {  // the whole loop at once where the backend runs it
+    const at::Tensor Rc = R.contiguous();
+    GruLoop<scalar_t> loop = gru_loop<scalar_t>(L, B, H, a.reset_after, a.fns, Rc, hp0);
+    // read only in the backward
+    loop.z = const_cast<scalar_t*>(o_p[0]), loop.r = const_cast<scalar_t*>(o_p[1]);
+    loop.hh = const_cast<scalar_t*>(o_p[2]), loop.hr = const_cast<scalar_t*>(o_p[3]);
+    loop.h = const_cast<scalar_t*>(o_p[4]);
+    loop.gate_step = B * H;
+    loop.h_grad = hg.const_data_ptr<scalar_t>();
+    loop.d_xp = d_xp.data_ptr<acc_t>(), loop.d_inner = d_inner.data_ptr<acc_t>();
+    loop.dh = dh.data_ptr<acc_t>();
+    whole_loop = Backend::backward_loop(loop);
   }
   if (!whole_loop) {  // the steps: per step the pointwise passes and the products
     const auto rec_t = Backend::recurrent_gemm(R.narrow(1, 0, G * H).t(), B, L);  // [G·H, H]

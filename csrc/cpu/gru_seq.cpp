@@ -317,6 +317,7 @@ struct CpuGruBackend {
   template <typename scalar_t>
   static bool forward_loop(const GruLoop<scalar_t>& loop) {
     if constexpr (std::is_same_v<scalar_t, float>) {
+      if (!loop.reset_after) return forward_loop_before(loop);
       const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
       const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
       if (!cpu::RecurrentGemm::fused_form(R, B, L, /*panel_gates=*/3)) return false;
@@ -370,6 +371,7 @@ struct CpuGruBackend {
   template <typename scalar_t>
   static bool backward_loop(const GruLoop<scalar_t>& loop) {
     if constexpr (std::is_same_v<scalar_t, float>) {
+      if (!loop.reset_after) return backward_loop_before(loop);
       const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
       const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
       if (!cpu::RecurrentGemm::fused_form(R.t(), B, L, /*panel_gates=*/1)) return false;
@@ -420,6 +422,112 @@ struct CpuGruBackend {
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) {
     cpu::transpose_into(dst, src);
   }
+
+  // reset_after=False's loops (two products a step, the candidate's on r ⊙ h_prev of the whole
+  // row, which a units split would need two barriers a step for): by rows only, where the
+  // panels of both products fit half a core's L2, or on the calling thread where the steps
+  // would not use a second one; else the steps. Each row block runs its rows' products and
+  // passes of every step in the steps' order, so the same sums (docs/performance.md §3.18).
+  // Returns the row blocks, 0 for the steps; kMinBlockSplitMacs and row_grain are the steps'
+  // own thresholds for sharing a product and a pass.
+  static int64_t before_row_blocks(bool panels, int64_t B, int64_t K, int64_t H, int64_t G) {
+    if (const int64_t blocks = panels ? cpu::panel_row_blocks(B, K, H, G) : 0) return blocks;
+    const bool one_thread = at::get_num_threads() == 1 || at::in_parallel_region() ||
+                            (B * K * G * H < cpu::kMinBlockSplitMacs && B <= cpu::row_grain(H));
+    return one_thread ? 1 : 0;
+  }
+
+  // c[m, ·] = a[m, K]·w (+ c with `accumulate`) for every column of `rec`'s weight [K, G·H], on
+  // the calling thread: the panels or the blocks, as the steps' product of that form sums.
+  static void product_rows(const cpu::RecurrentGemm& rec, int64_t m, int64_t K, int64_t H,
+                           int64_t G, const float* a, float* c, bool accumulate) {
+    if (rec.panels()) {
+      cpu::panel_gemm(m, K, H, G, a, K, rec.panels_data(), c, G * H, 0, H, accumulate);
+    } else {
+      cpu::block_gemm(m, G * H, K, a, K, rec.b_data(), G * H, c, G * H, accumulate);
+    }
+  }
+
+  static bool forward_loop_before(const GruLoop<float>& loop) {
+    const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
+    const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
+    const at::Tensor R_zr = R.narrow(1, 0, 2 * H), R_h = R.narrow(1, 2 * H, H);
+    if (!cpu::RecurrentGemm::fused_form(R_zr, B, L, /*panel_gates=*/2) ||
+        !cpu::RecurrentGemm::fused_form(R_h, B, L, /*panel_gates=*/1)) {
+      return false;
+    }
+    const cpu::RecurrentGemm zr{R_zr, B, L, /*allow_blocks=*/true, /*panel_gates=*/2};
+    const cpu::RecurrentGemm hc{R_h, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
+    const int64_t blocks = before_row_blocks(zr.panels() && hc.panels(), B, H, H, 3);
+    if (blocks == 0) return false;
+    const Rows<float> gates = rows_for<ForwardGatesRowsKernel, false, float>(loop.fns);
+    const Rows<float> candidate = rows_for<ForwardCandidateRowsKernel, false, float>(loop.fns);
+    const at::Tensor scratch = at::empty({4, B, H}, at::kFloat);  // inner (two), cand, rh
+    float* const inner = scratch.data_ptr<float>();
+    float* const cand = inner + 2 * BH;
+    float* const rh = cand + BH;
+    cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t, int64_t b0, int64_t b1) {
+      GruStep<float> s{};
+      s.H = H, s.fns = loop.fns, s.b_in = loop.b_in;
+      s.xp = loop.xp + t * 3 * BH;
+      s.inner = inner, s.cand = cand, s.rh = rh;
+      s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+      const int64_t gate_at = t * loop.gate_step;
+      s.z = loop.z + gate_at, s.r = loop.r + gate_at, s.hh = loop.hh + gate_at;
+      s.hr = loop.hr + gate_at, s.h = loop.h + t * BH;
+      const int64_t m = b1 - b0;
+      product_rows(zr, m, H, H, 2, s.h_prev + b0 * H, inner + b0 * 2 * H, false);
+      gates(s, b0, b1, 0, H);  // z, r, r ⊙ h_prev
+      product_rows(hc, m, H, H, 1, rh + b0 * H, cand + b0 * H, false);
+      candidate(s, b0, b1, 0, H);  // hh, h
+    });
+    return true;
+  }
+
+  // The reverse steps: dh += d_inner[t + 1]·R_zrᵀ (the step after's product, as the steps add
+  // it after their passes), then step t's gate pass, d_rh = d_cand·R_hᵀ and the reset pass;
+  // after step 0 the first product alone gives h_prev's gradient.
+  static bool backward_loop_before(const GruLoop<float>& loop) {
+    const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
+    const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
+    const at::Tensor R_zr_t = R.narrow(1, 0, 2 * H).t(), R_h_t = R.narrow(1, 2 * H, H).t();
+    if (!cpu::RecurrentGemm::fused_form(R_zr_t, B, L, /*panel_gates=*/1) ||
+        !cpu::RecurrentGemm::fused_form(R_h_t, B, L, /*panel_gates=*/1)) {
+      return false;
+    }
+    const cpu::RecurrentGemm zr_t{R_zr_t, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
+    const cpu::RecurrentGemm hc_t{R_h_t, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
+    const int64_t blocks = before_row_blocks(zr_t.panels() && hc_t.panels(), B, 3 * H, H, 1);
+    if (blocks == 0) return false;
+    const Rows<float> gates = rows_for<BackwardGatesRowsKernel, true, float>(loop.fns);
+    const Rows<float> reset = rows_for<BackwardResetRowsKernel, true, float>(loop.fns);
+    const at::Tensor scratch = at::empty({2, B, H}, at::kFloat);  // d_cand, d_rh
+    float* const d_cand = scratch.data_ptr<float>();
+    float* const d_rh = d_cand + BH;
+    cpu::for_steps_row_blocks(L + 1, B, blocks, [&](int64_t k, int64_t, int64_t b0, int64_t b1) {
+      const int64_t t = L - 1 - k, m = b1 - b0;
+      if (t + 1 < L) {
+        product_rows(zr_t, m, 2 * H, H, 1, loop.d_inner + ((t + 1) * B + b0) * 2 * H,
+                     loop.dh + b0 * H, /*accumulate=*/true);
+      }
+      if (t < 0) return;
+      GruStep<float> s{};
+      s.H = H, s.fns = loop.fns;
+      s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+      s.z = loop.z + t * BH, s.r = loop.r + t * BH, s.hh = loop.hh + t * BH;
+      s.hr = loop.hr + t * BH;
+      s.h_grad = loop.h_grad + t * BH;
+      s.dh = loop.dh;
+      s.d_xp = loop.d_xp + t * 3 * BH;
+      s.d_inner = loop.d_inner + t * 2 * BH;
+      s.d_cand = d_cand, s.d_rh = d_rh;
+      gates(s, b0, b1, 0, H);  // dz, dhh; dh = its direct part
+      product_rows(hc_t, m, H, H, 1, d_cand + b0 * H, d_rh + b0 * H, /*accumulate=*/false);
+      reset(s, b0, b1, 0, H);  // dr; dh += d_rh ⊙ r
+    });
+    return true;
+  }
+
   template <typename scalar_t>
   static void forward_after(const GruStep<scalar_t>& s, int64_t B) {
     run<ForwardAfterRowsKernel>(s, B);

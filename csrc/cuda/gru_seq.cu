@@ -133,14 +133,15 @@ struct CudaGruBackend {
   }
   static at::Tensor matmul(const at::Tensor& a, const at::Tensor& b) { return at::mm(a, b); }
   static void transpose_into(at::Tensor& dst, const at::Tensor& src) { dst.copy_(src.t()); }
-  static constexpr bool kWholeLoops = true;  // the persistent kernels, where asked and fitting
+  // The persistent kernels, where asked and fitting; reset_after only (gru_persistent.cuh).
+  static constexpr bool kWholeLoops = true;
   template <typename scalar_t>
   static bool forward_loop(const gru_seq::GruLoop<scalar_t>& s) {
-    return cuda::persistent::gru_forward(s);
+    return s.reset_after && cuda::persistent::gru_forward(s);
   }
   template <typename scalar_t>
   static bool backward_loop(const gru_seq::GruLoop<scalar_t>& s) {
-    return cuda::persistent::gru_backward(s);
+    return s.reset_after && cuda::persistent::gru_backward(s);
   }
   template <typename scalar_t>
   static void forward_after(const GruStep<scalar_t>& s, int64_t B) {

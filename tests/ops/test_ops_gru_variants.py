@@ -49,14 +49,16 @@ def test_every_variant_matches_reference(T, reset_after, dtype, tol):
         _check_against_reference(T, dtype, tol, reset_after, use_bias, ga, ac, T - 1)
 
 
-# The CPU's whole-loop forms of reset_after (csrc/cpu/gru_seq.cpp, forward_loop and
-# backward_loop), float32, T = 6: rows per thread (B = 32: the panels fit half an L2), units
-# per thread with a barrier on the panels (H = 512: over half an L2) and on brgemm's blocks
-# (B = 80, over the panels' 64 rows), each on two threads and one; H not a multiple of 8 or 16
-# (the cells' padded last vector, the panels' last block). Which form a case takes follows the
-# machine's L2 and ISA (gemm.h); on a CPU without the panels or brgemm every case runs the
-# steps, against the same reference.
+# The CPU's whole-loop forms (csrc/cpu/gru_seq.cpp, forward_loop and backward_loop), float32,
+# T = 6. reset_after: rows per thread (B = 32: the panels fit half an L2), units per thread
+# with a barrier on the panels (H = 500: over half an L2) and on brgemm's blocks (B = 80, over
+# the panels' 64 rows), one block on the calling thread (B = 1). reset_after=False: the rows,
+# the calling thread (B = 1, and every case on one thread), the steps elsewhere. Each case on
+# two threads and one; H not a multiple of 8 or 16 (the cells' padded last vector, the panels'
+# last block). Which form a case takes follows the machine's L2 and ISA (gemm.h); on a CPU
+# without the panels or brgemm every case runs the steps, against the same reference.
 @pytest.mark.parametrize("threads", [2, 1])
+@pytest.mark.parametrize("reset_after", [True, False])
 @pytest.mark.parametrize(
     "b,i,h,ga,ac",
     [
@@ -64,9 +66,10 @@ def test_every_variant_matches_reference(T, reset_after, dtype, tol):
         (32, 9, 70, "hard_sigmoid_keras3", "relu"),
         (16, 8, 500, "sigmoid", "tanh"),
         (80, 7, 72, "sigmoid", "tanh"),
+        (1, 6, 40, "sigmoid", "tanh"),
     ],
 )
-def test_whole_loops_match_reference(threads, b, i, h, ga, ac):
+def test_whole_loops_match_reference(threads, reset_after, b, i, h, ga, ac):
     g = torch.Generator().manual_seed(b * 1000 + h)
 
     def r(*shape, scale=1.0):
@@ -74,18 +77,18 @@ def test_whole_loops_match_reference(threads, b, i, h, ga, ac):
 
     T = 6
     inp = [r(T, b, i), r(b, h, scale=0.5), r(i, 3 * h, scale=i**-0.5), r(h, 3 * h, scale=h**-0.5),
-           r(2, 3 * h, scale=0.3)]  # fmt: skip
+           r(2, 3 * h, scale=0.3) if reset_after else r(3 * h, scale=0.3)]  # fmt: skip
     h_grad = r(T, b, h)
-    ref = reference.keras_gru(T, *inp, True, ga, ac)
-    want = reference.keras_gru_grad(T, *inp, h_grad, True, ga, ac)
+    ref = reference.keras_gru(T, *inp, reset_after, ga, ac)
+    want = reference.keras_gru_grad(T, *inp, h_grad, reset_after, ga, ac)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         leaves = [t.float().requires_grad_() for t in inp]
-        out = ops.keras_gru(*leaves, gate_activation=ga, activation=ac)
+        kw = dict(reset_after=reset_after, gate_activation=ga, activation=ac)
+        out = ops.keras_gru(*leaves, **kw)
         got = torch.autograd.grad(out.h, leaves, h_grad.float())
-        inference = ops.keras_gru_inference(*[t.float() for t in inp], gate_activation=ga,
-                                            activation=ac)  # fmt: skip
+        inference = ops.keras_gru_inference(*[t.float() for t in inp], **kw)
     finally:
         torch.set_num_threads(before)
     assert torch.equal(inference, out.h)
