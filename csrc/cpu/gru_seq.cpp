@@ -307,6 +307,34 @@ struct CpuGruBackend {
   // brgemm's blocks (forward_loop, backward_loop); otherwise the driver's steps.
   static constexpr bool kWholeLoops = true;
 
+  // Step t's pointers in a forward loop (b_rec null without reset_after; the caller sets the
+  // products' buffers: inner, and cand and rh without reset_after).
+  static GruStep<float> forward_step_of(const GruLoop<float>& loop, int64_t t) {
+    const int64_t BH = loop.B * loop.H, gate_at = t * loop.gate_step;
+    GruStep<float> s{};
+    s.H = loop.H, s.fns = loop.fns, s.b_in = loop.b_in, s.b_rec = loop.b_rec;
+    s.xp = loop.xp + t * 3 * BH;
+    s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+    s.z = loop.z + gate_at, s.r = loop.r + gate_at, s.hh = loop.hh + gate_at;
+    s.hr = loop.hr + gate_at, s.h = loop.h + t * BH;
+    return s;
+  }
+
+  // Step t's pointers in a backward loop, d_inner G·H wide (3 with reset_after, 2 without).
+  static GruStep<float> backward_step_of(const GruLoop<float>& loop, int64_t t, int64_t G) {
+    const int64_t BH = loop.B * loop.H;
+    GruStep<float> s{};
+    s.H = loop.H, s.fns = loop.fns;
+    s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
+    s.z = loop.z + t * BH, s.r = loop.r + t * BH, s.hh = loop.hh + t * BH;
+    s.hr = loop.hr + t * BH;
+    s.h_grad = loop.h_grad + t * BH;
+    s.dh = loop.dh;
+    s.d_xp = loop.d_xp + t * 3 * BH;
+    s.d_inner = loop.d_inner + t * G * BH;
+    return s;
+  }
+
   // All L steps of a reset_after forward in one parallel region, float32, where the recurrent
   // product takes the panels (B <= 64) or brgemm's blocks: by rows where the panels fit half a
   // core's L2 (gemm.h's panel_row_blocks: no barrier between the steps), else by units with a
@@ -327,14 +355,8 @@ struct CpuGruBackend {
       float* const in = inner.data_ptr<float>();
       // Step t's rows [b0, b1), units [j0, j0 + n).
       const auto step = [&](int64_t t, int64_t b0, int64_t b1, int64_t j0, int64_t n) {
-        GruStep<float> s{};
-        s.H = H, s.fns = loop.fns, s.b_in = loop.b_in, s.b_rec = loop.b_rec;
-        s.xp = loop.xp + t * 3 * BH;
+        GruStep<float> s = forward_step_of(loop, t);
         s.inner = in;
-        s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
-        const int64_t gate_at = t * loop.gate_step;
-        s.z = loop.z + gate_at, s.r = loop.r + gate_at, s.hh = loop.hh + gate_at;
-        s.hr = loop.hr + gate_at, s.h = loop.h + t * BH;
         const int64_t m = b1 - b0;
         const float* a = s.h_prev + b0 * H;
         float* c = in + b0 * 3 * H;
@@ -392,16 +414,7 @@ struct CpuGruBackend {
           }
         }
         if (t < 0) return;
-        GruStep<float> s{};
-        s.H = H, s.fns = loop.fns;
-        s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
-        s.z = loop.z + t * BH, s.r = loop.r + t * BH, s.hh = loop.hh + t * BH;
-        s.hr = loop.hr + t * BH;
-        s.h_grad = loop.h_grad + t * BH;
-        s.dh = loop.dh;
-        s.d_xp = loop.d_xp + t * 3 * BH;
-        s.d_inner = loop.d_inner + t * 3 * BH;
-        rows(s, b0, b1, j0, j0 + n);
+        rows(backward_step_of(loop, t, 3), b0, b1, j0, j0 + n);
       };
       if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, 3 * H, H, 1) : 0) {
         cpu::for_steps_row_blocks(L + 1, B, blocks,
@@ -467,14 +480,8 @@ struct CpuGruBackend {
     float* const cand = inner + 2 * BH;
     float* const rh = cand + BH;
     cpu::for_steps_row_blocks(L, B, blocks, [&](int64_t t, int64_t, int64_t b0, int64_t b1) {
-      GruStep<float> s{};
-      s.H = H, s.fns = loop.fns, s.b_in = loop.b_in;
-      s.xp = loop.xp + t * 3 * BH;
+      GruStep<float> s = forward_step_of(loop, t);
       s.inner = inner, s.cand = cand, s.rh = rh;
-      s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
-      const int64_t gate_at = t * loop.gate_step;
-      s.z = loop.z + gate_at, s.r = loop.r + gate_at, s.hh = loop.hh + gate_at;
-      s.hr = loop.hr + gate_at, s.h = loop.h + t * BH;
       const int64_t m = b1 - b0;
       product_rows(zr, m, H, H, 2, s.h_prev + b0 * H, inner + b0 * 2 * H, false);
       gates(s, b0, b1, 0, H);  // z, r, r ⊙ h_prev
@@ -511,15 +518,7 @@ struct CpuGruBackend {
                      loop.dh + b0 * H, /*accumulate=*/true);
       }
       if (t < 0) return;
-      GruStep<float> s{};
-      s.H = H, s.fns = loop.fns;
-      s.h_prev = t == 0 ? loop.h0 : loop.h + (t - 1) * BH;
-      s.z = loop.z + t * BH, s.r = loop.r + t * BH, s.hh = loop.hh + t * BH;
-      s.hr = loop.hr + t * BH;
-      s.h_grad = loop.h_grad + t * BH;
-      s.dh = loop.dh;
-      s.d_xp = loop.d_xp + t * 3 * BH;
-      s.d_inner = loop.d_inner + t * 2 * BH;
+      GruStep<float> s = backward_step_of(loop, t, 2);
       s.d_cand = d_cand, s.d_rh = d_rh;
       gates(s, b0, b1, 0, H);  // dz, dhh; dh = its direct part
       product_rows(hc_t, m, H, H, 1, d_cand + b0 * H, d_rh + b0 * H, /*accumulate=*/false);
