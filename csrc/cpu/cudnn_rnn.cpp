@@ -476,15 +476,8 @@ void forward_direction(const RNNConfig& c, const Schedule& s, const at::Tensor& 
         float* a = acts_p + per_step * t * B * GH;
         float* cells = cells_p + per_step * t * B * H;
         float* hs = hseq_p + t * B * P;
-        if (fused) {
-          cpu::panel_gemm(n - b0, P, H, G, h_before, P, recurrent.panels_data(), pt + b0 * GH,
-                          GH, j0, units);
-        } else {
-          for (int64_t q = 0; q < G; ++q) {
-            cpu::block_gemm(n - b0, units, P, h_before, P, recurrent.b_data() + q * H + j0, GH,
-                            pt + b0 * GH + q * H + j0, GH, /*accumulate=*/true);
-          }
-        }
+        recurrent.units(n - b0, G, h_before, P, pt + b0 * GH, GH, j0, units,
+                        /*accumulate=*/true);
         for (int64_t b = b0; b < n; ++b) {
           lstm_row(H, j0, j0 + units, pt + b * GH, bp, a + b * GH, cp + b * H, cells + b * H,
                    hs + b * P);
@@ -624,15 +617,8 @@ at::Tensor backward_direction(const RNNConfig& c, const Schedule& s, const at::T
         if (n <= b0) return;
         const int64_t m = t + 1 < T ? std::min(b1, s.active[t + 1]) - b0 : 0;
         if (m > 0) {
-          const float* next = d_pre_p + (t + 1) * B * GH + b0 * GH;
-          float* out = dhp + b0 * P;
-          if (recurrent.panels()) {
-            cpu::panel_gemm(m, GH, P, /*G=*/1, next, GH, recurrent.panels_data(), out, P, j0,
-                            units, /*accumulate=*/false);
-          } else {
-            cpu::block_gemm(m, units, GH, next, GH, recurrent.b_data() + j0, P, out + j0, P,
-                            /*accumulate=*/false);
-          }
+          recurrent.units(m, 1, d_pre_p + (t + 1) * B * GH + b0 * GH, GH, dhp + b0 * P, P, j0,
+                          units, /*accumulate=*/false);
         }
         const float* a = acts_p + t * B * GH;
         const float* cells = cells_p + t * B * H;

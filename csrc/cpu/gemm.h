@@ -36,6 +36,7 @@
 #endif
 
 #include <optional>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -546,6 +547,13 @@ class RecurrentGemm {
     }
   }
 
+  // Whether RecurrentGemm(b, m, steps, /*allow_blocks=*/true, panel_gates) takes the panels
+  // form, told without preparing the weight.
+  static bool panels_form(const at::Tensor& b, int64_t m, int64_t steps, int64_t panel_gates) {
+    return panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 && m <= max_panel_rows() &&
+           b.size(0) > 0 && panels_available() && steps >= kMinSteps;
+  }
+
   // Whether RecurrentGemm(b, m, steps, /*allow_blocks=*/true, panel_gates) of a float32 b takes
   // the panels or the blocks form, told without preparing the weight (what a loop that fuses
   // its cells with the products and otherwise leaves the steps to another path asks first).
@@ -554,6 +562,35 @@ class RecurrentGemm {
     if (panels_form(b, m, steps, panel_gates)) return true;
     return b.numel() > 0 && m > 0 && steps >= kMinSteps &&
            float_blocks_form(m, b.size(0), b.size(1));
+  }
+
+  // c[r, q·H + j] (+ c) = Σ_k a[r, k]·b[k, q·H + j] for rows r < m, the units j in
+  // [j0, j0 + n) of each of b's G gate blocks of H columns (b [K, G·H]; G = 1: columns
+  // [j0, j0 + n)), on the calling thread, in the blocks form (blocks(): the panels, brgemm on
+  // b_data(), or the bf16 weight for a bfloat16 a; the panels with G = their gates). What a loop
+  // that fuses its cells per unit block calls for its rows and units: each unit's sums are the
+  // same whichever thread takes it, and whichever of these forms (small_batch.h).
+  template <typename a_t>
+  void units(int64_t m, int64_t G, const a_t* a, int64_t lda, float* c, int64_t ldc, int64_t j0,
+             int64_t n, bool accumulate) const {
+    if constexpr (std::is_same_v<a_t, float>) {
+      const int64_t K = b_.size(0), H = b_.size(1) / G;
+      if (panels()) {
+        TORCH_INTERNAL_ASSERT_DEBUG_ONLY(G == gates_);
+        panel_gemm(m, K, H, G, a, lda, panels_data(), c, ldc, j0, n, accumulate);
+        return;
+      }
+      for (int64_t q = 0; q < G; ++q) {
+        block_gemm(m, n, K, a, lda, b_data() + q * H + j0, G * H, c + q * H + j0, ldc,
+                   accumulate);
+      }
+    } else {
+      static_assert(std::is_same_v<a_t, at::BFloat16>, "units: a float or bfloat16 operand");
+      const int64_t K = vnni_.k(), H = vnni_.n() / G;
+      for (int64_t q = 0; q < G; ++q) {
+        block_gemm(m, n, K, a, lda, vnni_, q * H + j0, c + q * H + j0, ldc, accumulate);
+      }
+    }
   }
 
   // The dtype of the left operand a: bfloat16 for a bf16 blocks-form weight, else b's float type.
@@ -638,10 +675,6 @@ class RecurrentGemm {
   }
 
  private:
-  static bool panels_form(const at::Tensor& b, int64_t m, int64_t steps, int64_t panel_gates) {
-    return panel_gates > 0 && b.scalar_type() == at::kFloat && m >= 1 && m <= max_panel_rows() &&
-           b.size(0) > 0 && panels_available() && steps >= kMinSteps;
-  }
   // A float32 [K, N] weight for products of m rows, past the panels' checks.
   static bool float_blocks_form(int64_t m, int64_t K, int64_t N) {
     return brgemm_available() && (cpu::isa() == Isa::kAvx512 || m * K * N < kMaxAvx2BlockMacs);

@@ -357,18 +357,8 @@ struct CpuGruBackend {
       const auto step = [&](int64_t t, int64_t b0, int64_t b1, int64_t j0, int64_t n) {
         GruStep<float> s = forward_step_of(loop, t);
         s.inner = in;
-        const int64_t m = b1 - b0;
-        const float* a = s.h_prev + b0 * H;
-        float* c = in + b0 * 3 * H;
-        if (rec.panels()) {
-          cpu::panel_gemm(m, H, H, 3, a, H, rec.panels_data(), c, 3 * H, j0, n,
-                          /*accumulate=*/false);
-        } else {
-          for (int64_t q = 0; q < 3; ++q) {
-            cpu::block_gemm(m, n, H, a, H, rec.b_data() + q * H + j0, 3 * H, c + q * H + j0,
-                            3 * H, /*accumulate=*/false);
-          }
-        }
+        rec.units(b1 - b0, 3, s.h_prev + b0 * H, H, in + b0 * 3 * H, 3 * H, j0, n,
+                  /*accumulate=*/false);
         rows(s, b0, b1, j0, j0 + n);
       };
       if (const int64_t blocks = rec.panels() ? cpu::panel_row_blocks(B, H, H, 3) : 0) {
@@ -401,17 +391,10 @@ struct CpuGruBackend {
       const Rows<float> rows = rows_for<BackwardAfterRowsKernel, true, float>(loop.fns);
       // Reverse step k (t = L - 1 - k; k = L: h_prev's product alone).
       const auto step = [&](int64_t k, int64_t b0, int64_t b1, int64_t j0, int64_t n) {
-        const int64_t t = L - 1 - k, m = b1 - b0;
+        const int64_t t = L - 1 - k;
         if (t + 1 < L) {
-          const float* a = loop.d_inner + ((t + 1) * B + b0) * 3 * H;
-          float* c = loop.dh + b0 * H;
-          if (rec.panels()) {
-            cpu::panel_gemm(m, 3 * H, H, 1, a, 3 * H, rec.panels_data(), c, H, j0, n,
-                            /*accumulate=*/true);
-          } else {
-            cpu::block_gemm(m, n, 3 * H, a, 3 * H, rec.b_data() + j0, H, c + j0, H,
-                            /*accumulate=*/true);
-          }
+          rec.units(b1 - b0, 1, loop.d_inner + ((t + 1) * B + b0) * 3 * H, 3 * H,
+                    loop.dh + b0 * H, H, j0, n, /*accumulate=*/true);
         }
         if (t < 0) return;
         rows(backward_step_of(loop, t, 3), b0, b1, j0, j0 + n);
@@ -450,17 +433,6 @@ struct CpuGruBackend {
     return one_thread ? 1 : 0;
   }
 
-  // c[m, ·] = a[m, K]·w (+ c with `accumulate`) for every column of `rec`'s weight [K, G·H], on
-  // the calling thread: the panels or the blocks, as the steps' product of that form sums.
-  static void product_rows(const cpu::RecurrentGemm& rec, int64_t m, int64_t K, int64_t H,
-                           int64_t G, const float* a, float* c, bool accumulate) {
-    if (rec.panels()) {
-      cpu::panel_gemm(m, K, H, G, a, K, rec.panels_data(), c, G * H, 0, H, accumulate);
-    } else {
-      cpu::block_gemm(m, G * H, K, a, K, rec.b_data(), G * H, c, G * H, accumulate);
-    }
-  }
-
   static bool forward_loop_before(const GruLoop<float>& loop) {
     const int64_t L = loop.L, B = loop.B, H = loop.H, BH = B * H;
     const at::Tensor R = at::from_blob(const_cast<float*>(loop.R), {H, 3 * H}, at::kFloat);
@@ -469,10 +441,12 @@ struct CpuGruBackend {
         !cpu::RecurrentGemm::fused_form(R_h, B, L, /*panel_gates=*/1)) {
       return false;
     }
+    // Both weights take the same form (the same rows and steps): decided before packing one.
+    const int64_t blocks = before_row_blocks(
+        cpu::RecurrentGemm::panels_form(R_zr, B, L, /*panel_gates=*/2), B, H, H, 3);
+    if (blocks == 0) return false;
     const cpu::RecurrentGemm zr{R_zr, B, L, /*allow_blocks=*/true, /*panel_gates=*/2};
     const cpu::RecurrentGemm hc{R_h, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
-    const int64_t blocks = before_row_blocks(zr.panels() && hc.panels(), B, H, H, 3);
-    if (blocks == 0) return false;
     const Rows<float> gates = rows_for<ForwardGatesRowsKernel, false, float>(loop.fns);
     const Rows<float> candidate = rows_for<ForwardCandidateRowsKernel, false, float>(loop.fns);
     const at::Tensor scratch = at::empty({4, B, H}, at::kFloat);  // inner (two), cand, rh
@@ -483,9 +457,9 @@ struct CpuGruBackend {
       GruStep<float> s = forward_step_of(loop, t);
       s.inner = inner, s.cand = cand, s.rh = rh;
       const int64_t m = b1 - b0;
-      product_rows(zr, m, H, H, 2, s.h_prev + b0 * H, inner + b0 * 2 * H, false);
+      zr.units(m, 2, s.h_prev + b0 * H, H, inner + b0 * 2 * H, 2 * H, 0, H, /*accumulate=*/false);
       gates(s, b0, b1, 0, H);  // z, r, r ⊙ h_prev
-      product_rows(hc, m, H, H, 1, rh + b0 * H, cand + b0 * H, false);
+      hc.units(m, 1, rh + b0 * H, H, cand + b0 * H, H, 0, H, /*accumulate=*/false);
       candidate(s, b0, b1, 0, H);  // hh, h
     });
     return true;
@@ -502,10 +476,11 @@ struct CpuGruBackend {
         !cpu::RecurrentGemm::fused_form(R_h_t, B, L, /*panel_gates=*/1)) {
       return false;
     }
+    const int64_t blocks = before_row_blocks(
+        cpu::RecurrentGemm::panels_form(R_zr_t, B, L, /*panel_gates=*/1), B, 3 * H, H, 1);
+    if (blocks == 0) return false;
     const cpu::RecurrentGemm zr_t{R_zr_t, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
     const cpu::RecurrentGemm hc_t{R_h_t, B, L, /*allow_blocks=*/true, /*panel_gates=*/1};
-    const int64_t blocks = before_row_blocks(zr_t.panels() && hc_t.panels(), B, 3 * H, H, 1);
-    if (blocks == 0) return false;
     const Rows<float> gates = rows_for<BackwardGatesRowsKernel, true, float>(loop.fns);
     const Rows<float> reset = rows_for<BackwardResetRowsKernel, true, float>(loop.fns);
     const at::Tensor scratch = at::empty({2, B, H}, at::kFloat);  // d_cand, d_rh
@@ -514,14 +489,14 @@ struct CpuGruBackend {
     cpu::for_steps_row_blocks(L + 1, B, blocks, [&](int64_t k, int64_t, int64_t b0, int64_t b1) {
       const int64_t t = L - 1 - k, m = b1 - b0;
       if (t + 1 < L) {
-        product_rows(zr_t, m, 2 * H, H, 1, loop.d_inner + ((t + 1) * B + b0) * 2 * H,
-                     loop.dh + b0 * H, /*accumulate=*/true);
+        zr_t.units(m, 1, loop.d_inner + ((t + 1) * B + b0) * 2 * H, 2 * H, loop.dh + b0 * H, H,
+                   0, H, /*accumulate=*/true);
       }
       if (t < 0) return;
       GruStep<float> s = backward_step_of(loop, t, 2);
       s.d_cand = d_cand, s.d_rh = d_rh;
       gates(s, b0, b1, 0, H);  // dz, dhh; dh = its direct part
-      product_rows(hc_t, m, H, H, 1, d_cand + b0 * H, d_rh + b0 * H, /*accumulate=*/false);
+      hc_t.units(m, 1, d_cand + b0 * H, H, d_rh + b0 * H, H, 0, H, /*accumulate=*/false);
       reset(s, b0, b1, 0, H);  // dr; dh += d_rh ⊙ r
     });
     return true;

@@ -409,25 +409,8 @@ struct CpuBackend {
   static void forward_units(const FwdStep<scalar_t>& s, FwdRows<scalar_t> rows,
                             const cpu::RecurrentGemm& rec, int64_t b0, int64_t b1, int64_t K,
                             const h_t* h, float* g, int64_t j0, int64_t n) {
-    const int64_t H = s.H, m = b1 - b0;
-    const h_t* a = h + b0 * K;
-    float* c = g + b0 * 4 * H;
-    if constexpr (std::is_same_v<h_t, float>) {
-      if (rec.panels()) {
-        cpu::panel_gemm(m, K, H, 4, a, K, rec.panels_data(), c, 4 * H, j0, n);
-      } else {
-        for (int64_t q = 0; q < 4; ++q) {
-          const int64_t c0 = q * H + j0;  // this gate's columns of the block
-          cpu::block_gemm(m, n, K, a, K, rec.b_data() + c0, 4 * H, c + c0, 4 * H,
-                          /*accumulate=*/true);
-        }
-      }
-    } else {
-      for (int64_t q = 0; q < 4; ++q) {
-        const int64_t c0 = q * H + j0;
-        cpu::block_gemm(m, n, K, a, K, rec.b_vnni(), c0, c + c0, 4 * H, /*accumulate=*/true);
-      }
-    }
+    const int64_t H = s.H;
+    rec.units(b1 - b0, 4, h + b0 * K, K, g + b0 * 4 * H, 4 * H, j0, n, /*accumulate=*/true);
     rows(s, b0, b1, j0, j0 + n);
   }
 
@@ -512,22 +495,10 @@ struct CpuBackend {
   static void backward_units(const BwdStep<scalar_t>& s, BwdRows<scalar_t> rows,
                              const cpu::RecurrentGemm& rec, int64_t b0, int64_t b1,
                              const next_t* next, float* dh, int64_t j0, int64_t n) {
-    const int64_t H = s.H, m = b1 - b0;
+    const int64_t H = s.H;
     if (next != nullptr) {
-      const next_t* a = next + b0 * 4 * H;
-      float* c = dh + b0 * H;
-      if constexpr (std::is_same_v<next_t, float>) {
-        if (rec.panels()) {
-          cpu::panel_gemm(m, 4 * H, H, /*G=*/1, a, 4 * H, rec.panels_data(), c, H, j0, n,
-                          /*accumulate=*/false);
-        } else {
-          cpu::block_gemm(m, n, 4 * H, a, 4 * H, rec.b_data() + j0, H, c + j0, H,
-                          /*accumulate=*/false);
-        }
-      } else {
-        cpu::block_gemm(m, n, 4 * H, a, 4 * H, rec.b_vnni(), j0, c + j0, H,
-                        /*accumulate=*/false);
-      }
+      rec.units(b1 - b0, 1, next + b0 * 4 * H, 4 * H, dh + b0 * H, H, j0, n,
+                /*accumulate=*/false);
     }
     rows(s, b0, b1, j0, j0 + n);
   }
