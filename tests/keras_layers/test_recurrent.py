@@ -1,6 +1,6 @@
 """The Keras modules' call against Keras 3 itself (TF 2.21 backend) where the states matter:
 non-zero initial states, every final state (`return_state`), `stateful` across calls and after
-`reset_states`, `go_backwards`, masks (holes anywhere, a fully masked row) with initial
+`reset_states`, `go_backwards`, masks (holes anywhere, padding, a fully masked row) with initial
 states, both `zero_output_for_mask`, `time_major`; for LSTM (both kernels: BlockLSTMV2 and the
 variant op), GRU (both reset positions), SimpleRNN and Bidirectional (every merge mode). Each
 case compares the outputs, every state and the gradients of one loss using all of them with
@@ -192,6 +192,51 @@ def test_long_sequence_with_holes_vs_keras(kind):
     got = ours(torch.from_numpy(x), mask=mask, initial_state=[torch.from_numpy(s) for s in states])
     pairs = zip(got, want, strict=True)
     assert_close({f"output {k}": (g, w.numpy()) for k, (g, w) in enumerate(pairs)})
+
+
+# Padding as `pad_sequences` writes it: each row's steps then zeros ("post") or zeros then its
+# steps ("pre"); a full row and a fully masked row. Read in the direction whose padding comes
+# last (post forwards, pre backwards) the unmasked steps already come first and run without a
+# gather; in the other, each row is rotated by its padding instead of sorted (`_padding`).
+POST = np.array(
+    [[1, 1, 1, 1, 1, 1], [1, 1, 1, 0, 0, 0], [1, 0, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]], bool
+)
+_PADDED = {
+    "post": (POST, False, (True, False)),
+    "pre_backwards": (POST[:, ::-1].copy(), True, (True, False)),
+    "pre": (POST[:, ::-1].copy(), False, (False, True)),
+    "post_backwards": (POST, True, (False, True)),
+}
+
+
+@needs_tf
+@pytest.mark.parametrize("zeros", [True, False], ids=["zeros", "previous"])
+@pytest.mark.parametrize("padding", list(_PADDED))
+@pytest.mark.parametrize("kind", ["lstm", "gru_after", "gru_before", "rnn_tanh"])
+def test_padded_masks_vs_keras(kind, padding, zeros):
+    """Padded masks, read either way: outputs, final states and every gradient as Keras', and
+    a masked step's output +0.0 as Keras' `where` gives it (where the kernel ran those steps on
+    the padding, a product with the mask would give -0.0 or NaN)."""
+    keras = keras_module()
+    mask, backwards, form = _PADDED[padding]
+    run_order = torch.from_numpy(mask).t()
+    assert keras_layers.recurrent._padding(run_order.flip(0) if backwards else run_order) == form
+    layer = _KINDS[kind](keras, return_sequences=True, return_state=True,
+                         go_backwards=backwards, zero_output_for_mask=zeros)  # fmt: skip
+    n = _N_STATES.get(kind, 1)
+    model = _model(keras, layer, n, mask=True)
+    randomize(model.trainable_weights, 8)
+    ours = _ours_like(layer, I)
+    x, states = _x(9), random_states(n, layer.units, 10)
+    _compare(model, ours, x, mask, states, seed=11)
+    want = model([x, mask, *states])[0].numpy()
+    with torch.no_grad():
+        got = ours(torch.from_numpy(x), mask=torch.from_numpy(mask),
+                   initial_state=[torch.from_numpy(s) for s in states])[0].numpy()  # fmt: skip
+    run_mask = mask[:, ::-1] if backwards else mask  # the outputs' order
+    masked = ~run_mask if zeros else np.cumsum(run_mask, 1) == 0
+    assert masked.any() and (want[masked] == 0).all()
+    np.testing.assert_array_equal(np.signbit(got[masked]), np.signbit(want[masked]))
 
 
 @needs_tf

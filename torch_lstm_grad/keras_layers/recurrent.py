@@ -197,15 +197,13 @@ class KerasRNN(nn.Module):
             mask = mask.to(torch.bool).t()  # [T, B]
             if self.cudnn_mask:
                 _check_right_padded(mask, type(self).__name__)
-        if self.go_backwards:
-            x = x.flip(0)
-            mask = None if mask is None else mask.flip(0)
         if T == 0:
             raise ValueError("inputs: a sequence of 0 steps (Keras refuses it too)")
         if mask is None:
-            outputs, finals = self._run(x, states, None)
-        else:
-            outputs, finals = self._run_masked(x, states, mask)
+            outputs, finals = self._run(x.flip(0) if self.go_backwards else x, states, None)
+        else:  # the mask in the order the steps run; x as it came (gathered in that order)
+            mask = mask.flip(0) if self.go_backwards else mask
+            outputs, finals = self._run_masked(x, states, mask, reversed_x=self.go_backwards)
         if self.stateful:
             self._states = [s.detach() for s in finals]
         if self.return_sequences:
@@ -222,30 +220,47 @@ class KerasRNN(nn.Module):
         out = mask if self.return_sequences else None
         return [out] + [None] * self.num_states if self.return_state else out
 
-    def _run_masked(self, x, states, mask):
+    def _run_masked(self, x, states, mask, reversed_x: bool):
+        """`mask [T, B]` in the order the steps run; `x` in time order, to be read from its
+        last step back where `reversed_x` (go_backwards)."""
         T, B = mask.shape
         counts = mask.to(torch.int64).cumsum(0)  # unmasked steps up to and including t
         lengths = counts[-1]
-        # Each row's unmasked steps first, in order (a stable sort of "masked" keys).
-        order = torch.sort((~mask).to(torch.int8), dim=0, stable=True).indices
-        packed = _take_steps(x, order)
-        outputs, finals = self._run(packed, states, lengths)
+        steps_first, padding_first = _padding(mask)
+        if steps_first:
+            # Each row's unmasked steps already come first (post-padding read forwards,
+            # pre-padding read backwards): no gather.
+            outputs, finals = self._run(x.flip(0) if reversed_x else x, states, lengths)
+            if self.zero_output_for_mask:
+                return _zero_steps(outputs, mask), finals
+        else:
+            # Each row's unmasked steps first, in order: the stable sort of "masked" keys, which
+            # for padding then steps (pre-padding read forwards, post-padding read backwards) is
+            # a rotation of each row by its padding.
+            if padding_first:
+                t = torch.arange(T, device=mask.device).unsqueeze(1)
+                order = (t + (T - lengths)) % T
+            else:
+                order = torch.sort((~mask).to(torch.int8), dim=0, stable=True).indices
+            outputs, finals = self._run(
+                _take_steps(x, T - 1 - order if reversed_x else order), states, lengths
+            )
         out = _take_steps(outputs, (counts - 1).clamp(min=0))
         if self.zero_output_for_mask:
-            return out * mask.unsqueeze(-1).to(out.dtype), finals
-        started = (counts > 0).unsqueeze(-1)
+            return _zero_steps(out, mask), finals
+        started = counts > 0
         if self.masked_outputs == "previous_state":  # the initial h before the first step
-            return torch.where(started, out, states[0].unsqueeze(0)), finals
-        return out * started.to(out.dtype), finals
+            return torch.where(started.unsqueeze(-1), out, states[0].unsqueeze(0)), finals
+        return _zero_steps(out, started), finals
 
     @staticmethod
     def _final(seq: torch.Tensor, initial: torch.Tensor, lengths) -> torch.Tensor:
         """Each row's state after its own `lengths[b]` steps (the initial state for 0)."""
         if lengths is None:
             return seq[-1]
-        full = torch.cat([initial.unsqueeze(0), seq])
-        index = lengths.view(1, -1, 1).expand(1, -1, seq.shape[2])
-        return full.gather(0, index).squeeze(0)
+        index = (lengths - 1).clamp(min=0).view(1, -1, 1).expand(1, -1, seq.shape[2])
+        last = seq.gather(0, index).squeeze(0)
+        return torch.where((lengths > 0).unsqueeze(-1), last, initial)
 
     def extra_repr(self) -> str:
         flags = [
@@ -287,6 +302,29 @@ def _check_right_padded(mask: torch.Tensor, cls: str) -> None:
         torch._assert_async(ok, f"{cls} {_NOT_RIGHT_PADDED}")
     elif not bool(ok):
         raise ValueError(f"{cls} {_NOT_RIGHT_PADDED}")
+
+
+def _padding(mask: torch.Tensor) -> tuple[bool, bool]:
+    """Whether every row of `mask [T, B]` is its unmasked steps then its masked ones, and
+    whether every row is its masked steps then its unmasked ones (a full or an empty row is
+    both), in one read of the mask. Under torch.compile (False, False): the general path is
+    exact for every mask, without a data-dependent branch."""
+    if torch.compiler.is_compiling():
+        return False, False
+    later, earlier = mask[1:], mask[:-1]
+    return tuple(torch.stack([(later <= earlier).all(), (later >= earlier).all()]).tolist())
+
+
+def _zero_steps(seq: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """`seq [T, B, F]` with +0.0 at the steps where `keep [T, B]` is False, as Keras' `where`
+    gives them (a product with the mask would give -0.0, or NaN past a row's length where the
+    kernel ran on padding). Filling the masked rows is a copy and a fill, where `torch.where`
+    is several times slower on the CPU at these sizes."""
+    if torch.compiler.is_compiling():
+        return torch.where(keep.unsqueeze(-1), seq, 0.0)
+    T, B, F = seq.shape
+    masked = (~keep).reshape(-1).nonzero().squeeze(1)
+    return seq.reshape(T * B, F).index_fill(0, masked, 0.0).view(T, B, F)
 
 
 def _take_steps(seq: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
