@@ -60,8 +60,10 @@ def _file(tmp_path, sizes=(8, 8), userblock=0, latest=False, content=_content) -
     if userblock:
         fcpl.set_userblock(userblock)
     fapl = h5py.h5p.create(h5py.h5p.FILE_ACCESS)
-    if latest:
-        fapl.set_libver_bounds(h5py.h5f.LIBVER_LATEST, h5py.h5f.LIBVER_LATEST)
+    # The oldest format unless asked: superblock 0 and version 1 object headers, as Keras'
+    # .h5 files hold them, which HDF5 2.0 (h5py >= 3.16) no longer writes by default.
+    low = h5py.h5f.LIBVER_LATEST if latest else h5py.h5f.LIBVER_EARLIEST
+    fapl.set_libver_bounds(low, h5py.h5f.LIBVER_LATEST)
     path = tmp_path / f"f{len(list(tmp_path.iterdir()))}.h5"
     fid = h5py.h5f.create(str(path).encode(), h5py.h5f.ACC_TRUNC, fcpl=fcpl, fapl=fapl)
     with h5py.File(fid) as f:
