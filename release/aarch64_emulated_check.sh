@@ -51,7 +51,10 @@ dpkg --print-foreign-architectures | grep -qx arm64 || {
   exit 2
 }
 mkdir -p "$WORK"
-bash "$ROOT/release/aarch64_cross_check.sh" "$WORK/cross"
+# REUSE_BUILD=1 keeps a WORK_DIR/cross/_C.abi3.so built before (from the same sources).
+if [ -z "${REUSE_BUILD:-}" ] || [ ! -e "$WORK/cross/_C.abi3.so" ]; then
+  bash "$ROOT/release/aarch64_cross_check.sh" "$WORK/cross"
+fi
 
 R=$WORK/root
 if [ ! -x "$R/usr/bin/python3.11" ]; then

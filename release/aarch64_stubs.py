@@ -29,6 +29,14 @@ def _readelf(*args: str) -> str:
     return subprocess.run([READELF, *args], capture_output=True, text=True, check=True).stdout
 
 
+def _is_elf(path: str) -> bool:
+    """Not a linker script (the sysroot's libc.so is one) nor a directory."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        return f.read(4) == b"\x7fELF"
+
+
 def _dynamic_symbols(path: str):
     """(name, version or None, type, defined) of each global dynamic symbol."""
     for line in _readelf("--dyn-syms", "-W", path).splitlines():
@@ -86,10 +94,10 @@ def main(argv: list[str]) -> int:
     for d in sysroots:
         present |= set(os.listdir(d))
     libs = [os.path.join(torch_lib, f) for f in sorted(os.listdir(torch_lib)) if ".so" in f]
-    libs = [f for f in libs if os.path.isfile(f)]
+    libs = [f for f in libs if _is_elf(f)]
     defined = set()
     for path in libs + [os.path.join(d, f) for d in sysroots for f in os.listdir(d) if ".so" in f]:
-        if os.path.isfile(path):
+        if _is_elf(path):
             defined |= {n for n, _, _, is_def in _dynamic_symbols(path) if is_def}
     wanted: dict[str, dict[str, str | None]] = {}
     unversioned: dict[str, str | None] = {}
