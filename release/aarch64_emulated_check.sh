@@ -7,8 +7,10 @@
 # loaded into Debian 12's aarch64 Python 3.11 with torch 2.13.0's aarch64 wheel, all run by
 # qemu-aarch64-static, which executes the aarch64 and NEON instructions exactly (not their speed:
 # no timing from here means anything). It runs `torch-lstm-grad check` (every op against the
-# float64 reference and torch.nn) and pytest on PYTEST_ARGS (default: the whole suite, whose
-# tests that need TensorFlow, a GPU or an x86 level skip themselves).
+# float64 reference and torch.nn) and pytest on PYTEST_ARGS (default: every test directory but
+# tests/robustness, whose file parsing and fuzzing is the same Python on every CPU and takes
+# hours emulated, and tests/tools/test_doctor.py, whose doctor reads the CUDA libraries'
+# versions, stubs here; the tests that need TensorFlow, a GPU or an x86 level skip themselves).
 #
 # What it sets up, under WORK_DIR, with nothing installed system-wide but the prerequisites:
 # - root/: the arm64 .debs of Python 3.11 and its libraries (`apt-get download`), and the cross
@@ -19,7 +21,7 @@
 # - site/: torch's aarch64 wheel unpacked and its pure-Python dependencies, numpy's aarch64
 #   wheel, pytest; stubs/: release/aarch64_stubs.py's stand-ins for the CUDA libraries the wheel
 #   links (torch's aarch64 wheels are CUDA builds; no GPU is used);
-# - pkg/: this commit's package and tests, with the aarch64 _C.abi3.so.
+# - pkg/: this commit's package, tests and benchmarks, with the aarch64 _C.abi3.so.
 # Prerequisites (Debian/Ubuntu): apt-get install qemu-user-static g++-aarch64-linux-gnu;
 # dpkg --add-architecture arm64 && apt-get update (for `apt-get download ...:arm64`); qemu
 # registered with binfmt_misc for aarch64 binaries (systemd does it on install; in a container:
@@ -32,7 +34,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(realpath -m "${1:-/tmp/tlg-aarch64}")
 shift || true
 PYTEST_ARGS=("$@")
-[ ${#PYTEST_ARGS[@]} -eq 0 ] && PYTEST_ARGS=(tests)
+[ ${#PYTEST_ARGS[@]} -eq 0 ] && PYTEST_ARGS=(tests/ops tests/modules tests/keras_layers tests/layouts
+  tests/porting tests/tools tests/benchmarks --ignore=tests/tools/test_doctor.py)
 for tool in qemu-aarch64-static aarch64-linux-gnu-g++ aarch64-linux-gnu-readelf; do
   command -v "$tool" >/dev/null || {
     echo "aarch64_emulated_check: $tool not found (apt-get install qemu-user-static" \
@@ -94,7 +97,7 @@ python3 "$ROOT/release/aarch64_stubs.py" "$S/torch/lib" /usr/aarch64-linux-gnu/l
   "$R/lib/aarch64-linux-gnu" "$R/usr/lib/aarch64-linux-gnu" "$WORK/stubs"
 
 rm -rf "$WORK/pkg" && mkdir -p "$WORK/pkg"
-git -C "$ROOT" archive HEAD torch_lstm_grad tests pyproject.toml | tar -x -C "$WORK/pkg"
+git -C "$ROOT" archive HEAD torch_lstm_grad tests benchmarks pyproject.toml | tar -x -C "$WORK/pkg"
 cp "$WORK/cross/_C.abi3.so" "$WORK/pkg/torch_lstm_grad/_C.abi3.so"
 
 guest() {
