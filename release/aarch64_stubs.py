@@ -38,13 +38,13 @@ def _is_elf(path: str) -> bool:
 
 
 def _dynamic_symbols(path: str):
-    """(name, version or None, type, defined) of each global dynamic symbol."""
+    """(name, version or None, defined) of each global dynamic symbol."""
     for line in _readelf("--dyn-syms", "-W", path).splitlines():
         p = line.split()
         if len(p) < 8 or p[4] not in ("GLOBAL", "WEAK"):
             continue
         name, _, version = p[7].partition("@")
-        yield name, version.lstrip("@").split()[0] if version else None, p[3], p[6] != "UND"
+        yield name, version.lstrip("@").split()[0] if version else None, p[6] != "UND"
 
 
 def _version_files(path: str) -> dict[str, str]:
@@ -95,10 +95,10 @@ def main(argv: list[str]) -> int:
         present |= set(os.listdir(d))
     libs = [os.path.join(torch_lib, f) for f in sorted(os.listdir(torch_lib)) if ".so" in f]
     libs = [f for f in libs if _is_elf(f)]
+    system = [os.path.join(d, f) for d in sysroots for f in os.listdir(d) if ".so" in f]
     defined = set()
-    for path in libs + [os.path.join(d, f) for d in sysroots for f in os.listdir(d) if ".so" in f]:
-        if _is_elf(path):
-            defined |= {n for n, _, _, is_def in _dynamic_symbols(path) if is_def}
+    for path in libs + [f for f in system if _is_elf(f)]:
+        defined |= {n for n, _, is_def in _dynamic_symbols(path) if is_def}
     wanted: dict[str, dict[str, str | None]] = {}
     unversioned: dict[str, str | None] = {}
     for path in libs:
@@ -107,7 +107,7 @@ def main(argv: list[str]) -> int:
             if lib not in present:
                 wanted.setdefault(lib, {})
         files = _version_files(path)
-        for name, version, _, is_def in _dynamic_symbols(path):
+        for name, version, is_def in _dynamic_symbols(path):
             if is_def:
                 continue
             if version and files.get(version) in wanted:

@@ -231,8 +231,6 @@ class KerasRNN(nn.Module):
             # Each row's unmasked steps already come first (post-padding read forwards,
             # pre-padding read backwards): no gather.
             outputs, finals = self._run(x.flip(0) if reversed_x else x, states, lengths)
-            if self.zero_output_for_mask:
-                return _zero_steps(outputs, mask), finals
         else:
             # Each row's unmasked steps first, in order: the stable sort of "masked" keys, which
             # for padding then steps (pre-padding read forwards, post-padding read backwards) is
@@ -245,7 +243,10 @@ class KerasRNN(nn.Module):
             outputs, finals = self._run(
                 _take_steps(x, T - 1 - order if reversed_x else order), states, lengths
             )
-        out = _take_steps(outputs, (counts - 1).clamp(min=0))
+        if steps_first and self.zero_output_for_mask:
+            out = outputs  # each unmasked step's own output in place; the rest zeroed below
+        else:  # each step's output: that of the row's last unmasked step up to it
+            out = _take_steps(outputs, (counts - 1).clamp(min=0))
         if self.zero_output_for_mask:
             return _zero_steps(out, mask), finals
         started = counts > 0
@@ -297,7 +298,7 @@ _NOT_RIGHT_PADDED = (
 
 def _check_right_padded(mask: torch.Tensor, cls: str) -> None:
     """Raises unless `mask [T, B]` is each row's first steps, at least one."""
-    ok = mask[0].all() & ~(mask[1:] & ~mask[:-1]).any()
+    ok = mask[0].all() & _steps_first(mask)
     if torch.compiler.is_compiling():
         torch._assert_async(ok, f"{cls} {_NOT_RIGHT_PADDED}")
     elif not bool(ok):
@@ -311,8 +312,13 @@ def _padding(mask: torch.Tensor) -> tuple[bool, bool]:
     exact for every mask, without a data-dependent branch."""
     if torch.compiler.is_compiling():
         return False, False
-    later, earlier = mask[1:], mask[:-1]
-    return tuple(torch.stack([(later <= earlier).all(), (later >= earlier).all()]).tolist())
+    return tuple(torch.stack([_steps_first(mask), _steps_first(mask.flip(0))]).tolist())
+
+
+def _steps_first(mask: torch.Tensor) -> torch.Tensor:
+    """Whether every row of `mask [T, B]` is its unmasked steps then its masked ones (a 0-d
+    bool tensor: no host sync): no step unmasked after a masked one."""
+    return (mask[1:] <= mask[:-1]).all()
 
 
 def _zero_steps(seq: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
